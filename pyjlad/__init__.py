@@ -1,0 +1,33 @@
+"""pyjlad: gradients of Numba code with Enzyme.
+
+>>> import numpy as np, pyjlad
+>>> from numba import njit
+>>> @njit
+... def loss(x):
+...     return np.sum(x * x)
+>>> pyjlad.gradient(loss, np.array([1.0, -2.0])).tolist()
+[2.0, -4.0]
+
+Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
+(clean, down-level to LLVM 15) -> :mod:`pyjlad.engines` (Enzyme) ->
+:mod:`pyjlad.transforms` (the public API).
+"""
+
+from .errors import (
+    EngineUnavailableError,
+    EnzymeError,
+    ExportError,
+    PortabilityError,
+    PyjladError,
+    ToolchainError,
+    UnsupportedFunctionError,
+)
+from .transforms import grad, gradient, value_and_grad, value_and_gradient
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "gradient", "value_and_gradient", "grad", "value_and_grad",
+    "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
+    "ToolchainError", "EnzymeError", "EngineUnavailableError", "__version__",
+]

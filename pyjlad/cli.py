@@ -1,0 +1,127 @@
+"""``python -m pyjlad``: doctor, toolchain install, export.
+
+Examples
+--------
+``python -m pyjlad doctor``
+    Report every engine, its versions and paths, and the fix for what is missing.
+``python -m pyjlad toolchain install``
+    Install and verify the embedded engine's Enzyme toolchain.
+``python -m pyjlad export mymodule:loss --signature "float64[:], float64" -o out/``
+    Write ``loss``'s portable IR (``.ll``) and ABI description (``.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _doctor(_: argparse.Namespace) -> int:
+    import llvmlite
+    import numba
+    import numpy
+
+    from . import __version__
+    from .engines import ENGINE_NAMES, default_engine_name, get_engine
+    from .toolchain import ENZYME_SOURCE, ENZYME_VERSION, cache_root, find_opt
+
+    print(f"pyjlad {__version__} on Python {platform.python_version()} ({sys.executable})")
+    print(f"numba {numba.__version__}, llvmlite {llvmlite.__version__} "
+          f"(LLVM {'.'.join(map(str, llvmlite.binding.llvm_version_info))}), numpy {numpy.__version__}")
+    print(f"cache: {cache_root()}")
+    print(f"Enzyme: {ENZYME_VERSION} from {ENZYME_SOURCE}; opt-15: {find_opt() or 'not found'}")
+    default = default_engine_name()
+    default_ok = False
+    for name in ENGINE_NAMES:
+        ok, detail = get_engine(name).status()
+        mark = "OK  " if ok else "FAIL"
+        print(f"[{mark}] engine {name}{' (default)' if name == default else ''}: {detail}")
+        if name == default:
+            default_ok = ok
+    print("[----] engine julia: not part of this version (planned: Enzyme.jl through juliacall)")
+    if default not in ENGINE_NAMES:
+        print(f"PYJLAD_ENGINE={default!r} is not a known engine; use one of {', '.join(ENGINE_NAMES)}")
+    return 0 if default_ok else 1
+
+
+def _toolchain_install(args: argparse.Namespace) -> int:
+    from .errors import ToolchainError
+    from .toolchain import install
+
+    try:
+        install(force=args.force)
+    except ToolchainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _load_function(spec: str):
+    if ":" not in spec:
+        raise SystemExit(f"error: expected MODULE:FUNCTION (or path/to/file.py:FUNCTION), got {spec!r}")
+    module_name, attr = spec.rsplit(":", 1)
+    if module_name.endswith(".py"):
+        path = Path(module_name).resolve()
+        sys.path.insert(0, str(path.parent))
+        module_name = path.stem
+    else:
+        sys.path.insert(0, str(Path.cwd()))
+    module = importlib.import_module(module_name)
+    obj = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _export(args: argparse.Namespace) -> int:
+    from numba.core import sigutils
+
+    from .errors import PyjladError
+    from .export import export
+
+    func = _load_function(args.function)
+    try:
+        argtypes, _ = sigutils.normalize_signature(f"({args.signature},)" if args.signature else "()")
+        exported = export(func, argtypes)
+    except PyjladError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = exported.abi.entry
+    (out / f"{stem}.ll").write_text(exported.module.text)
+    abi = exported.abi.to_dict()
+    abi["external_functions"] = list(exported.module.external_functions)
+    (out / f"{stem}.json").write_text(json.dumps(abi, indent=2) + "\n")
+    print(f"wrote {out / (stem + '.ll')} and {out / (stem + '.json')}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m pyjlad``."""
+    parser = argparse.ArgumentParser(prog="python -m pyjlad", description="Gradients of Numba code with Enzyme.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    doctor = sub.add_parser("doctor", help="report engines, versions, paths and fixes")
+    doctor.set_defaults(run=_doctor)
+
+    toolchain = sub.add_parser("toolchain", help="manage the Enzyme toolchain")
+    tsub = toolchain.add_subparsers(dest="action", required=True)
+    tinstall = tsub.add_parser("install", help="install and verify opt-15 and the Enzyme plugin")
+    tinstall.add_argument("--force", action="store_true", help="re-extract and re-verify the plugin")
+    tinstall.set_defaults(run=_toolchain_install)
+
+    exp = sub.add_parser("export", help="write a function's portable IR and ABI description")
+    exp.add_argument("function", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    exp.add_argument("--signature", default="", help='argument types, e.g. "float64[:], float64"')
+    exp.add_argument("-o", "--output", default=".", help="output directory (default: .)")
+    exp.set_defaults(run=_export)
+
+    args = parser.parse_args(argv)
+    return args.run(args)

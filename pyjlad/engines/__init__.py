@@ -1,0 +1,48 @@
+"""Engines: the back ends that differentiate an exported module.
+
+``embedded`` (the default): the standalone Enzyme LLVM plugin run by ``opt``,
+the result JIT-compiled in-process (:mod:`pyjlad.engines.embedded`).
+
+The engine is chosen per call with ``engine=...`` or for the process with the
+``PYJLAD_ENGINE`` environment variable.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import EngineUnavailableError
+
+__all__ = ["get_engine", "ENGINE_NAMES", "default_engine_name"]
+
+#: Engine names pyjlad knows.
+ENGINE_NAMES = ("embedded",)
+_ALIASES = {"llvm": "embedded", "enzyme": "embedded"}
+_instances: dict[str, object] = {}
+
+
+def default_engine_name() -> str:
+    """The engine used when none is named: ``$PYJLAD_ENGINE`` or ``embedded``."""
+    return os.environ.get("PYJLAD_ENGINE", "embedded")
+
+
+def get_engine(name: str | None = None):
+    """Return the engine called ``name`` (default: :func:`default_engine_name`).
+
+    Raises
+    ------
+    EngineUnavailableError
+        If ``name`` is not a known engine.
+    """
+    name = _ALIASES.get(name or default_engine_name(), name or default_engine_name())
+    if name not in ENGINE_NAMES:
+        raise EngineUnavailableError(
+            f"unknown engine {name!r}; choose one of {', '.join(ENGINE_NAMES)} "
+            "(engine=... or the PYJLAD_ENGINE environment variable)"
+        )
+    engine = _instances.get(name)
+    if engine is None:
+        from .embedded import EmbeddedEngine
+
+        engine = _instances[name] = EmbeddedEngine()
+    return engine

@@ -1,0 +1,49 @@
+"""Exception types raised by pyjlad.
+
+Every error pyjlad raises derives from :class:`PyjladError`, and where a
+built-in exception type describes the problem better (``TypeError`` for a
+wrong argument type, ``ValueError`` for a bad value) the pyjlad error also
+derives from it, so ``except TypeError`` keeps working in user code.
+"""
+
+from __future__ import annotations
+
+
+class PyjladError(Exception):
+    """Base class of every exception pyjlad raises."""
+
+
+class UnsupportedFunctionError(PyjladError, TypeError):
+    """The function or its argument/return types cannot be differentiated.
+
+    The message always says what to change.
+    """
+
+
+class ExportError(PyjladError, RuntimeError):
+    """Numba could not compile the function, or its IR could not be exported."""
+
+
+class PortabilityError(ExportError):
+    """The exported IR uses an LLVM construct that cannot be down-levelled."""
+
+
+class ToolchainError(PyjladError, RuntimeError):
+    """The Enzyme toolchain is missing or broken; the message says how to fix it."""
+
+
+class EnzymeError(PyjladError, RuntimeError):
+    """Enzyme failed to differentiate the function.
+
+    Enzyme runs in a separate ``opt`` process, so a crash or an assertion in
+    Enzyme never takes the Python interpreter down; its diagnostic output is
+    kept in :attr:`diagnostics` and summarised in the message.
+    """
+
+    def __init__(self, message: str, diagnostics: str = "") -> None:
+        super().__init__(message)
+        self.diagnostics = diagnostics
+
+
+class EngineUnavailableError(PyjladError, RuntimeError):
+    """The requested engine cannot run here; the message says why and how to fix it."""

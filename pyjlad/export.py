@@ -1,0 +1,287 @@
+"""Export a Numba function as a portable LLVM module plus its ABI description.
+
+Accepts a ``@njit`` dispatcher (compiled for the requested argument types), a
+``@cfunc`` object (its inner ABI function, never the ``cfunc.`` wrapper: see
+Enzyme.jl issue #2505) or a plain Python function (``njit``-compiled on first
+use, once per function).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+from numba import types as nbtypes
+from numba.core import errors as nberrors
+from numba.core.ccallback import CFunc
+from numba.core.dispatcher import Dispatcher
+
+from .abi import ArgABI, ArrayArg, FunctionABI, ScalarArg
+from .errors import ExportError, UnsupportedFunctionError
+from .portable import PortableModule, make_portable
+
+__all__ = ["ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function"]
+
+_LLVM_INT = {8: "i8", 16: "i16", 32: "i32", 64: "i64"}
+_jitted_plain: weakref.WeakKeyDictionary[Callable[..., Any], Dispatcher] = weakref.WeakKeyDictionary()
+_lock = threading.RLock()
+
+
+@dataclass(frozen=True)
+class ExportedFunction:
+    """A Numba function exported for differentiation.
+
+    Attributes
+    ----------
+    module : PortableModule
+        The portable LLVM module holding the entry function.
+    abi : FunctionABI
+        How to call the entry.
+    argtypes : tuple of numba types
+        The Numba argument types the entry was compiled for.
+    restype : numba type
+        The Numba result type.
+    run : callable
+        Calls the compiled function (used to re-raise its exceptions in Python).
+    name : str
+        The function's Python name.
+    """
+
+    module: PortableModule
+    abi: FunctionABI
+    argtypes: tuple[nbtypes.Type, ...]
+    restype: nbtypes.Type
+    run: Callable[..., Any]
+    name: str
+
+
+def describe_function(func: Any) -> str:
+    """A short human-readable name for ``func`` for error messages."""
+    inner = getattr(func, "py_func", None) or getattr(func, "_pyfunc", None) or func
+    return getattr(inner, "__qualname__", None) or repr(func)
+
+
+def as_numba_function(func: Any) -> Dispatcher | CFunc:
+    """Return the Numba object to export for ``func``.
+
+    A ``@njit`` dispatcher or ``@cfunc`` is returned as is; a plain Python
+    function is wrapped with ``numba.njit`` once (the result is remembered).
+
+    Raises
+    ------
+    UnsupportedFunctionError
+        If ``func`` is not callable, or is a Numba object-mode/GPU function.
+    """
+    if isinstance(func, CFunc):
+        return func
+    if isinstance(func, Dispatcher):
+        if getattr(func, "_impl_kind", "direct") != "direct" or func.targetoptions.get("forceobj"):
+            raise UnsupportedFunctionError(
+                f"{describe_function(func)} is compiled in object mode; pyjlad differentiates "
+                "nopython-mode code: decorate it with @numba.njit instead"
+            )
+        return func
+    if type(func).__module__.startswith("numba.cuda"):
+        raise UnsupportedFunctionError(
+            f"{describe_function(func)} is a CUDA kernel; pass the @njit (CPU) version of the function"
+        )
+    if not callable(func) or not hasattr(func, "__code__"):
+        raise UnsupportedFunctionError(
+            f"cannot differentiate {func!r}: pass a Python function, a @numba.njit "
+            "dispatcher or a @numba.cfunc"
+        )
+    with _lock:
+        dispatcher = _jitted_plain.get(func)
+        if dispatcher is None:
+            dispatcher = numba.njit(func)
+            _jitted_plain[func] = dispatcher
+    return dispatcher
+
+
+def numba_argtypes(args: Sequence[Any]) -> tuple[nbtypes.Type, ...]:
+    """Numba types of call arguments, refusing unsupported ones clearly."""
+    out = []
+    for index, value in enumerate(args):
+        try:
+            ty = numba.typeof(value)
+        except ValueError as exc:
+            raise UnsupportedFunctionError(
+                f"argument {index} ({type(value).__name__}) has no Numba type; pass floats, "
+                "ints, bools or NumPy arrays of them"
+            ) from exc
+        out.append(ty)
+    return tuple(out)
+
+
+def _arg_abi(index: int, ty: nbtypes.Type) -> ArgABI:
+    if isinstance(ty, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean)):
+        return ScalarArg(dtype=_dtype_name(ty), llvm_type="")
+    if isinstance(ty, nbtypes.Array) and isinstance(
+        ty.dtype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean)
+    ):
+        return ArrayArg(dtype=_dtype_name(ty.dtype), ndim=ty.ndim, layout=ty.layout, llvm_element="")
+    if isinstance(ty, (nbtypes.Complex,)) or (
+        isinstance(ty, nbtypes.Array) and isinstance(ty.dtype, nbtypes.Complex)
+    ):
+        raise UnsupportedFunctionError(
+            f"argument {index} is complex ({ty}); pyjlad differentiates real float64/float32 "
+            "code: split complex values into real and imaginary float arrays"
+        )
+    raise UnsupportedFunctionError(
+        f"argument {index} has Numba type {ty}, which pyjlad cannot pass to a differentiated "
+        "function; pass floats, ints, bools or NumPy arrays of them (unpack tuples and "
+        "containers into separate arguments)"
+    )
+
+
+def _dtype_name(ty: nbtypes.Type) -> str:
+    return "bool" if isinstance(ty, nbtypes.Boolean) else str(ty)
+
+
+def _compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:
+    name = describe_function(func)
+    try:
+        func.compile(argtypes)
+    except nberrors.NumbaError as exc:
+        first = str(exc).strip().splitlines()
+        detail = "\n".join(first[:12])
+        raise UnsupportedFunctionError(
+            f"Numba cannot compile {name} for argument types "
+            f"({', '.join(map(str, argtypes))}) in nopython mode. pyjlad differentiates "
+            "nopython-mode Numba code: change the function so that numba.njit compiles it "
+            f"for these arguments.\nNumba said:\n{detail}"
+        ) from None
+    except TypeError as exc:
+        if "compilation disabled" not in str(exc):
+            raise
+    cres = func.overloads.get(argtypes)
+    if cres is None:
+        # Explicit signatures: find the overload Numba would dispatch to.
+        for sig, candidate in func.overloads.items():
+            if len(sig) == len(argtypes) and all(
+                func.typingctx.can_convert(a, b) is not None for a, b in zip(argtypes, sig)
+            ):
+                cres = candidate
+                break
+    if cres is None:
+        raise UnsupportedFunctionError(
+            f"{name} has no compiled version for argument types ({', '.join(map(str, argtypes))}) "
+            f"and its compilation is disabled; its signatures are {list(func.overloads)}"
+        )
+    if cres.objectmode:
+        raise UnsupportedFunctionError(f"{name} compiled in object mode; use @numba.njit")
+    return cres
+
+
+_PARAM_LIST_RE = re.compile(r"^define [^@]*@(\S+)\((.*)\)[^)]*\{$", re.MULTILINE)
+
+
+def _entry_param_types(text: str, entry: str) -> list[str]:
+    for match in _PARAM_LIST_RE.finditer(text):
+        if match.group(1) == entry:
+            params, depth, current = [], 0, []
+            for ch in match.group(2):
+                if ch == "(":
+                    depth += 1
+                elif ch == ")":
+                    depth -= 1
+                if ch == "," and depth == 0:
+                    params.append("".join(current).strip())
+                    current = []
+                else:
+                    current.append(ch)
+            if current:
+                params.append("".join(current).strip())
+            return [p.split()[0] for p in params]
+    raise ExportError(f"entry {entry} not found in exported module")
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name).strip("_") or "f"
+
+
+def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
+    """Export ``func`` compiled for ``argtypes`` as a portable module.
+
+    Parameters
+    ----------
+    func : callable
+        ``@njit`` dispatcher, ``@cfunc`` object or plain Python function.
+    argtypes : sequence of numba types
+        Argument types to compile for (ignored for a ``@cfunc``, whose
+        signature is fixed).
+
+    Returns
+    -------
+    ExportedFunction
+
+    Raises
+    ------
+    UnsupportedFunctionError
+        If Numba cannot compile the function, or an argument or the result
+        has a type pyjlad cannot pass.
+    """
+    target = as_numba_function(func)
+    name = describe_function(target)
+    if isinstance(target, CFunc):
+        sig = target._sig
+        argtypes = tuple(sig.args)
+        restype = sig.return_type
+        ir = target._library.get_llvm_str()
+        mangled = target.native_name.split(".", 1)[1]
+        pyfunc = target._pyfunc
+        run = as_numba_function(pyfunc)
+    else:
+        argtypes = tuple(argtypes)
+        cres = _compile_result(target, argtypes)
+        argtypes = tuple(cres.signature.args)
+        restype = cres.signature.return_type
+        ir = cres.library.get_llvm_str()
+        mangled = cres.fndesc.mangled_name
+        run = target
+
+    args_abi = [_arg_abi(i, t) for i, t in enumerate(argtypes)]
+    if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean)):
+        raise UnsupportedFunctionError(
+            f"{name} returns {restype}; pyjlad needs a function that returns a real scalar: "
+            "reduce array results to a scalar (for example with np.sum) or return a float"
+        )
+    entry = "pyjlad_" + _sanitize(name.split(".")[-1])
+    module = make_portable(ir, mangled, name=entry)
+    param_types = _entry_param_types(module.text, entry)
+    expected = sum(len(a.param_roles) for a in args_abi)
+    if len(param_types) != 2 + expected:
+        raise ExportError(
+            f"{name}: Numba's entry has {len(param_types) - 2} parameters after retptr/excinfo, "
+            f"the ABI description expects {expected}; argument types {argtypes} are not supported"
+        )
+    llvm_params = param_types[2:]
+    filled: list[ArgABI] = []
+    position = 0
+    for arg in args_abi:
+        n = len(arg.param_roles)
+        chunk = llvm_params[position:position + n]
+        position += n
+        if isinstance(arg, ArrayArg):
+            filled.append(ArrayArg(arg.dtype, arg.ndim, arg.layout, _llvm_type_of(arg.dtype)))
+        else:
+            filled.append(ScalarArg(arg.dtype, chunk[0]))
+    result = ScalarArg(_dtype_name(restype), _llvm_type_of(_dtype_name(restype)))
+    abi = FunctionABI(entry=entry, args=tuple(filled), result=result, param_types=tuple(llvm_params))
+    return ExportedFunction(module=module, abi=abi, argtypes=argtypes, restype=restype, run=run, name=name)
+
+
+def _llvm_type_of(dtype: str) -> str:
+    if dtype == "float64":
+        return "double"
+    if dtype == "float32":
+        return "float"
+    if dtype == "bool":
+        return "i8"
+    bits = int(re.sub(r"\D", "", dtype) or 64)
+    return _LLVM_INT.get(bits, "i64")

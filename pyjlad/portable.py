@@ -1,0 +1,451 @@
+"""Make Numba's LLVM IR portable: one self-contained module every LLVM >= 15 reads.
+
+Numba 0.68 prints IR with LLVM 22's syntax (``captures(none)``, ``memory(...)``,
+``range(...)``, ``getelementptr inbounds nuw``, ``samesign``...), and the module
+it keeps holds much more than the function to differentiate: the CPython and
+``cfunc`` wrappers, ``NumbaEnv`` globals, Python C-API declarations and, once
+compiled, x86-specific intrinsics that the JIT's code generator introduced.
+
+:func:`make_portable` keeps only the entry function and what it transitively
+references, renames the entry to a short stable name, and rewrites every
+construct newer than LLVM 15 into an equivalent (or a conservative) LLVM 15
+form. The result is accepted by ``llvm-as`` 15, 16, 19 and 22 alike, which is
+what the Enzyme plugin (LLVM 15) and Julia's ``Base.llvmcall`` (LLVM 16/18)
+need. Dropping an attribute or a metadata attachment is always safe: it only
+removes information an optimizer may use; nothing here changes semantics.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import PortabilityError
+
+__all__ = ["PortableModule", "make_portable", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR"]
+
+# A global symbol: @name or @"quoted name".
+_SYMBOL = r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
+_SYMBOL_RE = re.compile(_SYMBOL)
+_DEFINE_NAME_RE = re.compile(r"^(?:define|declare)\b[^@]*?(" + _SYMBOL + r")\(")
+_GLOBAL_NAME_RE = re.compile(r"^(" + _SYMBOL + r")\s*=")
+_ATTR_GROUP_RE = re.compile(r"^attributes (#\d+) = \{(.*)\}\s*$")
+
+# Function attributes LLVM 15 knows and that are worth keeping.
+_KEPT_FN_ATTRS = frozenset(
+    """nounwind readnone readonly writeonly argmemonly inaccessiblememonly
+    inaccessiblemem_or_argmemonly noinline alwaysinline norecurse willreturn
+    nofree nosync mustprogress speculatable cold noreturn returns_twice
+    inlinehint nocallback""".split()
+)
+
+_MEMORY_TRANSLATION = {
+    "none": "readnone",
+    "read": "readonly",
+    "write": "writeonly",
+    "argmem: readwrite": "argmemonly",
+    "argmem: read": "argmemonly readonly",
+    "argmem: write": "argmemonly writeonly",
+    "inaccessiblemem: readwrite": "inaccessiblememonly",
+    "argmem: readwrite, inaccessiblemem: readwrite": "inaccessiblemem_or_argmemonly",
+}
+
+# Math intrinsics that LLVM 15 lacks (added in 17-20): the libm call Enzyme
+# already has derivative rules for, per floating-point suffix.
+_NEW_MATH_INTRINSICS = {
+    "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
+    "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "atan2": "atan2",
+    "exp10": "exp10",
+}
+_FLOAT_SUFFIX = {"f64": "", "f32": "f"}
+_NEW_INTRINSIC_RE = re.compile(
+    r"@llvm\.(" + "|".join(_NEW_MATH_INTRINSICS) + r")\.(f64|f32)\b"
+)
+
+# Instruction-level syntax newer than LLVM 15, with its LLVM 15 spelling.
+_LINE_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bcaptures\(none\)"), "nocapture"),
+    (re.compile(r"\bcaptures\([^)]*\)\s?"), ""),
+    (re.compile(r"\brange\([^()]*\)\s?"), ""),
+    (re.compile(r"\binitializes\((?:\([^()]*\)(?:,\s*)?)+\)\s?"), ""),
+    (re.compile(r"\bnofpclass\([^()]*\)\s?"), ""),
+    (re.compile(r"\b(?:dead_on_unwind|dead_on_return|writable)\s"), ""),
+    (re.compile(r"\bgetelementptr (inbounds )?(?:(?:nuw|nusw) )+"), r"getelementptr \1"),
+    (re.compile(r"\b(zext|uitofp) nneg "), r"\1 "),
+    (re.compile(r"\bicmp samesign "), "icmp "),
+    (re.compile(r"\bor disjoint "), "or "),
+    (re.compile(r"\btrunc (?:(?:nuw|nsw) )+"), "trunc "),
+    # Metadata attachments (!tbaa, !noalias, !prof, !llvm.loop, ...).
+    (re.compile(r",\s*![-a-zA-Z$._0-9]+\s+!\d+"), ""),
+)
+_SPLAT_RE = re.compile(r"<(\d+) x ([^>]+)> splat \(([^()]+)\)")
+
+# Numba's memory-management runtime, written as IR that Enzyme can read.
+#
+# Numba's own copies of NRT_incref/NRT_decref use x86-specific intrinsics, and
+# its allocator is an opaque C function whose result (a MemInfo whose `data`
+# field points into the same block) Enzyme cannot shadow. These definitions have
+# the same semantics and the same memory layout as Numba's nrt.cpp:
+#   struct MemInfo { size_t refct; dtor; dtor_info; void *data; size_t size;
+#                    external_allocator; }                        (48 bytes)
+# allocated, like NRT_MemInfo_alloc_aligned, in one malloc'ed block with the
+# data after the header and dtor = NULL, so a MemInfo made here is freed
+# correctly by Numba's runtime and vice versa. Enzyme sees malloc and free, so it
+# shadows temporaries and keeps them alive until the reverse pass needs them.
+# A MemInfo with a destructor (e.g. one wrapping a NumPy array owned by Python)
+# is handed to Numba's own NRT_MemInfo_call_dtor, exported under the name
+# RUNTIME_CALL_DTOR (resolved by the engine that loads the module).
+RUNTIME_CALL_DTOR = "pyjlad_NRT_MemInfo_call_dtor"
+
+# The data follows the 48-byte header, so it is 16-byte aligned (malloc's
+# guarantee) rather than `align`-aligned: Numba's IR never assumes more than the
+# element alignment (8 bytes), and integer arithmetic on the address to round it
+# up would make the pointer opaque to Enzyme's type analysis. The block is as
+# large as Numba's would be, so NRT's view of `size` stays exact.
+_ALLOC_ALIGNED_BODY = """(i64 %size, i32 %align) {
+entry:
+  %total = add i64 %size, 48
+  %mi = call ptr @malloc(i64 %total)
+  %failed = icmp eq ptr %mi, null
+  br i1 %failed, label %fail, label %init
+fail:
+  ret ptr null
+init:
+  %data = getelementptr i8, ptr %mi, i64 48
+  store i64 1, ptr %mi, align 8
+  %dtor = getelementptr i8, ptr %mi, i64 8
+  store ptr null, ptr %dtor, align 8
+  %info = getelementptr i8, ptr %mi, i64 16
+  store ptr null, ptr %info, align 8
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  store ptr %data, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  store i64 %size, ptr %sizefield, align 8
+  %external = getelementptr i8, ptr %mi, i64 40
+  store ptr null, ptr %external, align 8
+  ret ptr %mi
+}"""
+
+PORTABLE_RUNTIME = {
+    "@NRT_incref": """define linkonce_odr void @NRT_incref(ptr %mi) {
+entry:
+  %isnull = icmp eq ptr %mi, null
+  br i1 %isnull, label %done, label %inc
+inc:
+  %old = atomicrmw add ptr %mi, i64 1 monotonic, align 8
+  br label %done
+done:
+  ret void
+}""",
+    "@NRT_decref": """define linkonce_odr void @NRT_decref(ptr %mi) {
+entry:
+  %isnull = icmp eq ptr %mi, null
+  br i1 %isnull, label %done, label %dec
+dec:
+  %old = atomicrmw sub ptr %mi, i64 1 release, align 8
+  %last = icmp eq i64 %old, 1
+  br i1 %last, label %free, label %done
+free:
+  fence acquire
+  call void @NRT_MemInfo_call_dtor(ptr %mi)
+  br label %done
+done:
+  ret void
+}""",
+    "@NRT_MemInfo_call_dtor": """define linkonce_odr void @NRT_MemInfo_call_dtor(ptr %mi) {
+entry:
+  %dtorfield = getelementptr i8, ptr %mi, i64 8
+  %dtor = load ptr, ptr %dtorfield, align 8
+  %externalfield = getelementptr i8, ptr %mi, i64 40
+  %external = load ptr, ptr %externalfield, align 8
+  %nodtor = icmp eq ptr %dtor, null
+  %noexternal = icmp eq ptr %external, null
+  %plain = and i1 %nodtor, %noexternal
+  br i1 %plain, label %own, label %runtime
+own:
+  call void @free(ptr %mi)
+  ret void
+runtime:
+  call void @""" + RUNTIME_CALL_DTOR + """(ptr %mi)
+  ret void
+}""",
+    "@NRT_MemInfo_alloc_aligned": "define linkonce_odr ptr @NRT_MemInfo_alloc_aligned" + _ALLOC_ALIGNED_BODY,
+    "@NRT_MemInfo_alloc_safe_aligned": "define linkonce_odr ptr @NRT_MemInfo_alloc_safe_aligned"
+    + _ALLOC_ALIGNED_BODY,
+}
+_PORTABLE_RUNTIME_DEPS = {
+    "@NRT_decref": {"@NRT_MemInfo_call_dtor"},
+    "@NRT_MemInfo_call_dtor": {"@free", "@" + RUNTIME_CALL_DTOR},
+    "@NRT_MemInfo_alloc_aligned": {"@malloc"},
+    "@NRT_MemInfo_alloc_safe_aligned": {"@malloc"},
+}
+# Declarations the definitions above need. The runtime destructor is marked
+# inactive for Enzyme (a string attribute other LLVM consumers ignore) and
+# `nofree`: it is reached only for MemInfos whose destructor belongs to Numba's
+# runtime (objects owned outside the differentiated code, such as NumPy arrays
+# passed in by Python, which are alive for the whole call), never for the
+# temporaries whose frees Enzyme must postpone to the reverse pass.
+_PORTABLE_RUNTIME_DECLS = {
+    "@malloc": "declare noalias ptr @malloc(i64)",
+    "@free": "declare void @free(ptr)",
+    "@" + RUNTIME_CALL_DTOR: f'declare void @{RUNTIME_CALL_DTOR}(ptr) nofree "enzyme_inactive"',
+}
+
+
+@dataclass(frozen=True)
+class PortableModule:
+    """A self-contained LLVM module holding one Numba function.
+
+    Attributes
+    ----------
+    text : str
+        The module's LLVM IR (opaque pointers, LLVM 15 syntax).
+    entry : str
+        Name of the entry function (without ``@``), Numba's inner ABI
+        function ``i32 (ptr retptr, ptr excinfo, args...)``.
+    external_functions : tuple of str
+        Functions the module declares but does not define (libm, Numba's
+        runtime, LLVM intrinsics); resolved when the module is linked or JIT-ed.
+    """
+
+    text: str
+    entry: str
+    external_functions: tuple[str, ...]
+
+
+@dataclass
+class _Entity:
+    kind: str  # "global", "define", "declare", "type"
+    name: str
+    text: str
+
+
+def _split_module(ir: str) -> tuple[list[str], list[_Entity], dict[str, str]]:
+    """Split LLVM IR text into header lines, top-level entities and attribute groups."""
+    header: list[str] = []
+    entities: list[_Entity] = []
+    groups: dict[str, str] = {}
+    lines = ir.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("define "):
+            body = [line]
+            while not lines[i].startswith("}"):
+                i += 1
+                body.append(lines[i])
+            match = _DEFINE_NAME_RE.match(line)
+            if match is None:
+                raise PortabilityError(f"cannot parse function header: {line[:200]}")
+            entities.append(_Entity("define", match.group(1), "\n".join(body)))
+        elif line.startswith("declare "):
+            match = _DEFINE_NAME_RE.match(line)
+            if match is None:
+                raise PortabilityError(f"cannot parse declaration: {line[:200]}")
+            entities.append(_Entity("declare", match.group(1), line))
+        elif line.startswith("@"):
+            match = _GLOBAL_NAME_RE.match(line)
+            if match is None:
+                raise PortabilityError(f"cannot parse global: {line[:200]}")
+            entities.append(_Entity("global", match.group(1), line))
+        elif line.startswith("%") and " = type " in line:
+            entities.append(_Entity("type", line.split(" = ", 1)[0], line))
+        elif line.startswith("attributes #"):
+            match = _ATTR_GROUP_RE.match(line)
+            if match:
+                groups[match.group(1)] = match.group(2)
+        elif line.startswith(("target datalayout", "target triple")):
+            header.append(line)
+        # Comments, metadata, source_filename, module flags and comdats are dropped.
+        i += 1
+    return header, entities, groups
+
+
+def _references(text: str, own_name: str) -> set[str]:
+    return {s for s in _SYMBOL_RE.findall(text) if s != own_name}
+
+
+def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:
+    seen: set[str] = set()
+    order: list[str] = []
+    stack = [root]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        order.append(name)
+        if name in PORTABLE_RUNTIME:
+            refs = _PORTABLE_RUNTIME_DEPS.get(name, set())
+        elif name in entities:
+            refs = _references(entities[name].text, name)
+        else:
+            refs = set()
+        stack.extend(sorted(refs - seen))
+    return order
+
+
+def _tokenize_attrs(content: str) -> list[str]:
+    """Split an attribute list on spaces outside parentheses and quotes."""
+    tokens, depth, quoted, current = [], 0, False, []
+    for ch in content:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch == "(":
+            depth += 1
+        elif not quoted and ch == ")":
+            depth -= 1
+        if ch == " " and depth == 0 and not quoted:
+            if current:
+                tokens.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if current:
+        tokens.append("".join(current))
+    return tokens
+
+
+def _translate_attr_group(content: str) -> str:
+    """Keep the LLVM 15 function attributes of a group, translating ``memory(...)``."""
+    kept: list[str] = []
+    for token in _tokenize_attrs(content.strip()):
+        if token in _KEPT_FN_ATTRS:
+            kept.append(token)
+        elif token.startswith("memory(") and token.endswith(")"):
+            translated = _MEMORY_TRANSLATION.get(token[len("memory("):-1])
+            if translated:
+                kept.extend(translated.split())
+        # Everything else (string attributes, target features, uwtable kinds,
+        # newer attributes) is dropped: dropping an attribute is always safe.
+    return " ".join(dict.fromkeys(kept))
+
+
+def _rewrite_line(line: str) -> str:
+    stripped = line.lstrip()
+    # Debug records (LLVM 19+) and lifetime markers (whose signature changed in
+    # LLVM 22) are optimization hints only: dropping them is always safe.
+    if stripped.startswith("#dbg_") or "@llvm.lifetime." in line:
+        return ""
+    for pattern, replacement in _LINE_REWRITES:
+        line = pattern.sub(replacement, line)
+    if "splat (" in line:
+        line = _SPLAT_RE.sub(
+            lambda m: "<{n} x {t}> <{elems}>".format(
+                n=m.group(1), t=m.group(2),
+                elems=", ".join([m.group(3)] * int(m.group(1))),
+            ),
+            line,
+        )
+    if "@llvm." in line:
+        line = _NEW_INTRINSIC_RE.sub(
+            lambda m: "@" + _NEW_MATH_INTRINSICS[m.group(1)] + _FLOAT_SUFFIX[m.group(2)],
+            line,
+        )
+    return line
+
+
+def _rename(text: str, old: str, new: str) -> str:
+    pattern = re.compile(re.escape(old) + r'(?![-a-zA-Z$._0-9"])')
+    return pattern.sub(new, text)
+
+
+def _clean_global(text: str) -> str:
+    # Numba's environment globals are `common`; inside a standalone module they
+    # are private state of this function.
+    text = re.sub(r"= common (local_unnamed_addr )?global", "= internal global", text)
+    text = re.sub(r",\s*comdat(\([^)]*\))?", "", text)
+    text = re.sub(r"\s+comdat(\([^)]*\))?", "", text)
+    return text
+
+
+def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
+    """Extract ``entry`` and its dependencies from ``ir`` as a portable module.
+
+    Parameters
+    ----------
+    ir : str
+        LLVM IR text of a Numba library (``library.get_llvm_str()``).
+    entry : str
+        Mangled name of Numba's inner ABI function to keep.
+    name : str
+        New, readable name for the entry function (a valid LLVM identifier).
+
+    Returns
+    -------
+    PortableModule
+        The portable module.
+
+    Raises
+    ------
+    PortabilityError
+        If the entry is missing, or the module uses a construct with no LLVM 15
+        equivalent (for example an x86-specific intrinsic in user code).
+    """
+    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.]*", name):
+        raise ValueError(f"invalid LLVM identifier for the entry: {name!r}")
+    header, entity_list, groups = _split_module(ir)
+    entities = {e.name: e for e in entity_list}
+    entry_symbol = "@" + entry if re.fullmatch(r"[-a-zA-Z$._0-9]+", entry) else '@"' + entry + '"'
+    if entry_symbol not in entities or entities[entry_symbol].kind != "define":
+        raise PortabilityError(f"entry function {entry!r} is not defined in the module")
+
+    keep = _reachable(entities, entry_symbol)
+    types = [e.text for e in entity_list if e.kind == "type"]
+    globals_, defines, declares = [], [], []
+    externals: list[str] = []
+    for symbol in keep:
+        if symbol in PORTABLE_RUNTIME:
+            defines.append(PORTABLE_RUNTIME[symbol])
+            continue
+        entity = entities.get(symbol)
+        if entity is None or (entity.kind == "declare" and symbol in _PORTABLE_RUNTIME_DECLS):
+            if symbol in _PORTABLE_RUNTIME_DECLS:
+                declares.append(_PORTABLE_RUNTIME_DECLS[symbol])
+                externals.append(symbol.lstrip("@"))
+                continue
+            raise PortabilityError(f"symbol {symbol} is referenced but not declared")
+        if entity.kind == "global":
+            globals_.append(_clean_global(entity.text))
+        elif entity.kind == "define":
+            defines.append(entity.text)
+        else:
+            declares.append(entity.text)
+            externals.append(symbol.lstrip("@").strip('"'))
+
+    used_groups: set[str] = set()
+    out_lines: list[str] = [*header, ""]
+    body = "\n".join([*types, "", *globals_, "", *defines, "", *declares])
+    for line in body.splitlines():
+        line = _rewrite_line(line)
+        used_groups.update(re.findall(r"(?<![\w])#\d+\b", line))
+        out_lines.append(line)
+    for group in sorted(used_groups, key=lambda g: int(g[1:])):
+        attrs = _translate_attr_group(groups.get(group, ""))
+        out_lines.append(f"attributes {group} = {{ {attrs} }}" if attrs else f"attributes {group} = {{ }}")
+    text = "\n".join(out_lines) + "\n"
+    text = _rename(text, entry_symbol, "@" + name)
+
+    # Declarations may now repeat (two intrinsics mapped onto one libm name).
+    text = _dedupe_declarations(text)
+    leftover = re.search(r"@llvm\.x86\.[a-z0-9_.]+", text)
+    if leftover:
+        raise PortabilityError(
+            f"the function uses the target-specific intrinsic {leftover.group(0)}, "
+            "which cannot be made portable; rewrite the code that produces it"
+        )
+    return PortableModule(text=text, entry=name, external_functions=tuple(sorted(set(externals))))
+
+
+def _dedupe_declarations(text: str) -> str:
+    seen: set[str] = set()
+    out = []
+    for line in text.splitlines():
+        if line.startswith("declare "):
+            match = _DEFINE_NAME_RE.match(line)
+            if match:
+                if match.group(1) in seen:
+                    continue
+                seen.add(match.group(1))
+        out.append(line)
+    return "\n".join(out) + "\n"

@@ -1,0 +1,209 @@
+"""The public transforms: ``gradient``, ``value_and_gradient``, ``grad``, ``value_and_grad``.
+
+Modelled on JAX: ``grad(f)`` returns a plain callable, and ``f`` itself is left
+untouched. ``wrt`` names the argument(s) to differentiate: an ``int`` gives one
+gradient, a tuple of ``int`` gives a tuple of gradients in the same order.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from .engines import default_engine_name, get_engine
+from .errors import UnsupportedFunctionError
+
+__all__ = ["gradient", "value_and_gradient", "grad", "value_and_grad"]
+
+Wrt = int | tuple[int, ...]
+
+_by_function: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
+_by_id: dict[int, tuple[Any, dict[tuple, Any]]] = {}
+_lock = threading.Lock()
+
+
+def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
+    """Return (sorted unique indices, whether a single int was given)."""
+    single = isinstance(wrt, int) and not isinstance(wrt, bool)
+    items = (wrt,) if single else wrt
+    if not isinstance(items, tuple) or not items:
+        raise TypeError(f"wrt must be an int or a non-empty tuple of ints, got {wrt!r}")
+    for index in items:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"wrt must contain argument positions (ints), got {index!r}")
+        if index < 0:
+            raise UnsupportedFunctionError(f"wrt must be non-negative argument positions, got {index}")
+    return tuple(sorted(set(items))), single
+
+
+def _reverse(f: Callable[..., Any], wrt: tuple[int, ...], engine: str | None) -> Any:
+    """The cached reverse-mode value-and-gradient callable of ``f``."""
+    name = engine or default_engine_name()
+    key = (wrt, name)
+    with _lock:
+        try:
+            table = _by_function.setdefault(f, {})
+        except TypeError:  # not weak-referenceable: keep it alive with its entry
+            table = _by_id.setdefault(id(f), (f, {}))[1]
+        rev = table.get(key)
+        if rev is None:
+            rev = table[key] = get_engine(name).reverse(f, wrt)
+    return rev
+
+
+class _ValueAndGrad:
+    """Callable returned by :func:`value_and_grad` (and used by :func:`grad`)."""
+
+    __slots__ = ("_rev", "_order", "_single", "__wrapped__")
+
+    def __init__(self, f: Callable[..., Any], wrt: Wrt, engine: str | None) -> None:
+        unique, single = _normalize_wrt(wrt)
+        requested = (wrt,) if single else wrt
+        self._rev = _reverse(f, unique, engine)
+        self._order = None if requested == unique else tuple(unique.index(i) for i in requested)
+        self._single = single
+        self.__wrapped__ = f
+
+    def __call__(self, *args: Any) -> tuple[float, Any]:
+        value, grads = self._rev(*args)
+        if self._single:
+            return value, grads[0]
+        if self._order is not None:
+            grads = tuple(grads[k] for k in self._order)
+        return value, grads
+
+
+class _Grad(_ValueAndGrad):
+    """Callable returned by :func:`grad`."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any) -> Any:
+        value, grads = self._rev(*args)
+        if self._single:
+            return grads[0]
+        if self._order is not None:
+            return tuple(grads[k] for k in self._order)
+        return grads
+
+
+def value_and_grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = None) -> Callable[..., Any]:
+    """Return a function computing ``(f(*args), gradient)`` in one reverse sweep.
+
+    Parameters
+    ----------
+    f : callable
+        A ``@numba.njit`` dispatcher, ``@numba.cfunc`` or plain Python function
+        (compiled with ``numba.njit``) returning a real scalar.
+    wrt : int or tuple of int
+        Argument position(s) to differentiate.
+    engine : str, optional
+        Engine name (default ``$PYJLAD_ENGINE`` or ``"embedded"``).
+
+    Returns
+    -------
+    callable
+        ``vg(*args) -> (value, gradient)``; usable as ``scipy.optimize.minimize(vg, x0, jac=True)``.
+
+    Examples
+    --------
+    >>> import numpy as np, pyjlad
+    >>> vg = pyjlad.value_and_grad(lambda x: np.sum(x * x))
+    >>> value, g = vg(np.array([1.0, 2.0]))
+    >>> value, g.tolist()
+    (5.0, [2.0, 4.0])
+    """
+    return _ValueAndGrad(f, wrt, engine)
+
+
+def grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = None) -> Callable[..., Any]:
+    """Return a function computing the gradient of ``f``.
+
+    The returned callable is the fast path: compiled gradients are kept per
+    argument types, so calls after the first do no compilation.
+
+    Parameters
+    ----------
+    f : callable
+        A ``@numba.njit`` dispatcher, ``@numba.cfunc`` or plain Python function
+        returning a real scalar.
+    wrt : int or tuple of int
+        Argument position(s) to differentiate.
+    engine : str, optional
+        Engine name.
+
+    Returns
+    -------
+    callable
+        ``df(*args)``: a float for a float argument, an ndarray of the
+        argument's shape and dtype for an array argument; a tuple of those if
+        ``wrt`` is a tuple.
+
+    Examples
+    --------
+    >>> import math, pyjlad
+    >>> df = pyjlad.grad(lambda x, y: math.sin(x) * y, wrt=(0, 1))
+    >>> df(0.0, 2.0)
+    (2.0, 0.0)
+    """
+    return _Grad(f, wrt, engine)
+
+
+def gradient(f: Callable[..., Any], *args: Any, wrt: Wrt = 0, engine: str | None = None) -> Any:
+    """Gradient of the scalar function ``f`` at ``args``.
+
+    Parameters
+    ----------
+    f : callable
+        A ``@numba.njit`` dispatcher, ``@numba.cfunc`` or plain Python function
+        returning a real scalar.
+    *args
+        Arguments to ``f``: floats, ints, bools and NumPy arrays (1-3
+        dimensions, float64/float32 to differentiate; any strides). Inputs are
+        never modified by pyjlad.
+    wrt : int or tuple of int
+        Argument position(s) to differentiate (integers and bools are constants
+        and cannot be named).
+    engine : str, optional
+        Engine name.
+
+    Returns
+    -------
+    float or ndarray or tuple
+        As :func:`grad`.
+
+    Raises
+    ------
+    TypeError
+        If ``wrt`` names an integer/bool argument, an argument has an
+        unsupported type, ``f`` does not return a real scalar, or Numba cannot
+        compile ``f`` (the message says what to change).
+
+    Examples
+    --------
+    >>> import numpy as np, pyjlad
+    >>> from numba import njit
+    >>> @njit
+    ... def f(x):
+    ...     s = 0.0
+    ...     for i in range(x.shape[0]):
+    ...         s += x[i] ** 3
+    ...     return s
+    >>> pyjlad.gradient(f, np.array([1.0, 2.0])).tolist()
+    [3.0, 12.0]
+    """
+    return _Grad(f, wrt, engine)(*args)
+
+
+def value_and_gradient(f: Callable[..., Any], *args: Any, wrt: Wrt = 0, engine: str | None = None) -> tuple[float, Any]:
+    """``(f(*args), gradient(f, *args, wrt=wrt))`` computed in one reverse sweep.
+
+    Examples
+    --------
+    >>> import pyjlad
+    >>> pyjlad.value_and_gradient(lambda a, b: a * b, 2.0, 3.0, wrt=(0, 1))
+    (6.0, (3.0, 2.0))
+    """
+    return _ValueAndGrad(f, wrt, engine)(*args)

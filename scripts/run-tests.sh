@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: set up (idempotent, with test tools), lint, then pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --tests
+py="${PYJLAD_VENV:-.venv}/bin/python"
+"$py" -m ruff check pyjlad tests examples benchmarks
+exec "$py" -m pytest "$@"
