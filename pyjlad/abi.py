@@ -21,7 +21,7 @@ derivatives; everything else is a constant to Enzyme.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Union
+from typing import Any
 
 __all__ = ["ScalarArg", "ArrayArg", "ArgABI", "FunctionABI", "FLOAT_LLVM_TYPES"]
 
@@ -93,7 +93,7 @@ class ArrayArg:
         )
 
 
-ArgABI = Union[ScalarArg, ArrayArg]
+ArgABI = ScalarArg | ArrayArg
 
 
 @dataclass(frozen=True)

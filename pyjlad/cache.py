@@ -25,8 +25,9 @@ _MAGIC = b"PYJLAD1\n"
 
 
 def cache_dir() -> Path:
-    """Directory holding compiled-gradient entries."""
-    return cache_root() / "gradients"
+    """Directory holding compiled-gradient entries (``PYJLAD_GRADIENT_CACHE_DIR`` overrides it)."""
+    override = os.environ.get("PYJLAD_GRADIENT_CACHE_DIR")
+    return Path(override) if override else cache_root() / "gradients"
 
 
 def cache_key(*parts: str) -> str:

@@ -16,6 +16,7 @@ Python process.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -169,6 +170,7 @@ def _describe_failure(returncode: int, stderr: str, what: str) -> str:
     return f"Enzyme {how} while differentiating {what}:\n{summary}"
 
 
+@functools.cache
 def _opt_version(opt: Path) -> str:
     try:
         out = subprocess.run([str(opt), "--version"], capture_output=True, text=True, timeout=30).stdout

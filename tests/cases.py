@@ -9,8 +9,9 @@ differences, and (tests/test_portable.py) for IR portability across LLVM 15,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from numba import cfunc, njit, types

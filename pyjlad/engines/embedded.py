@@ -38,7 +38,7 @@ from numba.extending import intrinsic
 from .. import cache
 from ..abi import ArrayArg, FunctionABI
 from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
-from ..export import ExportedFunction, describe_function, export
+from ..export import ExportedFunction, describe_function, export, numba_argtypes
 from ..portable import RUNTIME_CALL_DTOR
 from ..toolchain import locate
 from .driver import ReverseDriver, reverse_driver
@@ -270,6 +270,7 @@ class ReverseGradient:
             if error is not None:
                 self._pending.error = None
                 raise error.with_traceback(None) from None
+            numba_argtypes(args)  # raises a clear error for an argument Numba cannot type
             raise
         if status != 0:
             self._reraise(args)

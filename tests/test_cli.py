@@ -1,0 +1,75 @@
+"""``python -m pyjlad``: doctor, toolchain install, export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pyjlad.abi import FunctionABI
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pyjlad", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_doctor_is_green_after_setup() -> None:
+    out = _run("doctor")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[OK  ] engine embedded (default)" in out.stdout
+    assert "LLVM version 15" in out.stdout
+
+
+def test_doctor_fails_and_names_the_fix_when_the_plugin_is_missing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PYJLAD_ENZYME_PLUGIN", str(tmp_path / "missing.so"))
+    out = _run("doctor")
+    assert out.returncode == 1
+    assert "pyjlad toolchain install" in out.stdout
+
+
+def test_toolchain_install_is_idempotent() -> None:
+    out = _run("toolchain", "install")
+    assert out.returncode == 0, out.stderr
+    assert "Enzyme toolchain ready" in out.stdout
+
+
+def test_export_writes_portable_ir_and_abi(tmp_path: Path) -> None:
+    (tmp_path / "mymodel.py").write_text(textwrap.dedent("""
+        import math
+        from numba import njit
+
+        @njit
+        def energy(x, k):
+            s = 0.0
+            for i in range(x.shape[0]):
+                s += k * math.sin(x[i]) ** 2
+            return s
+    """))
+    out = _run("export", "mymodel.py:energy", "--signature", "float64[::1], float64", "-o", "out", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    ll = tmp_path / "out" / "pyjlad_energy.ll"
+    abi = FunctionABI.from_dict(json.loads((tmp_path / "out" / "pyjlad_energy.json").read_text()))
+    assert abi.entry == "pyjlad_energy" and [a.kind for a in abi.args] == ["array", "scalar"]
+    tool = shutil.which("llvm-as-15")
+    if tool is None:
+        pytest.skip("llvm-as-15 is not installed")
+    check = subprocess.run([tool, "-o", "/dev/null", str(ll)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_export_reports_bad_functions(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text("def f(x):\n    return {'a': x}\n")
+    out = _run("export", "bad.py:f", "--signature", "float64", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "error:" in out.stderr and "real scalar" in out.stderr
+
+
+def test_help_everywhere() -> None:
+    for args in (["--help"], ["doctor", "--help"], ["toolchain", "install", "--help"], ["export", "--help"]):
+        out = _run(*args)
+        assert out.returncode == 0 and "usage" in out.stdout

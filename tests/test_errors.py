@@ -1,0 +1,129 @@
+"""Bad input gets a clear exception naming what to change; the process stays alive."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from numba import jit, njit
+
+import pyjlad
+
+
+@njit
+def _with_int(x, n):
+    return x * n
+
+
+def test_wrt_naming_an_integer_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match=r"argument 1 .* int64.*constant"):
+        pyjlad.gradient(_with_int, 2.0, 3, wrt=1)
+
+
+def test_wrt_naming_an_integer_array_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="array of int64"):
+        pyjlad.gradient(njit(lambda a: float(a[0])), np.arange(3))
+
+
+def test_wrt_naming_a_bool_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="bool"):
+        pyjlad.gradient(njit(lambda x, b: x if b else -x), 1.0, True, wrt=1)
+
+
+@pytest.mark.parametrize("wrt", [5, (0, 9)])
+def test_wrt_out_of_range(wrt) -> None:
+    with pytest.raises(TypeError, match="out of range"):
+        pyjlad.gradient(_with_int, 2.0, 3, wrt=wrt)
+
+
+@pytest.mark.parametrize("wrt", ["x", 1.5, (), (0, "a"), True])
+def test_wrt_of_the_wrong_type(wrt) -> None:
+    with pytest.raises(TypeError, match="wrt"):
+        pyjlad.gradient(_with_int, 2.0, 3, wrt=wrt)
+
+
+def test_negative_wrt_is_refused() -> None:
+    with pytest.raises(TypeError, match="non-negative"):
+        pyjlad.gradient(_with_int, 2.0, 3, wrt=-1)
+
+
+def test_array_result_is_refused_with_advice() -> None:
+    with pytest.raises(TypeError, match=r"returns array.*real scalar.*np.sum"):
+        pyjlad.gradient(njit(lambda x: x * 2.0), np.ones(3))
+
+
+def test_integer_result_is_refused() -> None:
+    with pytest.raises(TypeError, match="floating-point scalar"):
+        pyjlad.gradient(njit(lambda x: int(x)), 1.5)
+
+
+@pytest.mark.parametrize("bad", ["text", {"a": 1.0}, [1.0, 2.0], object(), 1 + 2j])
+def test_unsupported_argument_types(bad) -> None:
+    with pytest.raises(TypeError, match="argument 0"):
+        pyjlad.gradient(lambda x: 1.0, bad)
+
+
+def test_function_numba_cannot_compile() -> None:
+    def uses_python_objects(x):
+        return float(len(str(object()))) * x
+
+    with pytest.raises(TypeError, match=r"(?s)Numba cannot compile .*uses_python_objects.*nopython"):
+        pyjlad.gradient(uses_python_objects, 1.0)
+
+
+def test_object_mode_function_is_refused() -> None:
+    @jit(forceobj=True)
+    def objmode(x):
+        return x * 2.0
+
+    with pytest.raises(TypeError, match="object mode"):
+        pyjlad.gradient(objmode, 1.0)
+
+
+def test_not_a_function() -> None:
+    with pytest.raises(TypeError, match="cannot differentiate"):
+        pyjlad.gradient(42, 1.0)
+
+
+def test_enzyme_failure_is_an_exception_and_names_the_helpers() -> None:
+    """Typed dicts call Numba runtime helpers Enzyme cannot see into."""
+
+    def dict_user(x):
+        d = {1: x}
+        return d[1] * x
+
+    with pytest.raises(pyjlad.EnzymeError, match=r"numba_dict_\w+") as info:
+        pyjlad.gradient(dict_user, 1.0)
+    assert info.value.diagnostics  # Enzyme's own output is kept
+    # The interpreter is alive and pyjlad still works.
+    assert pyjlad.gradient(lambda x: x * x, 3.0) == 6.0
+
+
+def test_exception_raised_by_the_function_surfaces_unchanged() -> None:
+    @njit
+    def checked(x):
+        if x < 0.0:
+            raise ValueError("x must be non-negative")
+        return math.sqrt(x)
+
+    assert pyjlad.gradient(checked, 4.0) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="x must be non-negative"):
+        pyjlad.gradient(checked, -1.0)
+
+
+def test_nan_and_inf_propagate_as_ieee() -> None:
+    g = pyjlad.gradient(njit(lambda x: x * x), float("nan"))
+    assert math.isnan(g)
+    assert pyjlad.gradient(njit(lambda x: x * x), float("inf")) == float("inf")
+    assert pyjlad.gradient(njit(error_model="numpy")(lambda x: 1.0 / x), 0.0) == float("-inf")
+    with pytest.raises(ZeroDivisionError):  # Python error model: the same exception as f
+        pyjlad.gradient(njit(lambda x: 1.0 / x), 0.0)
+
+
+def test_missing_toolchain_says_how_to_install(monkeypatch, tmp_path) -> None:
+    from pyjlad import toolchain
+
+    monkeypatch.setenv("PYJLAD_ENZYME_PLUGIN", str(tmp_path / "absent.so"))
+    with pytest.raises(pyjlad.ToolchainError, match="pyjlad toolchain install"):
+        toolchain.locate()

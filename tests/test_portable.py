@@ -1,0 +1,153 @@
+"""The exported IR is portable: LLVM 15, 16, 19 and 22 all accept it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numba
+import pytest
+from cases import CASES, Case
+
+from pyjlad.errors import PortabilityError
+from pyjlad.export import export, numba_argtypes
+from pyjlad.portable import make_portable
+
+LLVM_VERSIONS = (15, 16, 19, 22)
+
+
+def _llvm_as(version: int, text: str) -> subprocess.CompletedProcess:
+    tool = shutil.which(f"llvm-as-{version}")
+    if tool is None:
+        pytest.skip(f"llvm-as-{version} is not installed (apt-get install llvm-{version})")
+    return subprocess.run([tool, "-o", "/dev/null", "-"], input=text, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("version", LLVM_VERSIONS)
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_test_function_exports_portable_ir(case: Case, version: int) -> None:
+    exported = export(case.func, numba_argtypes(case.args))
+    result = _llvm_as(version, exported.module.text)
+    assert result.returncode == 0, result.stderr
+
+
+# A module in LLVM 22's syntax with one of each construct LLVM 15 cannot read.
+MODERN_IR = r"""
+; ModuleID = 'm'
+source_filename = "<string>"
+target datalayout = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-i128:128-f80:128-n8:16:32:64-S128"
+target triple = "x86_64-unknown-linux-gnu"
+
+@_ZN08NumbaEnv4mangled = common local_unnamed_addr global ptr null
+
+; Function Attrs: nofree norecurse nosync nounwind memory(argmem: readwrite)
+define noundef range(i32 -1, 1) i32 @mangled_entry(ptr noalias writeonly captures(none) initializes((0, 8)) %retptr, ptr noalias readnone captures(none) %excinfo, ptr captures(address_is_null) %mi, ptr readonly captures(none) %data, i64 %n, double %y) local_unnamed_addr #0 {
+entry:
+  tail call void @NRT_incref(ptr %mi)
+  %p = getelementptr inbounds nuw i8, ptr %data, i64 8
+  %v = load double, ptr %p, align 8, !tbaa !1, !noalias !2
+  %t = tail call double @llvm.tan.f64(double %v)
+  %a = tail call double @llvm.atan2.f64(double %t, double %y)
+  %i = trunc nuw nsw i64 %n to i32
+  %z = zext nneg i32 %i to i64
+  %c = icmp samesign ult i64 %z, 4
+  %o = or disjoint i64 %z, 1
+  %w = fmul <2 x double> splat (double 2.0), <double 1.0, double 2.0>
+  %e = extractelement <2 x double> %w, i64 1
+  %r = fadd double %a, %e
+  tail call void @llvm.lifetime.start.p0(ptr %p)
+  tail call void @NRT_decref(ptr %mi)
+  store double %r, ptr %retptr, align 8
+  ret i32 0
+}
+
+define ptr @_ZN7cpython_wrapper(ptr %a) {
+entry:
+  ret ptr %a
+}
+
+define double @cfunc.mangled_entry(double %x) {
+entry:
+  ret double %x
+}
+
+define linkonce_odr void @NRT_incref(ptr %.1) {
+.3:
+  ret void
+}
+
+define linkonce_odr void @NRT_decref(ptr %.1) {
+.3:
+  %0 = tail call i8 @llvm.x86.atomic.sub.cc.i64(ptr %.1, i64 1, i32 4)
+  ret void
+}
+
+declare double @llvm.tan.f64(double) #1
+declare double @llvm.atan2.f64(double, double) #1
+declare void @llvm.lifetime.start.p0(ptr captures(none)) #2
+declare i8 @llvm.x86.atomic.sub.cc.i64(ptr, i64, i32 immarg)
+
+attributes #0 = { nofree norecurse nosync nounwind memory(argmem: readwrite) "target-cpu"="znver4" }
+attributes #1 = { mustprogress nocallback nocreateundeforpoison nofree nosync nounwind speculatable willreturn memory(none) }
+attributes #2 = { nocallback nofree nosync nounwind willreturn memory(argmem: readwrite) }
+
+!1 = !{!"double"}
+!2 = !{!2}
+"""
+
+
+@pytest.fixture(scope="module")
+def portable_text() -> str:
+    return make_portable(MODERN_IR, "mangled_entry", name="pyjlad_entry").text
+
+
+@pytest.mark.parametrize("version", LLVM_VERSIONS)
+def test_modern_constructs_are_down_levelled(portable_text: str, version: int) -> None:
+    result = _llvm_as(version, portable_text)
+    assert result.returncode == 0, result.stderr + portable_text
+
+
+@pytest.mark.parametrize(
+    "gone",
+    ["captures(", "range(", "initializes(", "inbounds nuw", "nneg", "samesign", "disjoint",
+     "trunc nuw", "splat", "!tbaa", "llvm.tan", "llvm.atan2", "llvm.lifetime", "llvm.x86",
+     "memory(", "target-cpu", "NumbaEnv", "cpython", "cfunc.", "mangled_entry"],
+)
+def test_construct_is_gone(portable_text: str, gone: str) -> None:
+    assert gone not in portable_text
+
+
+def test_rewrites_keep_meaning(portable_text: str) -> None:
+    assert "define noundef i32 @pyjlad_entry(ptr noalias writeonly nocapture %retptr" in portable_text
+    assert "call double @tan(double %v)" in portable_text
+    assert "call double @atan2(double %t, double %y)" in portable_text
+    assert "<2 x double> <double 2.0, double 2.0>" in portable_text
+    assert "getelementptr inbounds i8, ptr %data" in portable_text
+    assert "argmemonly" in portable_text  # memory(argmem: readwrite)
+    assert "atomicrmw sub" in portable_text  # portable NRT_decref
+
+
+def test_x86_intrinsic_in_user_code_is_refused() -> None:
+    ir = MODERN_IR.replace("%r = fadd double %a, %e", "%q = call i8 @llvm.x86.atomic.sub.cc.i64(ptr %p, i64 1, i32 4)\n  %r = fadd double %a, %e")
+    with pytest.raises(PortabilityError, match="llvm.x86.atomic.sub.cc"):
+        make_portable(ir, "mangled_entry", name="pyjlad_entry")
+
+
+def test_missing_entry_is_refused() -> None:
+    with pytest.raises(PortabilityError, match="not defined"):
+        make_portable(MODERN_IR, "no_such_function", name="pyjlad_entry")
+
+
+def test_numba_module_keeps_only_the_entry_and_its_dependencies() -> None:
+    @numba.njit
+    def helper(a):
+        return a * 2.0
+
+    @numba.njit
+    def top(a):
+        return helper(a) + 1.0
+
+    text = export(top, (numba.float64,)).module.text
+    defines = [line for line in text.splitlines() if line.startswith("define")]
+    assert defines[0].startswith("define") and "@pyjlad_top(" in defines[0]
+    assert "cpython" not in text and "cfunc." not in text and "NumbaEnv" not in text

@@ -1,0 +1,64 @@
+"""The Enzyme toolchain verifies itself, and Enzyme failures never kill Python."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyjlad.errors import EnzymeError
+from pyjlad.toolchain import locate
+
+# Enzyme cannot differentiate through a function it cannot see and that has
+# no derivative rule: it reports an error instead of guessing.
+OPAQUE_CALL_IR = """
+declare double @mystery(double)
+define double @f(double %x) {
+  %y = call double @mystery(double %x)
+  ret double %y
+}
+declare double @__enzyme_autodiff(...)
+define double @df(double %x) {
+  %r = call double (...) @__enzyme_autodiff(ptr @f, double %x)
+  ret double %r
+}
+"""
+
+
+def test_self_test_differentiates_x_squared() -> None:
+    locate().self_test()
+
+
+def test_enzyme_error_becomes_a_python_exception() -> None:
+    with pytest.raises(EnzymeError, match="mystery") as info:
+        locate().run(OPAQUE_CALL_IR, "enzyme,default<O2>", what="an opaque call")
+    assert "mystery" in info.value.diagnostics
+
+
+def test_invalid_ir_becomes_a_python_exception() -> None:
+    with pytest.raises(EnzymeError, match="failed"):
+        locate().run("this is not LLVM IR", "enzyme", what="garbage")
+
+
+# LLVM 22's one-argument lifetime marker is malformed for LLVM 15; opt-15 with
+# Enzyme segfaults on it (the reason pyjlad's portability layer drops them).
+SEGFAULT_IR = """
+declare void @llvm.lifetime.start.p0(ptr)
+define double @f(double %x) {
+  %p = alloca double
+  call void @llvm.lifetime.start.p0(ptr %p)
+  store double %x, ptr %p
+  %y = load double, ptr %p
+  %z = fmul double %y, %y
+  ret double %z
+}
+declare double @__enzyme_autodiff(...)
+define double @df(double %x) {
+  %r = call double (...) @__enzyme_autodiff(ptr @f, double %x)
+  ret double %r
+}
+"""
+
+
+def test_segfault_inside_enzyme_is_an_exception() -> None:
+    with pytest.raises(EnzymeError, match="crashed with signal 11"):
+        locate().run(SEGFAULT_IR, "enzyme", what="a module that crashes opt")
+    locate().self_test()  # still fine afterwards
