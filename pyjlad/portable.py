@@ -261,8 +261,12 @@ def _split_module(ir: str) -> tuple[list[str], list[_Entity], dict[str, str]]:
     return header, entities, groups
 
 
+_STRING_LITERAL_RE = re.compile(r'c"[^"]*"')
+
+
 def _references(text: str, own_name: str) -> set[str]:
-    return {s for s in _SYMBOL_RE.findall(text) if s != own_name}
+    """Global symbols ``text`` refers to (ignoring string constants such as ``c"..@x.."``)."""
+    return {s for s in _SYMBOL_RE.findall(_STRING_LITERAL_RE.sub('c""', text)) if s != own_name}
 
 
 def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:

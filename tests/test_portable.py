@@ -151,3 +151,13 @@ def test_numba_module_keeps_only_the_entry_and_its_dependencies() -> None:
     defines = [line for line in text.splitlines() if line.startswith("define")]
     assert defines[0].startswith("define") and "@pyjlad_top(" in defines[0]
     assert "cpython" not in text and "cfunc." not in text and "NumbaEnv" not in text
+
+
+def test_symbols_inside_string_constants_are_not_references() -> None:
+    ir = MODERN_IR.replace(
+        "@_ZN08NumbaEnv4mangled = common local_unnamed_addr global ptr null",
+        '@_ZN08NumbaEnv4mangled = common local_unnamed_addr global ptr null\n'
+        '@.const.msg = internal constant [8 x i8] c"a @7$N$\\00"',
+    ).replace("store double %r, ptr %retptr, align 8", "store double %r, ptr %retptr, align 8\n  %m = load i8, ptr @.const.msg, align 1")
+    text = make_portable(ir, "mangled_entry", name="pyjlad_entry").text
+    assert '@.const.msg = internal constant [8 x i8] c"a @7$N$\\00"' in text
