@@ -70,12 +70,16 @@ class ArrayArg:
         Numba's layout: ``"C"``, ``"F"`` or ``"A"`` (any strides).
     llvm_element : str
         LLVM type of one element.
+    writes : bool
+        Whether the function may write the array's elements (LLVM could not
+        prove its data pointer ``readonly``).
     """
 
     dtype: str
     ndim: int
     layout: str
     llvm_element: str
+    writes: bool = False
     kind: str = "array"
 
     @property
@@ -107,7 +111,8 @@ class FunctionABI:
     args : tuple of ScalarArg or ArrayArg
         One entry per Python-level argument.
     result : ScalarArg
-        The scalar result stored through ``retptr``.
+        The scalar result stored through ``retptr`` (dtype ``"none"`` for a
+        function that returns nothing).
     param_types : tuple of str
         LLVM types of the entry's parameters after ``retptr`` and ``excinfo``.
     """

@@ -181,7 +181,7 @@ def _compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any
 _PARAM_LIST_RE = re.compile(r"^define [^@]*@(\S+)\((.*)\)[^)]*\{$", re.MULTILINE)
 
 
-def _entry_param_types(text: str, entry: str) -> list[str]:
+def _entry_params(text: str, entry: str) -> list[str]:
     for match in _PARAM_LIST_RE.finditer(text):
         if match.group(1) == entry:
             params, depth, current = [], 0, []
@@ -197,7 +197,7 @@ def _entry_param_types(text: str, entry: str) -> list[str]:
                     current.append(ch)
             if current:
                 params.append("".join(current).strip())
-            return [p.split()[0] for p in params]
+            return params
     raise ExportError(f"entry {entry} not found in exported module")
 
 
@@ -246,14 +246,16 @@ def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
         run = target
 
     args_abi = [_arg_abi(i, t) for i, t in enumerate(argtypes)]
-    if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean)):
+    if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):
         raise UnsupportedFunctionError(
             f"{name} returns {restype}; pyjlad needs a function that returns a real scalar: "
-            "reduce array results to a scalar (for example with np.sum) or return a float"
+            "reduce array results to a scalar (for example with np.sum) or return a float "
+            "(pyjlad.jvp, pyjlad.vjp and pyjlad.jacobian accept array and tuple results)"
         )
     entry = "pyjlad_" + _sanitize(name.split(".")[-1])
     module = make_portable(ir, mangled, name=entry)
-    param_types = _entry_param_types(module.text, entry)
+    param_decls = _entry_params(module.text, entry)
+    param_types = [p.split()[0] for p in param_decls]
     expected = sum(len(a.param_roles) for a in args_abi)
     if len(param_types) != 2 + expected:
         raise ExportError(
@@ -261,17 +263,23 @@ def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
             f"the ABI description expects {expected}; argument types {argtypes} are not supported"
         )
     llvm_params = param_types[2:]
+    decls = param_decls[2:]
     filled: list[ArgABI] = []
     position = 0
     for arg in args_abi:
         n = len(arg.param_roles)
         chunk = llvm_params[position:position + n]
-        position += n
         if isinstance(arg, ArrayArg):
-            filled.append(ArrayArg(arg.dtype, arg.ndim, arg.layout, _llvm_type_of(arg.dtype)))
+            data_decl = decls[position + arg.param_roles.index("data")].split()
+            writes = not ({"readonly", "readnone"} & set(data_decl))
+            filled.append(ArrayArg(arg.dtype, arg.ndim, arg.layout, _llvm_type_of(arg.dtype), writes))
         else:
             filled.append(ScalarArg(arg.dtype, chunk[0]))
-    result = ScalarArg(_dtype_name(restype), _llvm_type_of(_dtype_name(restype)))
+        position += n
+    if isinstance(restype, nbtypes.NoneType):
+        result = ScalarArg("none", "void")
+    else:
+        result = ScalarArg(_dtype_name(restype), _llvm_type_of(_dtype_name(restype)))
     abi = FunctionABI(entry=entry, args=tuple(filled), result=result, param_types=tuple(llvm_params))
     return ExportedFunction(module=module, abi=abi, argtypes=argtypes, restype=restype, run=run, name=name)
 

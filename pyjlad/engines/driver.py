@@ -1,23 +1,39 @@
-"""Enzyme driver modules: the LLVM code that calls ``__enzyme_autodiff`` on an entry.
+"""Enzyme driver modules: the LLVM code that calls ``__enzyme_autodiff`` / ``__enzyme_fwddiff``.
 
 Enzyme's LLVM-level interface is a call to an undefined function
-``__enzyme_autodiff(fn, args...)`` in which each argument may be preceded by
-the address of a marker global naming its activity:
+``__enzyme_autodiff(fn, args...)`` (reverse mode) or ``__enzyme_fwddiff(fn,
+args...)`` (forward mode) in which each argument is preceded by the address of
+a marker global naming its activity:
 
-================  ===========================================================
-marker            meaning
-================  ===========================================================
-``enzyme_const``  not differentiated
-``enzyme_out``    a scalar whose adjoint Enzyme returns (one struct field each)
-``enzyme_dup``    a pointer followed by its shadow; adjoints accumulate there
-================  ===========================================================
+=====================  ======================================================
+marker                 meaning
+=====================  ======================================================
+``enzyme_const``       not differentiated
+``enzyme_out``         reverse mode: a scalar whose adjoint Enzyme returns
+``enzyme_dup``         a value followed by its shadow: for a pointer, shadow
+                       memory where adjoints accumulate (reverse) or tangents
+                       are written (forward); for a scalar in forward mode,
+                       its tangent
+``enzyme_dupnoneed``   as ``enzyme_dup``, but the primal result is not needed
+=====================  ======================================================
 
 Numba's entry returns an ``i32`` status. A status must never be treated as a
-differentiable value (the failure of seed 001), so the driver wraps the entry
-in a ``void`` function that stores the status through a constant pointer, and
-differentiates the wrapper. The result pointer ``retptr`` is ``enzyme_dup``
-with a shadow seeded to 1, so one reverse sweep computes both the value and
-the gradient.
+differentiable value (the failure of seed 001), so every driver wraps the entry
+in a ``void`` function that stores the status through a constant pointer and
+differentiates the wrapper. The result pointer ``retptr`` is ``enzyme_dup``: in
+reverse mode its shadow holds the seed (the output cotangent), in forward mode
+it receives the output tangent.
+
+Every driver has the same calling convention, which the embedded engine's
+caller relies on::
+
+    i32 symbol(ptr value_out, ptr dret, ptr excinfo, ptr adjoint_out..., params..., shadows...)
+
+``dret`` points to the output seed (reverse) or receives the output tangent
+(forward); ``adjoint_out`` receives the adjoint of each ``enzyme_out`` scalar
+(in parameter order); ``shadows`` are, for each differentiated argument in
+order, a pointer to its shadow data (arrays) or its tangent value (scalars in
+forward mode). The return value is Numba's status.
 """
 
 from __future__ import annotations
@@ -25,127 +41,238 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ..abi import ArrayArg, FunctionABI, ScalarArg
+from ..abi import ArrayArg, FunctionABI
 
-__all__ = ["ReverseDriver", "reverse_driver"]
+__all__ = ["Driver", "ad_driver", "hvp_driver", "MODES", "ACTIVITIES"]
+
+MODES = ("reverse", "forward")
+#: Concrete per-argument activities a driver accepts.
+ACTIVITIES = ("const", "active", "dup", "dupnoneed")
 
 
 @dataclass(frozen=True)
-class ReverseDriver:
-    """A reverse-mode driver module and how to call it.
-
-    The driver's signature is::
-
-        i32 symbol(ptr value_out, ptr excinfo, ptr grad_out_0, ..., params..., ptr shadow_0, ...)
-
-    with one ``grad_out`` per differentiated float scalar (in ``wrt`` order)
-    and one ``shadow`` per differentiated array (in ``wrt`` order); it returns
-    Numba's status.
+class Driver:
+    """A driver module and how to call it.
 
     Attributes
     ----------
     text : str
-        LLVM IR of the driver (to be appended to the portable module).
+        LLVM IR of the driver (appended to the portable module).
     symbol : str
         The driver function's name.
-    scalar_wrt : tuple of int
-        Indices of the differentiated scalar arguments.
-    array_wrt : tuple of int
-        Indices of the differentiated array arguments.
+    active_scalars : tuple of int
+        Arguments whose adjoints come back through ``adjoint_out`` (in order).
+    shadow_args : tuple of int
+        Arguments with a shadow (in order): arrays pass a pointer to their
+        shadow data, forward-mode scalars pass their tangent.
     """
 
     text: str
     symbol: str
-    scalar_wrt: tuple[int, ...]
-    array_wrt: tuple[int, ...]
+    active_scalars: tuple[int, ...]
+    shadow_args: tuple[int, ...]
 
 
-def reverse_driver(abi: FunctionABI, wrt: tuple[int, ...]) -> ReverseDriver:
-    """Build the reverse-mode driver for ``abi`` differentiating arguments ``wrt``.
-
-    ``wrt`` must name differentiable arguments only (checked by the caller).
-    Enzyme returns the adjoints of ``enzyme_out`` scalars in parameter order,
-    so ``wrt`` is used sorted.
-    """
-    wrt = tuple(sorted(set(wrt)))
-    scalar_wrt = tuple(i for i in wrt if isinstance(abi.args[i], ScalarArg))
-    array_wrt = tuple(i for i in wrt if isinstance(abi.args[i], ArrayArg))
-    digest = hashlib.sha256(f"{abi.to_dict()}|{wrt}".encode()).hexdigest()[:12]
-    symbol = f"{abi.entry}_grad_{digest}"
-    primal = f"{abi.entry}_status_{digest}"
-    res_ty = abi.result.llvm_type
+def _names(abi: FunctionABI) -> tuple[list[tuple[int, str, str]], list[str]]:
     params = abi.params()
-    names = [f"%p{k}" for k in range(len(params))]
-    typed_params = ", ".join(f"{ty} {name}" for (_, _, ty), name in zip(params, names))
-    typed_params_sep = (", " + typed_params) if typed_params else ""
-    plain_args = ", ".join(f"{ty} {name}" for (_, _, ty), name in zip(params, names))
-    plain_args_sep = (", " + plain_args) if plain_args else ""
+    return params, [f"%p{k}" for k in range(len(params))]
 
-    out_types = [abi.args[i].llvm_type for i in scalar_wrt]  # type: ignore[union-attr]
-    if not out_types:
+
+def _joined(items: list[str]) -> str:
+    return "".join(", " + item for item in items)
+
+
+def _result_slot_type(abi: FunctionABI) -> str:
+    # Numba's retptr for a function returning None is still written (a null
+    # pointer), so it gets a pointer-sized slot.
+    return abi.result.llvm_type if abi.result.llvm_type in ("double", "float") else "i64"
+
+
+def _status_wrapper(abi: FunctionABI, name: str, params, names) -> list[str]:
+    typed = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
+    return [
+        f"define internal void @{name}(ptr %retptr, ptr %status, ptr %excinfo{typed}) {{",
+        "entry:",
+        f"  %s = call i32 @{abi.entry}(ptr %retptr, ptr %excinfo{typed})",
+        "  store i32 %s, ptr %status, align 4",
+        "  ret void",
+        "}",
+        "",
+    ]
+
+
+_MARKERS = [
+    "@enzyme_dup = external global i32",
+    "@enzyme_dupnoneed = external global i32",
+    "@enzyme_const = external global i32",
+    "@enzyme_out = external global i32",
+    "",
+]
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
+
+
+def _arg_markers(abi, params, names, activities, mode, shadow_name) -> list[str]:
+    """Marker + value (+ shadow) for every entry parameter."""
+    out: list[str] = []
+    for (index, role, ty), name in zip(params, names):
+        act = activities[index]
+        arg = abi.args[index]
+        if act == "active" and role == "value":
+            out += ["ptr @enzyme_out", f"{ty} {name}"]
+        elif act in ("dup", "dupnoneed") and isinstance(arg, ArrayArg) and role == "data":
+            out += [f"ptr @enzyme_{act}", f"{ty} {name}", f"ptr {shadow_name(index)}"]
+        elif act in ("dup", "dupnoneed") and not isinstance(arg, ArrayArg) and mode == "forward":
+            out += [f"ptr @enzyme_{act}", f"{ty} {name}", f"{ty} {shadow_name(index)}"]
+        else:
+            out += ["ptr @enzyme_const", f"{ty} {name}"]
+    return out
+
+
+def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...]) -> Driver:
+    """Driver for one reverse or forward sweep with the given per-argument activities.
+
+    ``activities`` must be valid for ``abi`` (checked by the engine): ``active``
+    only on float scalars in reverse mode, ``dup``/``dupnoneed`` on float arrays,
+    or on float scalars in forward mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    params, names = _names(abi)
+    tag = _digest(abi.to_dict(), mode, activities)
+    symbol = f"{abi.entry}_{mode}_{tag}"
+    primal = f"{abi.entry}_status_{tag}"
+    active = tuple(i for i, a in enumerate(activities) if a == "active")
+    shadowed = tuple(i for i, a in enumerate(activities) if a in ("dup", "dupnoneed"))
+    res_ty = _result_slot_type(abi)
+    float_result = res_ty in ("double", "float")
+
+    out_types = [abi.args[i].llvm_type for i in active]  # type: ignore[union-attr]
+    if mode == "forward" or not out_types:
         ad_ret = "void"
     elif len(out_types) == 1:
         ad_ret = out_types[0]
     else:
         ad_ret = "{ " + ", ".join(out_types) + " }"
 
-    shadow_names = {i: f"%shadow{i}" for i in array_wrt}
-    ad_args = [
-        f"ptr @{primal}",
-        "ptr @enzyme_dup", "ptr %ret", "ptr %dret",
-        "ptr @enzyme_const", "ptr %status",
-        "ptr @enzyme_const", "ptr %excinfo",
+    shadow_param_types = [
+        "ptr" if isinstance(abi.args[i], ArrayArg) else abi.args[i].llvm_type  # type: ignore[union-attr]
+        for i in shadowed
     ]
-    for (index, role, ty), name in zip(params, names):
-        if role == "value" and index in scalar_wrt:
-            ad_args += ["ptr @enzyme_out", f"{ty} {name}"]
-        elif role == "data" and index in array_wrt:
-            ad_args += ["ptr @enzyme_dup", f"{ty} {name}", f"ptr {shadow_names[index]}"]
-        else:
-            ad_args += ["ptr @enzyme_const", f"{ty} {name}"]
-
-    grad_out_params = "".join(f", ptr %gout{i}" for i in scalar_wrt)
-    shadow_params = "".join(f", ptr {shadow_names[i]}" for i in array_wrt)
+    result_marker = (
+        ["ptr @enzyme_dup", "ptr %ret", "ptr %dretslot"] if float_result else ["ptr @enzyme_const", "ptr %ret"]
+    )
+    ad_args = [
+        f"ptr @{primal}", *result_marker,
+        "ptr @enzyme_const", "ptr %status", "ptr @enzyme_const", "ptr %excinfo",
+        *_arg_markers(abi, params, names, activities, mode, lambda i: f"%shadow{i}"),
+    ]
+    enzyme_fn = "__enzyme_autodiff" if mode == "reverse" else "__enzyme_fwddiff"
+    typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
     lines = [
-        "@enzyme_dup = external global i32",
-        "@enzyme_const = external global i32",
-        "@enzyme_out = external global i32",
+        *_MARKERS,
+        f"declare {ad_ret} @{enzyme_fn}(...)",
         "",
-        f"declare {ad_ret} @__enzyme_autodiff(...)",
-        "",
-        f"define internal void @{primal}(ptr %retptr, ptr %status, ptr %excinfo{typed_params_sep}) {{",
+        *_status_wrapper(abi, primal, params, names),
+        f"define i32 @{symbol}(ptr %value_out, ptr %dret, ptr %excinfo"
+        f"{_joined([f'ptr %adj{i}' for i in active])}{typed_params}"
+        f"{_joined([f'{t} %shadow{i}' for t, i in zip(shadow_param_types, shadowed)])}) {{",
         "entry:",
-        f"  %s = call i32 @{abi.entry}(ptr %retptr, ptr %excinfo{plain_args_sep})",
-        "  store i32 %s, ptr %status, align 4",
-        "  ret void",
-        "}",
-        "",
-        f"define i32 @{symbol}(ptr %value_out, ptr %excinfo{grad_out_params}{typed_params_sep}{shadow_params}) {{",
+        f"  %ret = alloca {res_ty}, align 8",
+        f"  %dretslot = alloca {res_ty}, align 8",
+        "  %status = alloca i32, align 4",
+        f"  store {res_ty} {'0.000000e+00' if float_result else '0'}, ptr %ret, align 8",
+        "  store i32 0, ptr %status, align 4",
+    ]
+    if float_result:
+        if mode == "reverse":
+            lines += [f"  %seed = load {res_ty}, ptr %dret, align 8",
+                      f"  store {res_ty} %seed, ptr %dretslot, align 8"]
+        else:
+            lines.append(f"  store {res_ty} 0.000000e+00, ptr %dretslot, align 8")
+    call = f"call {ad_ret} (...) @{enzyme_fn}({', '.join(ad_args)})"
+    lines.append(f"  {call}" if ad_ret == "void" else f"  %g = {call}")
+    for k, i in enumerate(active):
+        if len(out_types) == 1:
+            lines.append(f"  store {out_types[k]} %g, ptr %adj{i}, align 8")
+        else:
+            lines += [f"  %g{k} = extractvalue {ad_ret} %g, {k}",
+                      f"  store {out_types[k]} %g{k}, ptr %adj{i}, align 8"]
+    if float_result:
+        lines += [f"  %value = load {res_ty}, ptr %ret, align 8",
+                  f"  store {res_ty} %value, ptr %value_out, align 8"]
+        if mode == "forward":
+            lines += [f"  %tangent = load {res_ty}, ptr %dretslot, align 8",
+                      f"  store {res_ty} %tangent, ptr %dret, align 8"]
+    lines += ["  %st = load i32, ptr %status, align 4", "  ret i32 %st", "}"]
+    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=active, shadow_args=shadowed)
+
+
+def hvp_driver(abi: FunctionABI, wrt: int) -> Driver:
+    """Forward-over-reverse driver: Hessian-vector product with respect to argument ``wrt``.
+
+    An inner function computes the reverse-mode gradient with respect to
+    ``wrt`` into a buffer; ``__enzyme_fwddiff`` of that inner function with
+    tangent ``v`` gives the tangent of the gradient, ``H @ v``. Shadows
+    (``shadow_args == (wrt, wrt, wrt)``): the tangent ``v`` (pointer for an
+    array, value for a scalar), then the gradient buffer and the ``H @ v``
+    buffer (pointers; one element for a scalar).
+    """
+    params, names = _names(abi)
+    tag = _digest(abi.to_dict(), "hvp", wrt)
+    symbol = f"{abi.entry}_hvp_{tag}"
+    primal = f"{abi.entry}_status_{tag}"
+    inner = f"{abi.entry}_gradient_{tag}"
+    res_ty = abi.result.llvm_type
+    arg = abi.args[wrt]
+    is_array = isinstance(arg, ArrayArg)
+    w_ty = "ptr" if is_array else arg.llvm_type  # type: ignore[union-attr]
+    typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
+    inner_markers = _arg_markers(
+        abi, params, names, tuple("dup" if i == wrt and is_array else "active" if i == wrt else "const"
+                                  for i in range(len(abi.args))),
+        "reverse", lambda i: "%gbuf",
+    )
+    g_ret = "void" if is_array else arg.llvm_type  # type: ignore[union-attr]
+    call = (f"call {g_ret} (...) @__enzyme_autodiff(ptr @{primal}, ptr @enzyme_dup, ptr %ret, ptr %dret, "
+            f"ptr @enzyme_const, ptr %status, ptr @enzyme_const, ptr %excinfo, {', '.join(inner_markers)})")
+    inner_lines = [
+        f"define internal void @{inner}(ptr %excinfo, ptr %status{typed_params}, ptr %gbuf) {{",
         "entry:",
         f"  %ret = alloca {res_ty}, align 8",
         f"  %dret = alloca {res_ty}, align 8",
-        "  %status = alloca i32, align 4",
         f"  store {res_ty} 0.000000e+00, ptr %ret, align 8",
         f"  store {res_ty} 1.000000e+00, ptr %dret, align 8",
-        "  store i32 0, ptr %status, align 4",
+        f"  {call}" if is_array else f"  %g = {call}",
     ]
-    call = f"call {ad_ret} (...) @__enzyme_autodiff({', '.join(ad_args)})"
-    if ad_ret == "void":
-        lines.append(f"  {call}")
-    else:
-        lines.append(f"  %g = {call}")
-    for k, i in enumerate(scalar_wrt):
-        ty = out_types[k]
-        if len(out_types) == 1:
-            lines.append(f"  store {ty} %g, ptr %gout{i}, align 8")
+    if not is_array:
+        inner_lines.append(f"  store {g_ret} %g, ptr %gbuf, align 8")
+    inner_lines += ["  ret void", "}", ""]
+
+    outer_markers = []
+    for (index, role, ty), name in zip(params, names):
+        if index == wrt and (role == "data" if is_array else role == "value"):
+            outer_markers += ["ptr @enzyme_dup", f"{ty} {name}", f"{w_ty} %v"]
         else:
-            lines.append(f"  %g{k} = extractvalue {ad_ret} %g, {k}")
-            lines.append(f"  store {ty} %g{k}, ptr %gout{i}, align 8")
-    lines += [
-        f"  %value = load {res_ty}, ptr %ret, align 8",
-        f"  store {res_ty} %value, ptr %value_out, align 8",
+            outer_markers += ["ptr @enzyme_const", f"{ty} {name}"]
+    lines = [
+        *_MARKERS,
+        f"declare {g_ret} @__enzyme_autodiff(...)",
+        "declare void @__enzyme_fwddiff(...)",
+        "",
+        *_status_wrapper(abi, primal, params, names),
+        *inner_lines,
+        f"define i32 @{symbol}(ptr %value_out, ptr %dret, ptr %excinfo{typed_params}, "
+        f"{w_ty} %v, ptr %gbuf, ptr %hv) {{",
+        "entry:",
+        "  %status = alloca i32, align 4",
+        "  store i32 0, ptr %status, align 4",
+        f"  call void (...) @__enzyme_fwddiff(ptr @{inner}, ptr @enzyme_const, ptr %excinfo, "
+        f"ptr @enzyme_const, ptr %status, {', '.join(outer_markers)}, ptr @enzyme_dup, ptr %gbuf, ptr %hv)",
         "  %st = load i32, ptr %status, align 4",
         "  ret i32 %st",
         "}",
     ]
-    return ReverseDriver(text="\n".join(lines) + "\n", symbol=symbol, scalar_wrt=scalar_wrt, array_wrt=array_wrt)
+    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt))

@@ -38,57 +38,16 @@ from numba.extending import intrinsic
 from .. import cache
 from ..abi import ArrayArg, FunctionABI
 from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
-from ..export import ExportedFunction, describe_function, export, numba_argtypes
+from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..portable import RUNTIME_CALL_DTOR
 from ..toolchain import locate
-from .driver import ReverseDriver, reverse_driver
+from .driver import ACTIVITIES, Driver, ad_driver, hvp_driver
 
-__all__ = ["EmbeddedEngine", "ReverseGradient"]
+__all__ = ["EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like"]
 
 NAME = "embedded"
 #: opt pipeline: differentiate, then optimize the derivative.
 PASSES = "enzyme,default<O2>"
-
-
-@dataclass(frozen=True)
-class BuiltGradient:
-    """A compiled reverse-mode gradient for one set of argument types."""
-
-    exported: ExportedFunction
-    driver: ReverseDriver
-    library: Any  # numba CodeLibrary holding the driver
-
-
-def _load_into_numba(bitcode: bytes, name: str) -> Any:
-    module = llvm.parse_bitcode(bitcode)
-    module.verify()
-    codegen = cpu_target.target_context.codegen()
-    library = codegen.create_library(name)
-    library.add_llvm_module(module)
-    library.finalize()
-    return library
-
-
-def _check_wrt(exported: ExportedFunction, wrt: tuple[int, ...]) -> None:
-    abi = exported.abi
-    for index in wrt:
-        if not 0 <= index < len(abi.args):
-            raise UnsupportedFunctionError(
-                f"wrt={index} is out of range: {exported.name} takes {len(abi.args)} argument(s)"
-            )
-        arg = abi.args[index]
-        if not arg.differentiable:
-            what = "an array of " + arg.dtype if isinstance(arg, ArrayArg) else arg.dtype
-            raise UnsupportedFunctionError(
-                f"argument {index} of {exported.name} is {what}, which is a constant "
-                "(integers and bools have no derivative): pass it as a float (e.g. 2.0 or "
-                "x.astype(np.float64)) or remove it from wrt"
-            )
-    if not exported.abi.result.dtype.startswith("float"):
-        raise UnsupportedFunctionError(
-            f"{exported.name} returns {exported.abi.result.dtype}; gradients need a real "
-            "floating-point scalar result: return a float (e.g. float(...))"
-        )
 
 
 # External functions Enzyme differentiates by itself: libm, LLVM intrinsics and
@@ -134,31 +93,150 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
         raise
 
 
-def build_reverse(func: Any, argtypes: Sequence[nbtypes.Type], wrt: tuple[int, ...]) -> BuiltGradient:
-    """Export, differentiate and JIT the reverse-mode gradient of ``func``."""
+
+@dataclass(frozen=True)
+class Sweep:
+    """What to differentiate: one reverse/forward sweep, or a Hessian-vector product.
+
+    Attributes
+    ----------
+    kind : str
+        ``"ad"`` (one sweep of ``mode``) or ``"hvp"`` (forward over reverse).
+    mode : str
+        ``"reverse"`` or ``"forward"`` (``kind="ad"``).
+    activities : tuple of str
+        Per argument (missing trailing entries are ``"const"``): ``"const"``,
+        ``"diff"`` (an adjoint for a scalar in reverse mode, a shadow otherwise)
+        or ``"diff_noneed"`` (as ``"diff"``, primal not needed); the concrete
+        Enzyme activities ``"active"``, ``"dup"``, ``"dupnoneed"`` also work.
+    wrt : int
+        The argument of a Hessian-vector product (``kind="hvp"``).
+    """
+
+    kind: str = "ad"
+    mode: str = "reverse"
+    activities: tuple[str, ...] = ()
+    wrt: int = -1
+
+
+@dataclass(frozen=True)
+class Built:
+    """A compiled sweep for one set of argument types."""
+
+    exported: ExportedFunction
+    driver: Driver
+    activities: tuple[str, ...]
+    library: Any  # numba CodeLibrary holding the driver
+
+
+def _load_into_numba(bitcode: bytes, name: str) -> Any:
+    module = llvm.parse_bitcode(bitcode)
+    module.verify()
+    codegen = cpu_target.target_context.codegen()
+    library = codegen.create_library(name)
+    library.add_llvm_module(module)
+    library.finalize()
+    return library
+
+
+def _refuse_constant(exported: ExportedFunction, index: int) -> None:
+    arg = exported.abi.args[index]
+    what = "an array of " + arg.dtype if isinstance(arg, ArrayArg) else arg.dtype
+    raise UnsupportedFunctionError(
+        f"argument {index} of {exported.name} is {what}, which is a constant "
+        "(integers and bools have no derivative): pass it as a float (e.g. 2.0 or "
+        "x.astype(np.float64)) or do not differentiate with respect to it"
+    )
+
+
+def resolve_activities(exported: ExportedFunction, sweep: Sweep) -> tuple[str, ...]:
+    """Concrete Enzyme activities for ``sweep`` on ``exported``'s argument types."""
+    abi = exported.abi
+    nargs = len(abi.args)
+    requested = sweep.activities if sweep.kind == "ad" else ()
+    if len(requested) > nargs:
+        raise UnsupportedFunctionError(
+            f"{exported.name} takes {nargs} argument(s) but {len(requested)} activities were given"
+        )
+    if sweep.kind == "hvp" and not 0 <= sweep.wrt < nargs:
+        raise UnsupportedFunctionError(
+            f"wrt={sweep.wrt} is out of range: {exported.name} takes {nargs} argument(s)"
+        )
+    out = []
+    for index, arg in enumerate(abi.args):
+        act = requested[index] if index < len(requested) else "const"
+        if sweep.kind == "hvp" and index == sweep.wrt:
+            act = "diff"
+        if act == "const":
+            out.append("const")
+            continue
+        if not arg.differentiable:
+            _refuse_constant(exported, index)
+        is_array = isinstance(arg, ArrayArg)
+        if act in ("diff", "diff_noneed"):
+            if not is_array and sweep.mode == "reverse":
+                act = "active"
+            else:
+                act = "dup" if act == "diff" else "dupnoneed"
+        if act == "active" and (is_array or sweep.mode == "forward"):
+            raise UnsupportedFunctionError(
+                f"argument {index} of {exported.name}: Active applies to float scalars in reverse "
+                "mode; use Duplicated for arrays and for forward-mode tangents"
+            )
+        if act in ("dup", "dupnoneed") and not is_array and sweep.mode == "reverse":
+            raise UnsupportedFunctionError(
+                f"argument {index} of {exported.name} is a float scalar, passed by value: in "
+                "reverse mode mark it Active (its adjoint is returned), not Duplicated"
+            )
+        if act not in ACTIVITIES:
+            raise ValueError(f"unknown activity {act!r}")
+        out.append(act)
+    return tuple(out)
+
+
+def _check_result(exported: ExportedFunction, sweep: Sweep) -> None:
+    dtype = exported.abi.result.dtype
+    if dtype.startswith("float") or (dtype == "none" and sweep.kind == "ad"):
+        return
+    if dtype == "none":
+        raise UnsupportedFunctionError(
+            f"{exported.name} returns nothing; a Hessian needs a real scalar result"
+        )
+    raise UnsupportedFunctionError(
+        f"{exported.name} returns {dtype}; gradients need a real "
+        "floating-point scalar result: return a float (e.g. float(...))"
+    )
+
+
+def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
+    """Export, differentiate and JIT ``sweep`` of ``func`` for ``argtypes``."""
     exported = export(func, argtypes)
-    _check_wrt(exported, wrt)
-    driver = reverse_driver(exported.abi, wrt)
+    _check_result(exported, sweep)
+    activities = resolve_activities(exported, sweep)
+    if sweep.kind == "hvp":
+        driver = hvp_driver(exported.abi, sweep.wrt)
+    else:
+        driver = ad_driver(exported.abi, sweep.mode, activities)
     toolchain = locate()
     module_text = exported.module.text + "\n" + driver.text
-    key = cache.cache_key("reverse", PASSES, toolchain.identity, module_text)
+    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, toolchain.identity, module_text)
     bitcode = cache.get_or_build(key, lambda: _run_enzyme(exported, module_text))
     try:
         library = _load_into_numba(bitcode, driver.symbol)
     except RuntimeError as exc:
         raise EnzymeError(f"the differentiated module of {exported.name} does not load: {exc}") from exc
-    return BuiltGradient(exported=exported, driver=driver, library=library)
+    return Built(exported=exported, driver=driver, activities=activities, library=library)
 
 
-def _result_numba_type(abi: FunctionABI) -> nbtypes.Type:
+def _value_type(abi: FunctionABI) -> nbtypes.Type:
     return nbtypes.float32 if abi.result.dtype == "float32" else nbtypes.float64
 
 
-def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], BuiltGradient]) -> Any:
-    """An ``@njit`` function ``caller(args, shadows) -> (status, value, *scalar_grads)``."""
+def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], Built]) -> Any:
+    """An ``@njit`` function ``caller(args, shadows, seed) -> (status, value, dret, *adjoints)``."""
 
     @intrinsic
-    def _invoke(typingctx, args_ty, shadows_ty):
+    def _invoke(typingctx, args_ty, shadows_ty, seed_ty):
         argtypes = tuple(args_ty)
         built = builder(argtypes)
         exported, driver = built.exported, built.driver
@@ -172,9 +250,16 @@ def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], BuiltGradient]) -
                 raise UnsupportedFunctionError(
                     f"argument {index} has type {have}, but {exported.name} takes {want}"
                 )
-        scalar_types = [targets[i] for i in driver.scalar_wrt]
-        res_type = _result_numba_type(exported.abi)
-        sig = nbtypes.Tuple([nbtypes.int32, res_type, *scalar_types])(args_ty, shadows_ty)
+        shadow_types = tuple(shadows_ty)
+        if len(shadow_types) != len(driver.shadow_args):
+            raise UnsupportedFunctionError(
+                f"expected {len(driver.shadow_args)} shadow(s), got {len(shadow_types)}"
+            )
+        adjoint_types = [targets[i] for i in driver.active_scalars]
+        value_type = _value_type(exported.abi)
+        sig = nbtypes.Tuple([nbtypes.int32, value_type, value_type, *adjoint_types])(
+            args_ty, shadows_ty, seed_ty
+        )
 
         def codegen(context, builder_, signature, llargs):
             context.add_linking_libs([built.library])
@@ -184,87 +269,92 @@ def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], BuiltGradient]) -
                 for v, have, want in zip(values, argtypes, targets)
             ]
             flat = list(context.get_arg_packer(targets).as_arguments(builder_, values))
-            shadow_values = cgutils.unpack_tuple(builder_, llargs[1], len(driver.array_wrt))
-            shadow_ptrs = []
-            for value, shadow_ty in zip(shadow_values, tuple(shadows_ty)):
-                array = context.make_array(shadow_ty)(context, builder_, value)
-                shadow_ptrs.append(builder_.bitcast(array.data, cgutils.voidptr_t))
-            res_ll = context.get_value_type(res_type)
-            value_slot = cgutils.alloca_once(builder_, res_ll)
+            shadows = []
+            for value, shadow_ty, index in zip(
+                cgutils.unpack_tuple(builder_, llargs[1], len(shadow_types)), shadow_types,
+                driver.shadow_args,
+            ):
+                if isinstance(shadow_ty, nbtypes.Array):
+                    array = context.make_array(shadow_ty)(context, builder_, value)
+                    shadows.append(builder_.bitcast(array.data, cgutils.voidptr_t))
+                else:
+                    shadows.append(context.cast(builder_, value, shadow_ty, targets[index]))
+            value_ll = context.get_value_type(value_type)
+            value_slot = cgutils.alloca_once(builder_, value_ll)
+            dret_slot = cgutils.alloca_once(builder_, value_ll)
+            builder_.store(value_ll(0.0), value_slot)
+            builder_.store(context.cast(builder_, llargs[2], seed_ty, value_type), dret_slot)
             excinfo = cgutils.alloca_once(builder_, cgutils.voidptr_t)
             builder_.store(cgutils.voidptr_t(None), excinfo)
-            grad_slots = [
-                cgutils.alloca_once(builder_, context.get_value_type(t)) for t in scalar_types
+            adjoint_slots = [
+                cgutils.alloca_once(builder_, context.get_value_type(t)) for t in adjoint_types
             ]
-            arg_tys = [value_slot.type, excinfo.type, *[s.type for s in grad_slots],
-                       *[v.type for v in flat], *[p.type for p in shadow_ptrs]]
-            fnty = ir.FunctionType(ir.IntType(32), arg_tys)
+            call_args = [value_slot, dret_slot, excinfo, *adjoint_slots, *flat, *shadows]
+            fnty = ir.FunctionType(ir.IntType(32), [a.type for a in call_args])
             fn = cgutils.get_or_insert_function(builder_.module, fnty, driver.symbol)
-            status = builder_.call(fn, [value_slot, excinfo, *grad_slots, *flat, *shadow_ptrs])
-            out = [status, builder_.load(value_slot), *[builder_.load(s) for s in grad_slots]]
+            status = builder_.call(fn, call_args)
+            out = [status, builder_.load(value_slot), builder_.load(dret_slot),
+                   *[builder_.load(s) for s in adjoint_slots]]
             return context.make_tuple(builder_, signature.return_type, out)
 
         return sig, codegen
 
     @numba.njit(nogil=True)
-    def caller(args, shadows):
-        return _invoke(args, shadows)
+    def caller(args, shadows, seed):
+        return _invoke(args, shadows, seed)
 
     return caller
 
 
-def _shadow_like(x: np.ndarray) -> tuple[np.ndarray, bool]:
-    """A zeroed array addressable with ``x``'s strides; ``True`` if it is a strided view."""
+def shadow_like(x: np.ndarray, fill: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+    """A zeroed (or ``fill``-ed) array addressable with ``x``'s strides.
+
+    Enzyme indexes shadow memory exactly as the primal, so a shadow of a
+    strided view is itself a view with the same strides over a fresh buffer.
+    Returns the shadow and whether it is such a view.
+    """
     if x.flags.c_contiguous or x.flags.f_contiguous:
-        return np.zeros_like(x, order="K"), False
-    itemsize = x.itemsize
-    low = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides))
-    high = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) + itemsize
-    buffer = np.zeros((high - low + itemsize - 1) // itemsize, dtype=x.dtype)
-    view = np.ndarray(x.shape, dtype=x.dtype, buffer=buffer, offset=-low, strides=x.strides)
-    return view, True
+        shadow = np.zeros_like(x, order="K")
+        is_view = False
+    else:
+        itemsize = x.itemsize
+        low = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides))
+        high = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) + itemsize
+        buffer = np.zeros((high - low + itemsize - 1) // itemsize, dtype=x.dtype)
+        shadow = np.ndarray(x.shape, dtype=x.dtype, buffer=buffer, offset=-low, strides=x.strides)
+        is_view = True
+    if fill is not None:
+        shadow[...] = fill
+    return shadow, is_view
 
 
-class ReverseGradient:
-    """Reverse-mode ``value_and_gradient`` of one function for fixed ``wrt``.
+class Compiled:
+    """One differentiated sweep of one function, compiled per argument types on demand.
 
-    Calling it returns ``(value, grads)`` with one gradient per ``wrt`` entry.
-    Compiled gradients are kept per argument types (by Numba's dispatcher).
+    ``compiled(args, shadows, seed)`` returns ``(value, dret, adjoints)``: the
+    primal result, the output tangent (forward) or the seed (reverse), and the
+    adjoints of the ``active`` scalars. Shadows are updated in place. An
+    exception raised by the function is re-raised as the function raises it.
     """
 
-    def __init__(self, func: Any, wrt: tuple[int, ...]) -> None:
+    def __init__(self, func: Any, sweep: Sweep) -> None:
         self.func = func
-        self.wrt = tuple(sorted(set(wrt)))
+        self.sweep = sweep
         self._pending = threading.local()
         self._caller = _make_caller(self._build)
 
-    def _build(self, argtypes: tuple[nbtypes.Type, ...]) -> BuiltGradient:
+    def _build(self, argtypes: tuple[nbtypes.Type, ...]) -> Built:
         try:
-            return build_reverse(self.func, argtypes, self.wrt)
+            return build(self.func, argtypes, self.sweep)
         except PyjladError as exc:
             # Numba wraps exceptions raised while typing; keep ours to re-raise it clean.
             self._pending.error = exc
             raise
 
-    def __call__(self, *args: Any) -> tuple[Any, tuple[Any, ...]]:
-        wrt = self.wrt
-        nargs = len(args)
-        for index in wrt:
-            if not 0 <= index < nargs:
-                raise UnsupportedFunctionError(
-                    f"wrt={index} is out of range for a call with {nargs} argument(s)"
-                )
-        shadows = []
-        strided = []
-        for index in wrt:
-            arg = args[index]
-            if isinstance(arg, np.ndarray):
-                shadow, is_view = _shadow_like(arg)
-                shadows.append(shadow)
-                strided.append(is_view)
+    def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
         self._pending.error = None
         try:
-            status, value, *scalar_grads = self._caller(args, tuple(shadows))
+            status, value, dret, *adjoints = self._caller(args, shadows, seed)
         except nberrors.TypingError:
             error = getattr(self._pending, "error", None)
             if error is not None:
@@ -274,40 +364,74 @@ class ReverseGradient:
             raise
         if status != 0:
             self._reraise(args)
+        return value, dret, adjoints
+
+    def _reraise(self, args: tuple[Any, ...]) -> None:
+        """Run the function itself so that its exception surfaces with its message."""
+        numba_fn = as_numba_function(self.func)
+        runner = getattr(numba_fn, "_pyfunc", None)
+        runner = as_numba_function(runner) if runner is not None else numba_fn
+        runner(*args)
+        raise RuntimeError(
+            f"{describe_function(self.func)} reported an error while differentiated, "
+            "but not when called directly"
+        )
+
+
+class ReverseGradient:
+    """Reverse-mode ``value_and_gradient`` of one scalar function for fixed ``wrt``.
+
+    Calling it returns ``(value, grads)`` with one gradient per ``wrt`` entry
+    (in increasing argument order).
+    """
+
+    def __init__(self, func: Any, wrt: tuple[int, ...]) -> None:
+        self.wrt = tuple(sorted(set(wrt)))
+        activities = ["const"] * (max(self.wrt) + 1)
+        for index in self.wrt:
+            activities[index] = "diff"
+        self._compiled = Compiled(func, Sweep("ad", "reverse", tuple(activities)))
+
+    def __call__(self, *args: Any) -> tuple[Any, tuple[Any, ...]]:
+        wrt = self.wrt
+        nargs = len(args)
+        shadows = []
+        views = []
+        for index in wrt:
+            if not index < nargs:
+                raise UnsupportedFunctionError(
+                    f"wrt={index} is out of range for a call with {nargs} argument(s)"
+                )
+            arg = args[index]
+            if isinstance(arg, np.ndarray):
+                shadow, is_view = shadow_like(arg)
+                shadows.append(shadow)
+                views.append(is_view)
+        value, _, adjoints = self._compiled(args, tuple(shadows), 1.0)
         grads: list[Any] = []
-        scalar_iter = iter(scalar_grads)
-        shadow_iter = iter(zip(shadows, strided))
+        adjoint_iter = iter(adjoints)
+        shadow_iter = iter(zip(shadows, views))
         for index in wrt:
             if isinstance(args[index], np.ndarray):
                 shadow, is_view = next(shadow_iter)
                 grads.append(np.array(shadow) if is_view else shadow)
             else:
-                grads.append(float(next(scalar_iter)))
+                grads.append(float(next(adjoint_iter)))
         return float(value), tuple(grads)
-
-    def _reraise(self, args: tuple[Any, ...]) -> None:
-        """Run the function itself so that its exception surfaces with its message."""
-        target = self.func
-        from ..export import as_numba_function
-
-        numba_fn = as_numba_function(target)
-        runner = getattr(numba_fn, "_pyfunc", None)
-        runner = as_numba_function(runner) if runner is not None else numba_fn
-        runner(*args)
-        raise RuntimeError(
-            f"{describe_function(target)} reported an error while differentiated, "
-            "but not when called directly"
-        )
 
 
 class EmbeddedEngine:
-    """Engine facade: builds :class:`ReverseGradient` objects."""
+    """Engine facade: compiles sweeps and gradients."""
 
     name = NAME
 
     def reverse(self, func: Any, wrt: tuple[int, ...]) -> ReverseGradient:
         """The reverse-mode value-and-gradient callable of ``func``."""
         return ReverseGradient(func, wrt)
+
+    def compile(self, func: Any, sweep: Sweep) -> Compiled:
+        """A compiled-on-demand sweep of ``func`` (see :class:`Compiled`)."""
+        return Compiled(func, sweep)
 
     def status(self) -> tuple[bool, str]:
         """Whether this engine can run here, with details or the fix."""
