@@ -13,6 +13,7 @@ Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
 :mod:`pyjlad.transforms` (the public API).
 """
 
+from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse, autodiff
 from .errors import (
     EngineUnavailableError,
     EnzymeError,
@@ -22,12 +23,15 @@ from .errors import (
     ToolchainError,
     UnsupportedFunctionError,
 )
+from .products import hessian, hvp, jacobian, jvp, vjp
 from .transforms import grad, gradient, value_and_grad, value_and_gradient
 
 __version__ = "0.1.0"
 
 __all__ = [
     "gradient", "value_and_gradient", "grad", "value_and_grad",
+    "jvp", "vjp", "jacobian", "hessian", "hvp",
+    "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
     "ToolchainError", "EnzymeError", "EngineUnavailableError", "__version__",
 ]

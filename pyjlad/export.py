@@ -23,9 +23,12 @@ from numba.core.dispatcher import Dispatcher
 
 from .abi import ArgABI, ArrayArg, FunctionABI, ScalarArg
 from .errors import ExportError, UnsupportedFunctionError
+from .memo import cached_for
 from .portable import PortableModule, make_portable
 
-__all__ = ["ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function"]
+__all__ = [
+    "ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function", "result_type",
+]
 
 _LLVM_INT = {8: "i8", 16: "i16", 32: "i32", 64: "i64"}
 _jitted_plain: weakref.WeakKeyDictionary[Callable[..., Any], Dispatcher] = weakref.WeakKeyDictionary()
@@ -206,7 +209,7 @@ def _sanitize(name: str) -> str:
 
 
 def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
-    """Export ``func`` compiled for ``argtypes`` as a portable module.
+    """Export ``func`` compiled for ``argtypes`` as a portable module (remembered per types).
 
     Parameters
     ----------
@@ -226,6 +229,19 @@ def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
         If Numba cannot compile the function, or an argument or the result
         has a type pyjlad cannot pass.
     """
+    argtypes = tuple(argtypes)
+    return cached_for(func, ("export", argtypes), lambda: _export(func, argtypes))
+
+
+def result_type(func: Any, argtypes: Sequence[nbtypes.Type]) -> nbtypes.Type:
+    """The Numba result type of ``func`` for ``argtypes`` (compiling it if needed)."""
+    target = as_numba_function(func)
+    if isinstance(target, CFunc):
+        return target._sig.return_type
+    return _compile_result(target, tuple(argtypes)).signature.return_type
+
+
+def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
     target = as_numba_function(func)
     name = describe_function(target)
     if isinstance(target, CFunc):

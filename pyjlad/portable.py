@@ -61,6 +61,13 @@ _FLOAT_SUFFIX = {"f64": "", "f32": "f"}
 _NEW_INTRINSIC_RE = re.compile(
     r"@llvm\.(" + "|".join(_NEW_MATH_INTRINSICS) + r")\.(f64|f32)\b"
 )
+# The vector forms of the same intrinsics (from Numba's loop vectorizer) are
+# scalarized into one libm call per lane.
+_NEW_VECTOR_CALL_RE = re.compile(
+    r"^(\s*)(%[-\w.$]+) = (?:tail |notail )?call (?:[a-z]+ )*<(\d+) x (double|float)> "
+    r"@llvm\.(" + "|".join(_NEW_MATH_INTRINSICS) + r")\.v\d+f(?:64|32)\((.*)\)(?:\s*#\d+)?\s*$"
+)
+_NEW_VECTOR_DECL_RE = re.compile(r"^declare .*@llvm\.(" + "|".join(_NEW_MATH_INTRINSICS) + r")\.v\d+f(64|32)\(")
 
 # Instruction-level syntax newer than LLVM 15, with its LLVM 15 spelling.
 _LINE_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -78,7 +85,19 @@ _LINE_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
     # Metadata attachments (!tbaa, !noalias, !prof, !llvm.loop, ...).
     (re.compile(r",\s*![-a-zA-Z$._0-9]+\s+!\d+"), ""),
 )
-_SPLAT_RE = re.compile(r"<(\d+) x ([^>]+)> splat \(([^()]+)\)")
+# Masked memory intrinsics: LLVM 22 passes the alignment as a parameter
+# attribute (`ptr align 8 %p`), LLVM 15 as an `i32` argument after the pointer.
+_MASKED_LOAD_CALL_RE = re.compile(
+    r"(@llvm\.masked\.(?:load|gather)\.[\w.]+\()((?:ptr|<\d+ x ptr>)) ((?:[a-z_]+ )*?)(?:align (\d+) )?([%@][^,\s]+),"
+)
+_MASKED_STORE_CALL_RE = re.compile(
+    r"(@llvm\.masked\.(?:store|scatter)\.[\w.]+\()(<[^>]+> [^,]+), ((?:ptr|<\d+ x ptr>)) "
+    r"((?:[a-z_]+ )*?)(?:align (\d+) )?([%@][^,\s]+),"
+)
+_MASKED_LOAD_DECL_RE = re.compile(r"^(declare .*@llvm\.masked\.(?:load|gather)\.[\w.]+\()([^,]+),")
+_MASKED_STORE_DECL_RE = re.compile(r"^(declare .*@llvm\.masked\.(?:store|scatter)\.[\w.]+\()([^,]+, [^,]+),")
+_SPLAT_RE = re.compile(r"splat \(([^()]+?) ([^()]+)\)")
+_VECTOR_TYPE_RE = re.compile(r"<(\d+) x ([^>]+)>")
 
 # Numba's memory-management runtime, written as IR that Enzyme can read.
 #
@@ -190,6 +209,19 @@ _PORTABLE_RUNTIME_DECLS = {
     "@free": "declare void @free(ptr)",
     "@" + RUNTIME_CALL_DTOR: f'declare void @{RUNTIME_CALL_DTOR}(ptr) nofree "enzyme_inactive"',
 }
+
+
+# Numba runtime helpers that only compute integers (shapes, strides) from their
+# arguments: their declarations are marked so that Enzyme treats calls to them as
+# inactive and knows they free nothing.
+INACTIVE_HELPERS = frozenset({"numba_attempt_nocopy_reshape"})
+
+
+def _mark_inactive(line: str) -> str:
+    match = _DEFINE_NAME_RE.match(line)
+    if match and match.group(1).lstrip("@") in INACTIVE_HELPERS and "enzyme_inactive" not in line:
+        return line.rstrip() + ' nofree nounwind "enzyme_inactive"'
+    return line
 
 
 @dataclass(frozen=True)
@@ -325,8 +357,51 @@ def _translate_attr_group(content: str) -> str:
     return " ".join(dict.fromkeys(kept))
 
 
+def _scalarize_vector_call(match: re.Match[str]) -> str:
+    indent, result, lanes, elem, name, args_text = match.groups()
+    args = [a.strip() for a in _split_top_level(args_text)]
+    vector_ty = f"<{lanes} x {elem}>"
+    fn = _NEW_MATH_INTRINSICS[name] + ("" if elem == "double" else "f")
+    lines = []
+    previous = "poison"
+    base = "pj." + result.lstrip("%").replace('"', "")
+    for lane in range(int(lanes)):
+        scalars = []
+        for k, arg in enumerate(args):
+            value = arg[len(vector_ty):].strip() if arg.startswith(vector_ty) else arg
+            lines.append(f"{indent}%{base}.a{k}.l{lane} = extractelement {vector_ty} {value}, i64 {lane}")
+            scalars.append(f"{elem} %{base}.a{k}.l{lane}")
+        lines.append(f"{indent}%{base}.r.l{lane} = call {elem} @{fn}({', '.join(scalars)})")
+        target = result if lane == int(lanes) - 1 else f"%{base}.v.l{lane}"
+        lines.append(f"{indent}{target} = insertelement {vector_ty} {previous}, {elem} %{base}.r.l{lane}, i64 {lane}")
+        previous = target
+    return "\n".join(lines)
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch in "(<{[":
+            depth += 1
+        elif ch in ")>}]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
 def _rewrite_line(line: str) -> str:
     stripped = line.lstrip()
+    if "@llvm." in line and ("x double>" in line or "x float>" in line):
+        if _NEW_VECTOR_DECL_RE.match(line):
+            return ""
+        vector_call = _NEW_VECTOR_CALL_RE.match(line)
+        if vector_call:
+            line = _scalarize_vector_call(vector_call)
     # Debug records (LLVM 19+) and lifetime markers (whose signature changed in
     # LLVM 22) are optimization hints only: dropping them is always safe.
     if stripped.startswith("#dbg_") or "@llvm.lifetime." in line:
@@ -334,19 +409,42 @@ def _rewrite_line(line: str) -> str:
     for pattern, replacement in _LINE_REWRITES:
         line = pattern.sub(replacement, line)
     if "splat (" in line:
-        line = _SPLAT_RE.sub(
-            lambda m: "<{n} x {t}> <{elems}>".format(
-                n=m.group(1), t=m.group(2),
-                elems=", ".join([m.group(3)] * int(m.group(1))),
-            ),
-            line,
-        )
+        line = _SPLAT_RE.sub(lambda m: _expand_splat(line, m), line)
+    if "@llvm.masked." in line:
+        line = _rewrite_masked(line)
     if "@llvm." in line:
         line = _NEW_INTRINSIC_RE.sub(
             lambda m: "@" + _NEW_MATH_INTRINSICS[m.group(1)] + _FLOAT_SUFFIX[m.group(2)],
             line,
         )
     return line
+
+
+def _rewrite_masked(line: str) -> str:
+    if line.startswith("declare "):
+        if "i32 immarg" in line:
+            return line
+        line = _MASKED_LOAD_DECL_RE.sub(r"\1\2, i32 immarg,", line)
+        return _MASKED_STORE_DECL_RE.sub(r"\1\2, i32 immarg,", line)
+    line = _MASKED_LOAD_CALL_RE.sub(
+        lambda m: f"{m.group(1)}{m.group(2)} {m.group(3)}{m.group(5)}, i32 {m.group(4) or 1},", line
+    )
+    return _MASKED_STORE_CALL_RE.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}, {m.group(3)} {m.group(4)}{m.group(6)}, i32 {m.group(5) or 1},",
+        line,
+    )
+
+
+def _expand_splat(line: str, match: re.Match[str]) -> str:
+    """``splat (T v)`` -> ``<T v, T v, ...>``; the length comes from the nearest ``<N x T>`` before it."""
+    element, value = match.group(1), match.group(2)
+    lengths = [
+        int(v.group(1)) for v in _VECTOR_TYPE_RE.finditer(line, 0, match.start())
+        if v.group(2).strip() == element
+    ]
+    if not lengths:
+        raise PortabilityError(f"cannot find the vector type of {match.group(0)!r} in: {line.strip()}")
+    return "<" + ", ".join([f"{element} {value}"] * lengths[-1]) + ">"
 
 
 def _rename(text: str, old: str, new: str) -> str:
@@ -414,7 +512,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
         elif entity.kind == "define":
             defines.append(entity.text)
         else:
-            declares.append(entity.text)
+            declares.append(_mark_inactive(entity.text))
             externals.append(symbol.lstrip("@").strip('"'))
 
     used_groups: set[str] = set()
@@ -430,8 +528,11 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
     text = "\n".join(out_lines) + "\n"
     text = _rename(text, entry_symbol, "@" + name)
 
-    # Declarations may now repeat (two intrinsics mapped onto one libm name).
+    # Declarations may now repeat (two intrinsics mapped onto one libm name), or
+    # be missing (a scalarized vector intrinsic calls a libm function).
     text = _dedupe_declarations(text)
+    text, added = _declare_libm_calls(text)
+    externals.extend(added)
     leftover = re.search(r"@llvm\.x86\.[a-z0-9_.]+", text)
     if leftover:
         raise PortabilityError(
@@ -439,6 +540,24 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
             "which cannot be made portable; rewrite the code that produces it"
         )
     return PortableModule(text=text, entry=name, external_functions=tuple(sorted(set(externals))))
+
+
+_LIBM_CALL_RE = re.compile(
+    r"call (double|float) @(" + "|".join(sorted({*_NEW_MATH_INTRINSICS.values()})) + r")(f?)\("
+)
+
+
+def _declare_libm_calls(text: str) -> tuple[str, list[str]]:
+    declared = {m.group(1) for m in map(_DEFINE_NAME_RE.match, text.splitlines()) if m}
+    added: dict[str, str] = {}
+    for match in _LIBM_CALL_RE.finditer(text):
+        ty, name = match.group(1), match.group(2) + match.group(3)
+        if "@" + name not in declared and name not in added:
+            arity = 2 if match.group(2) == "atan2" else 1
+            added[name] = f"declare {ty} @{name}({', '.join([ty] * arity)})"
+    if not added:
+        return text, []
+    return text + "\n".join(added.values()) + "\n", list(added)
 
 
 def _dedupe_declarations(text: str) -> str:

@@ -98,7 +98,7 @@ class Toolchain:
         """The ``opt --version`` line naming the LLVM version."""
         return _opt_version(self.opt)
 
-    def run(self, ir: str, passes: str, *, what: str = "module") -> bytes:
+    def run(self, ir: str, passes: str, *, what: str = "module", options: tuple[str, ...] = ()) -> bytes:
         """Run ``opt`` with the Enzyme plugin over ``ir``; return the bitcode.
 
         Raises
@@ -111,6 +111,7 @@ class Toolchain:
             str(self.opt),
             f"--load-pass-plugin={self.plugin}",
             f"-passes={passes}",
+            *options,
             "-o", "-",
             "-",
         ]

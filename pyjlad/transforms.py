@@ -7,22 +7,16 @@ gradient, a tuple of ``int`` gives a tuple of gradients in the same order.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from .engines import default_engine_name, get_engine
 from .errors import UnsupportedFunctionError
+from .memo import cached_for
 
 __all__ = ["gradient", "value_and_gradient", "grad", "value_and_grad"]
 
 Wrt = int | tuple[int, ...]
-
-_by_function: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
-_by_id: dict[int, tuple[Any, dict[tuple, Any]]] = {}
-_lock = threading.Lock()
-
 
 def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
     """Return (sorted unique indices, whether a single int was given)."""
@@ -41,16 +35,7 @@ def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
 def _reverse(f: Callable[..., Any], wrt: tuple[int, ...], engine: str | None) -> Any:
     """The cached reverse-mode value-and-gradient callable of ``f``."""
     name = engine or default_engine_name()
-    key = (wrt, name)
-    with _lock:
-        try:
-            table = _by_function.setdefault(f, {})
-        except TypeError:  # not weak-referenceable: keep it alive with its entry
-            table = _by_id.setdefault(id(f), (f, {}))[1]
-        rev = table.get(key)
-        if rev is None:
-            rev = table[key] = get_engine(name).reverse(f, wrt)
-    return rev
+    return cached_for(f, ("gradient", wrt, name), lambda: get_engine(name).reverse(f, wrt))
 
 
 class _ValueAndGrad:

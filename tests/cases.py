@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 from numba import cfunc, njit, types
 
+#: Portable module text of everything the suite exports (filled by conftest.py).
+EXPORTED: dict[str, str] = {}
+
 
 @dataclass
 class Case:

@@ -54,6 +54,11 @@ entry:
   %o = or disjoint i64 %z, 1
   %w = fmul <2 x double> splat (double 2.0), <double 1.0, double 2.0>
   %e = extractelement <2 x double> %w, i64 1
+  %vt = tail call fast <2 x double> @llvm.tanh.v2f64(<2 x double> %w)
+  %va = tail call <2 x double> @llvm.atan2.v2f64(<2 x double> %vt, <2 x double> <double 1.0, double 2.0>) #1
+  %vc = icmp eq <4 x i32> <i32 1, i32 2, i32 3, i32 4>, splat (i32 4)
+  %ml = tail call <4 x i32> @llvm.masked.load.v4i32.p0(ptr align 4 %data, <4 x i1> %vc, <4 x i32> poison)
+  tail call void @llvm.masked.store.v4i32.p0(<4 x i32> %ml, ptr nonnull align 4 %data, <4 x i1> %vc)
   %r = fadd double %a, %e
   tail call void @llvm.lifetime.start.p0(ptr %p)
   tail call void @NRT_decref(ptr %mi)
@@ -83,9 +88,13 @@ define linkonce_odr void @NRT_decref(ptr %.1) {
 }
 
 declare double @llvm.tan.f64(double) #1
+declare <2 x double> @llvm.tanh.v2f64(<2 x double>) #1
+declare <2 x double> @llvm.atan2.v2f64(<2 x double>, <2 x double>) #1
 declare double @llvm.atan2.f64(double, double) #1
 declare void @llvm.lifetime.start.p0(ptr captures(none)) #2
 declare i8 @llvm.x86.atomic.sub.cc.i64(ptr, i64, i32 immarg)
+declare <4 x i32> @llvm.masked.load.v4i32.p0(ptr captures(none), <4 x i1>, <4 x i32>) #1
+declare void @llvm.masked.store.v4i32.p0(<4 x i32>, ptr captures(none), <4 x i1>) #2
 
 attributes #0 = { nofree norecurse nosync nounwind memory(argmem: readwrite) "target-cpu"="znver4" }
 attributes #1 = { mustprogress nocallback nocreateundeforpoison nofree nosync nounwind speculatable willreturn memory(none) }
@@ -110,7 +119,7 @@ def test_modern_constructs_are_down_levelled(portable_text: str, version: int) -
 @pytest.mark.parametrize(
     "gone",
     ["captures(", "range(", "initializes(", "inbounds nuw", "nneg", "samesign", "disjoint",
-     "trunc nuw", "splat", "!tbaa", "llvm.tan", "llvm.atan2", "llvm.lifetime", "llvm.x86",
+     "trunc nuw", "splat", "!tbaa", "llvm.tan", "llvm.atan2", "llvm.tanh", "llvm.lifetime", "llvm.x86",
      "memory(", "target-cpu", "NumbaEnv", "cpython", "cfunc.", "mangled_entry"],
 )
 def test_construct_is_gone(portable_text: str, gone: str) -> None:
@@ -122,9 +131,15 @@ def test_rewrites_keep_meaning(portable_text: str) -> None:
     assert "call double @tan(double %v)" in portable_text
     assert "call double @atan2(double %t, double %y)" in portable_text
     assert "<2 x double> <double 2.0, double 2.0>" in portable_text
+    assert "icmp eq <4 x i32> <i32 1, i32 2, i32 3, i32 4>, <i32 4, i32 4, i32 4, i32 4>" in portable_text
     assert "getelementptr inbounds i8, ptr %data" in portable_text
     assert "argmemonly" in portable_text  # memory(argmem: readwrite)
     assert "atomicrmw sub" in portable_text  # portable NRT_decref
+    assert "%pj.vt.r.l1 = call double @tanh(double %pj.vt.a0.l1)" in portable_text
+    assert "%va = insertelement <2 x double> %pj.va.v.l0, double %pj.va.r.l1, i64 1" in portable_text
+    assert "declare double @tanh(double)" in portable_text
+    assert "@llvm.masked.load.v4i32.p0(ptr %data, i32 4, <4 x i1> %vc, <4 x i32> poison)" in portable_text
+    assert "@llvm.masked.store.v4i32.p0(<4 x i32> %ml, ptr nonnull %data, i32 4, <4 x i1> %vc)" in portable_text
 
 
 def test_x86_intrinsic_in_user_code_is_refused() -> None:

@@ -46,3 +46,4 @@ def get_engine(name: str | None = None):
 
         engine = _instances[name] = EmbeddedEngine()
     return engine
+

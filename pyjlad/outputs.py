@@ -1,0 +1,162 @@
+"""Functions with array or tuple results, turned into functions that write their outputs.
+
+Enzyme seeds a reverse sweep through memory, and an array that a function
+allocates and returns has no memory the caller could seed before the sweep. So
+for a function ``f`` returning an array, a float or a tuple of those, pyjlad
+differentiates a generated Numba wrapper instead::
+
+    @njit
+    def f_outputs(o0, o1, a0, a1):      # one C-ordered buffer per float result
+        r = f(a0, a1)
+        v0 = np.ascontiguousarray(r[0]).ravel()   # an array result, copied
+        b0 = o0.ravel()                           # element by element (a view
+        for k in range(b0.size):                  # of the buffer): no broadcasting
+            b0[k] = v0[k]                         # machinery with Python-level errors
+        o1[0] = r[1]                    # a float result, in a 1-element array
+
+whose output buffers are ``Duplicated``: their shadows carry the cotangent
+(reverse) or receive the tangent (forward). Integer and bool results get no
+buffer (they have no derivative).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+from .errors import UnsupportedFunctionError
+from .export import as_numba_function, describe_function
+from .memo import cached_for
+
+__all__ = ["OutputLayout", "output_layout", "output_wrapper"]
+
+
+@dataclass(frozen=True)
+class OutputLayout:
+    """The structure of a function's result.
+
+    Attributes
+    ----------
+    kind : str
+        ``"scalar"`` (one float), ``"none"``, ``"array"`` or ``"tuple"``.
+    items : tuple
+        For ``"array"``/``"tuple"``: one entry per element, ``("array", shape, dtype)``,
+        ``("scalar", (), dtype)`` or ``("const", (), None)`` for ints/bools.
+    """
+
+    kind: str
+    items: tuple[tuple[str, tuple[int, ...], Any], ...] = ()
+
+    @property
+    def buffers(self) -> list[tuple[int, tuple[int, ...], Any]]:
+        """``(item index, buffer shape, dtype)`` for each float item (the wrapper's outputs)."""
+        return [
+            (i, shape if kind == "array" else (1,), dtype)
+            for i, (kind, shape, dtype) in enumerate(self.items)
+            if kind != "const"
+        ]
+
+    def signature(self) -> tuple:
+        """What the generated wrapper depends on (not shapes)."""
+        return (self.kind, tuple((kind, len(shape), str(dtype)) for kind, shape, dtype in self.items))
+
+    def unpack(self, buffers: list[np.ndarray]) -> Any:
+        """Build a value with this layout from per-buffer arrays (tangents or cotangents)."""
+        it = iter(buffers)
+        parts = []
+        for kind, _, _ in self.items:
+            if kind == "const":
+                parts.append(None)
+            elif kind == "scalar":
+                parts.append(float(next(it)[0]))
+            else:
+                parts.append(next(it))
+        return parts[0] if self.kind == "array" else tuple(parts)
+
+    def seeds(self, cotangent: Any, name: str) -> list[np.ndarray]:
+        """Per-buffer seed arrays from a cotangent with this layout; checks its structure."""
+        parts = [cotangent] if self.kind == "array" else cotangent
+        if self.kind == "tuple" and (not isinstance(cotangent, tuple) or len(cotangent) != len(self.items)):
+            raise ValueError(
+                f"the cotangent must be a tuple of {len(self.items)} entries, like {name}'s result"
+            )
+        out = []
+        for position, (part, (kind, shape, dtype)) in enumerate(zip(parts, self.items)):
+            if kind == "const":
+                continue
+            if kind == "scalar":
+                if np.ndim(part) != 0:
+                    raise ValueError(f"cotangent entry {position} must be a float, like {name}'s result")
+                out.append(np.array([part], dtype=dtype))
+            else:
+                array = np.asarray(part, dtype=dtype)
+                if array.shape != shape:
+                    raise ValueError(
+                        f"cotangent entry {position} has shape {array.shape}; {name}'s result has shape {shape}"
+                    )
+                out.append(np.ascontiguousarray(array))
+        return out
+
+
+def _item(value: Any, name: str) -> tuple[str, tuple[int, ...], Any]:
+    if isinstance(value, np.ndarray):
+        if value.dtype in (np.float64, np.float32):
+            return ("array", value.shape, value.dtype)
+        if value.dtype.kind in "iub":
+            return ("const", (), None)
+    elif isinstance(value, (float, np.floating)):
+        return ("scalar", (), np.float32 if isinstance(value, np.float32) else np.float64)
+    elif isinstance(value, (int, bool, np.integer, np.bool_)):
+        return ("const", (), None)
+    raise UnsupportedFunctionError(
+        f"{name} returns {type(value).__name__}; pyjlad differentiates results that are floats, "
+        "float arrays, or tuples of those"
+    )
+
+
+def output_layout(value: Any, name: str) -> OutputLayout:
+    """The layout of ``value``, a result of the function called ``name``."""
+    if value is None:
+        return OutputLayout("none")
+    if isinstance(value, tuple):
+        return OutputLayout("tuple", tuple(_item(v, name) for v in value))
+    kind, shape, dtype = _item(value, name)
+    if kind == "array":
+        return OutputLayout("array", ((kind, shape, dtype),))
+    if kind == "scalar":
+        return OutputLayout("scalar")
+    raise UnsupportedFunctionError(f"{name} returns an integer or bool, which has no derivative")
+
+
+def output_wrapper(func: Any, nargs: int, layout: OutputLayout) -> Any:
+    """The generated ``@njit`` wrapper writing ``func``'s float results into buffers."""
+    return cached_for(func, ("outputs", nargs, layout.signature()), lambda: _make_wrapper(func, nargs, layout))
+
+
+def _make_wrapper(func: Any, nargs: int, layout: OutputLayout) -> Any:
+    target = as_numba_function(func)
+    name = describe_function(target).split(".")[-1]
+    outs = [f"o{k}" for k in range(len(layout.buffers))]
+    args = [f"a{k}" for k in range(nargs)]
+    lines = [f"def {_identifier(name)}_outputs({', '.join(outs + args)}):",
+             f"    r = f({', '.join(args)}{',' if nargs == 1 else ''})"]
+    for k, (out, (item, _, _)) in enumerate(zip(outs, layout.buffers)):
+        source = "r" if layout.kind == "array" else f"r[{item}]"
+        if layout.items[item][0] == "array":
+            lines += [f"    v{k} = np.ascontiguousarray({source}).ravel()",
+                      f"    b{k} = {out}.ravel()",
+                      f"    for k in range(b{k}.size):",
+                      f"        b{k}[k] = v{k}[k]"]
+        else:
+            lines.append(f"    {out}[0] = {source}")
+    namespace: dict[str, Any] = {"f": target, "np": np}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from names we control
+    return numba.njit(namespace[f"{_identifier(name)}_outputs"])
+
+
+def _identifier(name: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"f_{cleaned}"
