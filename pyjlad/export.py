@@ -233,6 +233,19 @@ def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
     return cached_for(func, ("export", argtypes), lambda: _export(func, argtypes))
 
 
+def _serial(dispatcher: Dispatcher) -> Dispatcher:
+    """The dispatcher itself, or for ``parallel=True`` a serial copy (``prange`` runs as ``range``).
+
+    Numba's parallel loops call its threading runtime through function pointers
+    Enzyme cannot follow; the serial copy computes the same function, and its
+    derivative runs serially.
+    """
+    if not dispatcher.targetoptions.get("parallel"):
+        return dispatcher
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("parallel", "nopython")}
+    return cached_for(dispatcher, ("serial",), lambda: numba.njit(**options)(dispatcher.py_func))
+
+
 def result_type(func: Any, argtypes: Sequence[nbtypes.Type]) -> nbtypes.Type:
     """The Numba result type of ``func`` for ``argtypes`` (compiling it if needed)."""
     target = as_numba_function(func)
@@ -254,7 +267,7 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         run = as_numba_function(pyfunc)
     else:
         argtypes = tuple(argtypes)
-        cres = _compile_result(target, argtypes)
+        cres = _compile_result(_serial(target), argtypes)
         argtypes = tuple(cres.signature.args)
         restype = cres.signature.return_type
         ir = cres.library.get_llvm_str()

@@ -96,6 +96,7 @@ _MASKED_STORE_CALL_RE = re.compile(
 )
 _MASKED_LOAD_DECL_RE = re.compile(r"^(declare .*@llvm\.masked\.(?:load|gather)\.[\w.]+\()([^,]+),")
 _MASKED_STORE_DECL_RE = re.compile(r"^(declare .*@llvm\.masked\.(?:store|scatter)\.[\w.]+\()([^,]+, [^,]+),")
+_HINT_INTRINSICS = ("@llvm.lifetime.", "@llvm.experimental.noalias.scope.decl", "@llvm.dbg.")
 _SPLAT_RE = re.compile(r"splat \(([^()]+?) ([^()]+)\)")
 _VECTOR_TYPE_RE = re.compile(r"<(\d+) x ([^>]+)>")
 
@@ -191,12 +192,103 @@ runtime:
     "@NRT_MemInfo_alloc_aligned": "define linkonce_odr ptr @NRT_MemInfo_alloc_aligned" + _ALLOC_ALIGNED_BODY,
     "@NRT_MemInfo_alloc_safe_aligned": "define linkonce_odr ptr @NRT_MemInfo_alloc_safe_aligned"
     + _ALLOC_ALIGNED_BODY,
+    # A variable-size buffer (Numba's copies in np.linalg): the same block layout;
+    # with dtor = NULL, Numba's runtime frees it like any other.
+    "@NRT_MemInfo_new_varsize": "define linkonce_odr ptr @NRT_MemInfo_new_varsize"
+    + _ALLOC_ALIGNED_BODY.replace("(i64 %size, i32 %align)", "(i64 %size)"),
 }
+# Numba's BLAS helpers (numba_xxdot/gemv/gemm in numba/_lapack.c) call Fortran
+# BLAS through function pointers Enzyme cannot follow, and return a status. These
+# definitions make the same calls through CBLAS (column-major, as Numba's Fortran
+# calls are), which Enzyme differentiates with its BLAS rules, so the derivative
+# of a matrix product is matrix products again. Float32 ('s') and float64 ('d')
+# kinds are handled; complex kinds are refused before any code runs.
+_TRANS = """  %{c}.n = icmp eq i8 %{c}, 110
+  %{c}.N = icmp eq i8 %{c}, 78
+  %{c}.no = or i1 %{c}.n, %{c}.N
+  %{c}.cblas = select i1 %{c}.no, i32 111, i32 112
+"""  # Fortran 'n'/'N' -> CblasNoTrans (111), otherwise CblasTrans (112)
+
+
+_BLAS_TEMPLATES = {
+    "dot": """define linkonce_odr i32 @numba_xxdot.{p}(i8 %kind, i8 %conj, i64 %n, ptr %x, ptr %y, ptr %out) {{
+entry:
+  %n32 = trunc i64 %n to i32
+  %r = call {T} @cblas_{p}dot(i32 %n32, ptr %x, i32 1, ptr %y, i32 1)
+  store {T} %r, ptr %out, align 8
+  ret i32 0
+}}""",
+    "gemv": """define linkonce_odr i32 @numba_xxgemv.{p}(i8 %kind, i8 %trans, i64 %m, i64 %n, ptr %alpha, ptr %a, i64 %lda, ptr %x, ptr %beta, ptr %y) {{
+entry:
+{trans}  %m32 = trunc i64 %m to i32
+  %n32 = trunc i64 %n to i32
+  %lda32 = trunc i64 %lda to i32
+  %al = load {T}, ptr %alpha, align 8
+  %be = load {T}, ptr %beta, align 8
+  call void @cblas_{p}gemv(i32 102, i32 %trans.cblas, i32 %m32, i32 %n32, {T} %al, ptr %a, i32 %lda32, ptr %x, i32 1, {T} %be, ptr %y, i32 1)
+  ret i32 0
+}}""",
+    # The 2-norm as a plain loop (Enzyme differentiates it; no BLAS rule needed).
+    "nrm2": """define linkonce_odr i32 @numba_xxnrm2.{p}(i8 %kind, i64 %n, ptr %x, i64 %incx, ptr %out) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %body ]
+  %acc = phi {T} [ 0.0, %entry ], [ %sum, %body ]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %body, label %done
+body:
+  %offset = mul i64 %i, %incx
+  %p = getelementptr {T}, ptr %x, i64 %offset
+  %v = load {T}, ptr %p, align 4
+  %sq = fmul {T} %v, %v
+  %sum = fadd {T} %acc, %sq
+  %next = add i64 %i, 1
+  br label %loop
+done:
+  %r = call {T} @llvm.sqrt.{suffix}({T} %acc)
+  store {T} %r, ptr %out, align 4
+  ret i32 0
+}}""",
+    "gemm": """define linkonce_odr i32 @numba_xxgemm.{p}(i8 %kind, i8 %transa, i8 %transb, i64 %m, i64 %n, i64 %k, ptr %alpha, ptr %a, i64 %lda, ptr %b, i64 %ldb, ptr %beta, ptr %c, i64 %ldc) {{
+entry:
+{transa}{transb}  %m32 = trunc i64 %m to i32
+  %n32 = trunc i64 %n to i32
+  %k32 = trunc i64 %k to i32
+  %lda32 = trunc i64 %lda to i32
+  %ldb32 = trunc i64 %ldb to i32
+  %ldc32 = trunc i64 %ldc to i32
+  %al = load {T}, ptr %alpha, align 8
+  %be = load {T}, ptr %beta, align 8
+  call void @cblas_{p}gemm(i32 102, i32 %transa.cblas, i32 %transb.cblas, i32 %m32, i32 %n32, i32 %k32, {T} %al, ptr %a, i32 %lda32, ptr %b, i32 %ldb32, {T} %be, ptr %c, i32 %ldc32)
+  ret i32 0
+}}""",
+}
+# Numba always passes the kind as a constant ('d' = 100, 's' = 115); calls are
+# renamed to the kind's own definition, so each has one element type (Enzyme's
+# type analysis rejects a function storing both float and double to one pointer).
+_BLAS_KINDS = {"100": ("d", "double"), "115": ("s", "float")}
+_BLAS_CALL_RE = re.compile(r"@numba_xx(dot|gemv|gemm|nrm2)\(i8 (100|115),")
+_BLAS_RUNTIME = {
+    f"@numba_xx{op}.{p}": template.format(
+        p=p, T=ty, suffix="f64" if ty == "double" else "f32", trans=_TRANS.format(c="trans"),
+        transa=_TRANS.format(c="transa"), transb=_TRANS.format(c="transb"),
+    )
+    for op, template in _BLAS_TEMPLATES.items()
+    for p, ty in _BLAS_KINDS.values()
+}
+PORTABLE_RUNTIME.update(_BLAS_RUNTIME)
+
 _PORTABLE_RUNTIME_DEPS = {
     "@NRT_decref": {"@NRT_MemInfo_call_dtor"},
     "@NRT_MemInfo_call_dtor": {"@free", "@" + RUNTIME_CALL_DTOR},
     "@NRT_MemInfo_alloc_aligned": {"@malloc"},
     "@NRT_MemInfo_alloc_safe_aligned": {"@malloc"},
+    "@NRT_MemInfo_new_varsize": {"@malloc"},
+    **{name: {"@cblas_" + name.rsplit(".", 1)[1] + name[len("@numba_xx"):].split(".")[0]}
+       for name in _BLAS_RUNTIME if "nrm2" not in name},
+    "@numba_xxnrm2.d": {"@llvm.sqrt.f64"},
+    "@numba_xxnrm2.s": {"@llvm.sqrt.f32"},
 }
 # Declarations the definitions above need. The runtime destructor is marked
 # inactive for Enzyme (a string attribute other LLVM consumers ignore) and
@@ -208,13 +300,21 @@ _PORTABLE_RUNTIME_DECLS = {
     "@malloc": "declare noalias ptr @malloc(i64)",
     "@free": "declare void @free(ptr)",
     "@" + RUNTIME_CALL_DTOR: f'declare void @{RUNTIME_CALL_DTOR}(ptr) nofree "enzyme_inactive"',
+    "@llvm.sqrt.f64": "declare double @llvm.sqrt.f64(double)",
+    "@llvm.sqrt.f32": "declare float @llvm.sqrt.f32(float)",
+    "@cblas_ddot": "declare double @cblas_ddot(i32, ptr, i32, ptr, i32)",
+    "@cblas_sdot": "declare float @cblas_sdot(i32, ptr, i32, ptr, i32)",
+    "@cblas_dgemv": "declare void @cblas_dgemv(i32, i32, i32, i32, double, ptr, i32, ptr, i32, double, ptr, i32)",
+    "@cblas_sgemv": "declare void @cblas_sgemv(i32, i32, i32, i32, float, ptr, i32, ptr, i32, float, ptr, i32)",
+    "@cblas_dgemm": "declare void @cblas_dgemm(i32, i32, i32, i32, i32, i32, double, ptr, i32, ptr, i32, double, ptr, i32)",
+    "@cblas_sgemm": "declare void @cblas_sgemm(i32, i32, i32, i32, i32, i32, float, ptr, i32, ptr, i32, float, ptr, i32)",
 }
 
 
 # Numba runtime helpers that only compute integers (shapes, strides) from their
 # arguments: their declarations are marked so that Enzyme treats calls to them as
 # inactive and knows they free nothing.
-INACTIVE_HELPERS = frozenset({"numba_attempt_nocopy_reshape"})
+INACTIVE_HELPERS = frozenset({"numba_attempt_nocopy_reshape", "numba_fatal_error"})
 
 
 def _mark_inactive(line: str) -> str:
@@ -402,9 +502,10 @@ def _rewrite_line(line: str) -> str:
         vector_call = _NEW_VECTOR_CALL_RE.match(line)
         if vector_call:
             line = _scalarize_vector_call(vector_call)
-    # Debug records (LLVM 19+) and lifetime markers (whose signature changed in
-    # LLVM 22) are optimization hints only: dropping them is always safe.
-    if stripped.startswith("#dbg_") or "@llvm.lifetime." in line:
+    # Debug records (LLVM 19+), lifetime markers (whose signature changed in
+    # LLVM 22) and intrinsics whose operands are the metadata dropped here are
+    # optimization or debugging hints only: dropping them is always safe.
+    if stripped.startswith("#dbg_") or any(name in line for name in _HINT_INTRINSICS):
         return ""
     for pattern, replacement in _LINE_REWRITES:
         line = pattern.sub(replacement, line)
@@ -486,6 +587,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
     """
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.]*", name):
         raise ValueError(f"invalid LLVM identifier for the entry: {name!r}")
+    ir = _BLAS_CALL_RE.sub(lambda m: f"@numba_xx{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
     header, entity_list, groups = _split_module(ir)
     entities = {e.name: e for e in entity_list}
     entry_symbol = "@" + entry if re.fullmatch(r"[-a-zA-Z$._0-9]+", entry) else '@"' + entry + '"'

@@ -42,6 +42,7 @@ from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..portable import INACTIVE_HELPERS, RUNTIME_CALL_DTOR
 from ..toolchain import locate
+from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, Driver, ad_driver, hvp_driver
 
 __all__ = ["EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like"]
@@ -76,7 +77,7 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
     """External functions of ``exported`` that Enzyme has no derivative rules for."""
     return [
         name for name in exported.module.external_functions
-        if name not in _KNOWN_EXTERNALS and name not in INACTIVE_HELPERS
+        if name not in _KNOWN_EXTERNALS and name not in INACTIVE_HELPERS and not BLAS_NAME.match(name)
         and not name.startswith(("llvm.", "NRT_"))
     ]
 
@@ -149,6 +150,7 @@ class Built:
 def _load_into_numba(bitcode: bytes, name: str) -> Any:
     module = llvm.parse_bitcode(bitcode)
     module.verify()
+    resolve_blas_symbols([f.name for f in module.functions if f.is_declaration])
     codegen = cpu_target.target_context.codegen()
     library = codegen.create_library(name)
     library.add_llvm_module(module)

@@ -1,0 +1,137 @@
+"""BLAS for differentiated code: resolves the CBLAS calls Enzyme's rules emit.
+
+The portable module computes ``np.dot`` and ``@`` with CBLAS calls
+(:mod:`pyjlad.portable`), and Enzyme's derivatives of those are CBLAS calls
+again (``cblas_dgemm``, ``cblas_daxpy``, ``cblas_dger``...), plus one that no
+CBLAS library exports: ``cblas_dlascl`` (LAPACK's ``dlascl`` with a layout
+argument), provided here as a small shim over LAPACK.
+
+All of them resolve to the OpenBLAS that SciPy's wheel bundles (its symbols
+carry a ``scipy_`` prefix), the same library Numba's own ``np.dot`` reaches
+through ``scipy.linalg.cython_blas``, so gradients of matrix code run at BLAS
+speed in the process's existing BLAS.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from pathlib import Path
+
+import llvmlite.binding as llvm
+
+from ..errors import ToolchainError
+
+__all__ = ["resolve_blas_symbols", "BLAS_NAME"]
+
+BLAS_NAME = re.compile(r"^(cblas_[sd][a-z0-9]+|[sd][a-z0-9]+_)$")
+
+_SHIM_IR = """
+define void @cblas_{p}lascl(i32 %layout, i8 %type, i32 %kl, i32 %ku, {T} %cfrom, {T} %cto,
+                            i32 %m, i32 %n, ptr %a, i32 %lda, ptr %info) {{
+entry:
+  %type.a = alloca i8
+  %kl.a = alloca i32
+  %ku.a = alloca i32
+  %cfrom.a = alloca {T}
+  %cto.a = alloca {T}
+  %m.a = alloca i32
+  %n.a = alloca i32
+  %lda.a = alloca i32
+  %info.local = alloca i32
+  store i8 %type, ptr %type.a
+  store i32 %kl, ptr %kl.a
+  store i32 %ku, ptr %ku.a
+  store {T} %cfrom, ptr %cfrom.a
+  store {T} %cto, ptr %cto.a
+  %rowmajor = icmp eq i32 %layout, 101
+  %rows = select i1 %rowmajor, i32 %n, i32 %m
+  %cols = select i1 %rowmajor, i32 %m, i32 %n
+  store i32 %rows, ptr %m.a
+  store i32 %cols, ptr %n.a
+  store i32 %lda, ptr %lda.a
+  %noinfo = icmp eq ptr %info, null
+  %infop = select i1 %noinfo, ptr %info.local, ptr %info
+  call void @pyjlad_lapack_{p}lascl_(ptr %type.a, ptr %kl.a, ptr %ku.a, ptr %cfrom.a, ptr %cto.a,
+                                   ptr %m.a, ptr %n.a, ptr %a, ptr %lda.a, ptr %infop, i64 1)
+  ret void
+}}
+declare void @pyjlad_lapack_{p}lascl_(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64)
+"""
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def _openblas() -> ctypes.CDLL:
+    lib = _state.get("openblas")
+    if lib is None:
+        try:
+            import scipy  # noqa: F401
+            import scipy.linalg.cython_blas  # noqa: F401  (loads the library)
+        except ImportError as exc:
+            raise ToolchainError(
+                "differentiating np.dot / @ needs SciPy (Numba's own linear algebra uses it): "
+                "pip install scipy"
+            ) from exc
+        libs = sorted((Path(scipy.__file__).parent.parent / "scipy.libs").glob("libscipy_openblas*.so*"))
+        if not libs:
+            raise ToolchainError(
+                "SciPy's bundled OpenBLAS (scipy.libs/libscipy_openblas*.so) was not found; "
+                "install SciPy from its PyPI wheel"
+            )
+        lib = _state["openblas"] = ctypes.CDLL(str(libs[0]))
+    return lib  # type: ignore[return-value]
+
+
+def _address(lib: ctypes.CDLL, name: str) -> int | None:
+    try:
+        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    except AttributeError:
+        return None
+
+
+def _install_shims(lib: ctypes.CDLL) -> None:
+    from numba.core.registry import cpu_target
+
+    for p in "ds":
+        address = _address(lib, f"scipy_{p}lascl_")
+        if address is None:
+            raise ToolchainError(f"SciPy's OpenBLAS does not export {p}lascl_")
+        llvm.add_symbol(f"pyjlad_lapack_{p}lascl_", address)
+    library = cpu_target.target_context.codegen().create_library("pyjlad_blas_shims")
+    module = llvm.parse_assembly(
+        "".join(_SHIM_IR.format(p=p, T=ty) for p, ty in (("d", "double"), ("s", "float")))
+    )
+    library.add_llvm_module(module)
+    library.finalize()
+    for p in "ds":
+        llvm.add_symbol(f"cblas_{p}lascl", library.get_pointer_to_function(f"cblas_{p}lascl"))
+    _state["shims"] = library  # keep the compiled code alive
+
+
+def resolve_blas_symbols(names: list[str]) -> None:
+    """Make the BLAS functions among ``names`` resolvable by the JIT.
+
+    Raises
+    ------
+    ToolchainError
+        If a BLAS function is needed and SciPy's OpenBLAS cannot provide it.
+    """
+    wanted = [n for n in names if BLAS_NAME.match(n)]
+    if not wanted:
+        return
+    with _lock:
+        lib = _openblas()
+        if "shims" not in _state:
+            _install_shims(lib)
+        resolved = _state.setdefault("resolved", set())
+        for name in wanted:
+            if name in resolved or name in ("cblas_dlascl", "cblas_slascl"):
+                continue
+            address = _address(lib, "scipy_" + name)
+            if address is None:
+                raise ToolchainError(f"the gradient calls {name}, which SciPy's OpenBLAS does not export")
+            llvm.add_symbol(name, address)
+            resolved.add(name)  # type: ignore[union-attr]

@@ -1,0 +1,128 @@
+"""np.dot / @ through BLAS, Numba's helpers, prange, against hand-derived gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit, prange
+
+import pyjlad
+
+rng = np.random.default_rng(11)
+
+
+def test_seed001_verbatim() -> None:
+    """Seed 001: np.dot with a vector captured from the enclosing function; the gradient is y."""
+
+    def outerfunc():
+        y = rng.normal(size=2)
+
+        @njit(error_model="numpy")
+        def func(x):
+            return np.dot(x, y)
+
+        return func, y
+
+    func, y = outerfunc()
+    x = rng.normal(size=2)
+    np.testing.assert_array_equal(pyjlad.gradient(func, x), y)
+
+
+@njit
+def vv(x, y):
+    return np.dot(x, y) ** 2
+
+
+@njit
+def mv(a, x):
+    return np.sum(np.sin(a @ x))
+
+
+@njit
+def mm(a, b):
+    return np.sum((a @ b) ** 2)
+
+
+@njit
+def mm_dot(a, b):
+    return np.sum(np.dot(a, b) * 0.5)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_products(dtype, rtol, order) -> None:
+    x, y = rng.normal(size=6).astype(dtype), rng.normal(size=6).astype(dtype)
+    gx, gy = pyjlad.gradient(vv, x, y, wrt=(0, 1))
+    d = np.dot(x, y)
+    np.testing.assert_allclose(gx, 2 * d * y, rtol=rtol)
+    np.testing.assert_allclose(gy, 2 * d * x, rtol=rtol)
+
+    a = np.asarray(rng.normal(size=(4, 6)), dtype=dtype, order=order)
+    ga, gx = pyjlad.gradient(mv, a, x, wrt=(0, 1))
+    c = np.cos(a.astype(np.float64) @ x)
+    np.testing.assert_allclose(ga, np.outer(c, x), rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(gx, a.T @ c, rtol=rtol, atol=rtol)
+
+    b = np.asarray(rng.normal(size=(6, 3)), dtype=dtype, order=order)
+    ga, gb = pyjlad.gradient(mm, a, b, wrt=(0, 1))
+    prod = a.astype(np.float64) @ b
+    np.testing.assert_allclose(ga, 2 * prod @ b.T, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(gb, a.T @ (2 * prod), rtol=rtol, atol=rtol)
+    assert ga.dtype == dtype and ga.flags.f_contiguous == (order == "F")
+
+    ga, gb = pyjlad.gradient(mm_dot, a, b, wrt=(0, 1))
+    np.testing.assert_allclose(ga, 0.5 * np.ones((4, 3)) @ b.T, rtol=rtol, atol=rtol)
+
+
+def test_outer_trace_diag() -> None:
+    a, b = rng.normal(size=3), rng.normal(size=4)
+    ga, gb = pyjlad.gradient(njit(lambda a, b: np.sum(np.outer(a, b) ** 2)), a, b, wrt=(0, 1))
+    np.testing.assert_allclose(ga, 2 * a * np.sum(b ** 2), rtol=1e-12)
+    np.testing.assert_allclose(gb, 2 * b * np.sum(a ** 2), rtol=1e-12)
+    m = rng.normal(size=(4, 4))
+    np.testing.assert_allclose(pyjlad.gradient(njit(lambda m: np.trace(m @ m)), m), 2 * m.T, rtol=1e-12)
+    np.testing.assert_allclose(pyjlad.gradient(njit(lambda m: np.sum(np.diag(m) ** 3)), m),
+                               np.diag(3 * np.diag(m) ** 2), rtol=1e-12)
+
+
+@njit
+def mlp_loss(x, w1, w2, y):
+    h = np.tanh(x @ w1)
+    r = h @ w2 - y
+    return np.sum(r * r)
+
+
+def test_mlp_loss_both_weight_matrices() -> None:
+    x, y = rng.normal(size=(16, 5)), rng.normal(size=(16, 2))
+    w1, w2 = rng.normal(size=(5, 8)), rng.normal(size=(8, 2))
+    g1, g2 = pyjlad.gradient(mlp_loss, x, w1, w2, y, wrt=(1, 2))
+    h = np.tanh(x @ w1)
+    r = 2 * (h @ w2 - y)
+    np.testing.assert_allclose(g2, h.T @ r, rtol=1e-12)
+    np.testing.assert_allclose(g1, x.T @ ((r @ w2.T) * (1 - h ** 2)), rtol=1e-12)
+
+
+@njit(parallel=True)
+def parallel_energy(x, k):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += k * np.sin(x[i]) ** 2
+    return s
+
+
+def test_parallel_function_differentiates_its_serial_version() -> None:
+    x = rng.normal(size=50)
+    gx, gk = pyjlad.gradient(parallel_energy, x, 1.5, wrt=(0, 1))
+    np.testing.assert_allclose(gx, 1.5 * 2 * np.sin(x) * np.cos(x), rtol=1e-12)
+    assert gk == pytest.approx(float(np.sum(np.sin(x) ** 2)), rel=1e-12)
+
+
+@pytest.mark.parametrize("name,f", [
+    ("solve", lambda a, b: np.sum(np.linalg.solve(a, b))),
+    ("inv", lambda a, b: np.sum(np.linalg.inv(a)) * b[0]),
+])
+def test_lapack_helpers_are_named_in_the_error(name, f) -> None:
+    """LAPACK-backed functions are not differentiable yet: the error names the helper."""
+    a = rng.normal(size=(3, 3)) + 3 * np.eye(3)
+    with pytest.raises(pyjlad.EnzymeError, match=r"numba_\w*(gesv|getrf|getri)"):
+        pyjlad.gradient(njit(f), a, np.ones(3))
