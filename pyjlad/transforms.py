@@ -38,18 +38,31 @@ def _reverse(f: Callable[..., Any], wrt: tuple[int, ...], engine: str | None) ->
     return cached_for(f, ("gradient", wrt, name), lambda: get_engine(name).reverse(f, wrt))
 
 
+_NAMES = {"_ValueAndGrad": "value_and_grad", "_Grad": "grad"}
+
+
 class _ValueAndGrad:
     """Callable returned by :func:`value_and_grad` (and used by :func:`grad`)."""
 
-    __slots__ = ("_rev", "_order", "_single", "__wrapped__")
+    __slots__ = ("_rev", "_order", "_single", "__wrapped__", "_spec")
 
     def __init__(self, f: Callable[..., Any], wrt: Wrt, engine: str | None) -> None:
+        self._spec = (f, wrt, engine)
         unique, single = _normalize_wrt(wrt)
         requested = (wrt,) if single else wrt
         self._rev = _reverse(f, unique, engine)
         self._order = None if requested == unique else tuple(unique.index(i) for i in requested)
         self._single = single
         self.__wrapped__ = f
+
+    def __reduce__(self):
+        # Pickled as "this transform of this function": the receiving process
+        # rebuilds it (Numba pickles dispatchers; the disk cache spares Enzyme).
+        return (type(self), self._spec)
+
+    def __repr__(self) -> str:
+        f, wrt, _ = self._spec
+        return f"<pyjlad.{_NAMES[type(self).__name__]} of {getattr(f, '__name__', f)!s}, wrt={wrt!r}>"
 
     def __call__(self, *args: Any) -> tuple[float, Any]:
         value, grads = self._rev(*args)

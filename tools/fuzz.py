@@ -1,0 +1,41 @@
+"""Differential fuzzing: random Numba programs, pyjlad's gradient vs central finite differences.
+
+Usage: ``.venv/bin/python tools/fuzz.py --programs 1000 [--start 0]``
+
+Prints one line per program that does not agree, then the tally by outcome.
+The generator lives in ``tests/program_generator.py`` (the test suite runs the
+first 40 programs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from program_generator import check, generate  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", type=int, default=1000)
+    parser.add_argument("--start", type=int, default=0)
+    args = parser.parse_args()
+    tally: collections.Counter[str] = collections.Counter()
+    start = time.perf_counter()
+    for seed in range(args.start, args.start + args.programs):
+        outcome, detail = check(seed)
+        tally[outcome] += 1
+        if outcome != "agree":
+            print(f"program {seed}: {outcome} {detail}\n{generate(seed).source}\n", flush=True)
+    elapsed = time.perf_counter() - start
+    print(f"{args.programs} programs in {elapsed:.0f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
+    return 0 if set(tally) <= {"agree", "invalid-program"} else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
