@@ -317,9 +317,19 @@ _PORTABLE_RUNTIME_DECLS = {
 INACTIVE_HELPERS = frozenset({"numba_attempt_nocopy_reshape", "numba_fatal_error"})
 
 
+def is_inactive_helper(name: str) -> bool:
+    """Whether ``name`` is a runtime helper that never carries derivatives.
+
+    The Python C API and the GIL helpers (print(), formatted exception messages)
+    are deliberately not listed: Enzyme may replay inactive calls in the reverse
+    sweep, and a replayed ``numba_gil_ensure`` deadlocks.
+    """
+    return name in INACTIVE_HELPERS
+
+
 def _mark_inactive(line: str) -> str:
     match = _DEFINE_NAME_RE.match(line)
-    if match and match.group(1).lstrip("@") in INACTIVE_HELPERS and "enzyme_inactive" not in line:
+    if match and is_inactive_helper(match.group(1).lstrip("@")) and "enzyme_inactive" not in line:
         return line.rstrip() + ' nofree nounwind "enzyme_inactive"'
     return line
 

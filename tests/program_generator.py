@@ -105,8 +105,10 @@ def central_fd(f, x: np.ndarray, a: float, k: int, h: float = 1e-6) -> tuple[np.
 
 
 def check(seed: int, tol: float = 1e-5) -> tuple[str, str]:
-    """Run program ``seed``: returns (outcome, detail), outcome one of
-    ``agree``, ``disagree``, ``pyjlad-error:<Type>``, ``invalid-program``."""
+    """Run program ``seed``: returns (outcome, detail), outcome one of ``agree``,
+    ``disagree``, ``pyjlad-error:<Type>``, ``invalid-program`` (Numba rejects it,
+    or it is too ill-conditioned for finite differences to be an oracle: a value
+    above 1e6, or central differences with steps 1e-5 and 1e-6 disagreeing)."""
     import pyjlad
 
     try:
@@ -115,14 +117,18 @@ def check(seed: int, tol: float = 1e-5) -> tuple[str, str]:
         value = program.func(x, a, k)
     except Exception as exc:  # noqa: BLE001 - the generator produced something Numba rejects
         return "invalid-program", f"{type(exc).__name__}: {exc}"
-    if not math.isfinite(value):
-        return "invalid-program", "non-finite value"
+    if not math.isfinite(value) or abs(value) > 1e6:
+        return "invalid-program", f"value {value} is not finite or too large for finite differences"
     try:
         gx, ga = pyjlad.gradient(program.func, x, a, k, wrt=(0, 1))
     except Exception as exc:  # noqa: BLE001 - classified by type
         return f"pyjlad-error:{type(exc).__name__}", str(exc).splitlines()[0][:200]
     fx, fa = central_fd(program.func, x, a, k)
+    fx5, fa5 = central_fd(program.func, x, a, k, h=1e-5)
     scale = 1.0 + np.abs(np.concatenate([fx, [fa]]))
+    oracle_spread = np.abs(np.concatenate([fx - fx5, [fa - fa5]])) / scale
+    if float(np.max(oracle_spread)) > tol:
+        return "invalid-program", "finite differences disagree with themselves"
     err = np.abs(np.concatenate([gx - fx, [ga - fa]])) / scale
     if float(np.max(err)) <= tol:
         return "agree", ""

@@ -40,7 +40,7 @@ from .. import cache
 from ..abi import ArrayArg, FunctionABI
 from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
-from ..portable import INACTIVE_HELPERS, RUNTIME_CALL_DTOR
+from ..portable import RUNTIME_CALL_DTOR, is_inactive_helper
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, Driver, ad_driver, hvp_driver
@@ -77,7 +77,7 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
     """External functions of ``exported`` that Enzyme has no derivative rules for."""
     return [
         name for name in exported.module.external_functions
-        if name not in _KNOWN_EXTERNALS and name not in INACTIVE_HELPERS and not BLAS_NAME.match(name)
+        if name not in _KNOWN_EXTERNALS and not is_inactive_helper(name) and not BLAS_NAME.match(name)
         and not name.startswith(("llvm.", "NRT_"))
     ]
 
