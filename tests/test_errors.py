@@ -127,3 +127,44 @@ def test_missing_toolchain_says_how_to_install(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("PYJLAD_ENZYME_PLUGIN", str(tmp_path / "absent.so"))
     with pytest.raises(pyjlad.ToolchainError, match="pyjlad toolchain install"):
         toolchain.locate()
+
+
+def test_recursion_is_differentiated() -> None:
+    @njit
+    def power(x, n):
+        if n <= 0:
+            return 1.0
+        return x * power(x, n - 1)
+
+    assert pyjlad.gradient(power, 2.0, 3) == pytest.approx(12.0, rel=1e-14)
+
+
+def test_generator_is_refused() -> None:
+    def gen(x):
+        yield x
+
+    with pytest.raises(TypeError, match="generator.*real scalar"):
+        pyjlad.gradient(gen, 1.0)
+
+
+def test_printing_is_refused_with_the_helpers_named() -> None:
+    @njit
+    def noisy(x):
+        print("x =", x)
+        return x * x
+
+    with pytest.raises(pyjlad.EnzymeError, match="numba_gil_ensure"):
+        pyjlad.gradient(noisy, 3.0)
+
+
+def test_broken_toolchain_is_an_exception(monkeypatch, tmp_path) -> None:
+    from pyjlad import toolchain
+
+    broken = tmp_path / "LLVMEnzyme-15.so"
+    broken.write_bytes(b"not a shared library")
+    monkeypatch.setenv("PYJLAD_ENZYME_PLUGIN", str(broken))
+    with pytest.raises(pyjlad.ToolchainError, match="self-test"):
+        toolchain.locate().self_test()
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    with pytest.raises(pyjlad.EnzymeError, match="failed"):
+        pyjlad.gradient(njit(lambda x: x * 5.0), 1.0)
