@@ -44,7 +44,6 @@ def _doctor(_: argparse.Namespace) -> int:
         print(f"[{mark}] engine {name}{' (default)' if name == default else ''}: {detail}")
         if name == default:
             default_ok = ok
-    print("[----] engine julia: not part of this version (planned: Enzyme.jl through juliacall)")
     if default not in ENGINE_NAMES:
         print(f"PYJLAD_ENGINE={default!r} is not a known engine; use one of {', '.join(ENGINE_NAMES)}")
     return 0 if default_ok else 1
@@ -94,8 +93,11 @@ def _export(args: argparse.Namespace) -> int:
         return 1
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
+    from .engines.julia import llvmcall_module
+
     stem = exported.abi.entry
-    (out / f"{stem}.ll").write_text(exported.module.text)
+    # The module as Julia's llvmcall takes it (usable by any LLVM >= 15 tool too).
+    (out / f"{stem}.ll").write_text(llvmcall_module(exported.module.text))
     abi = exported.abi.to_dict()
     abi["external_functions"] = list(exported.module.external_functions)
     (out / f"{stem}.json").write_text(json.dumps(abi, indent=2) + "\n")

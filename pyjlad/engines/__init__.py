@@ -3,6 +3,9 @@
 ``embedded`` (the default): the standalone Enzyme LLVM plugin run by ``opt``,
 the result JIT-compiled in-process (:mod:`pyjlad.engines.embedded`).
 
+``julia``: Enzyme.jl over ``Base.llvmcall`` of the same portable module,
+through juliacall (:mod:`pyjlad.engines.julia`).
+
 The engine is chosen per call with ``engine=...`` or for the process with the
 ``PYJLAD_ENGINE`` environment variable.
 """
@@ -16,7 +19,7 @@ from ..errors import EngineUnavailableError
 __all__ = ["get_engine", "ENGINE_NAMES", "default_engine_name"]
 
 #: Engine names pyjlad knows.
-ENGINE_NAMES = ("embedded",)
+ENGINE_NAMES = ("embedded", "julia")
 _ALIASES = {"llvm": "embedded", "enzyme": "embedded"}
 _instances: dict[str, object] = {}
 
@@ -42,8 +45,13 @@ def get_engine(name: str | None = None):
         )
     engine = _instances.get(name)
     if engine is None:
-        from .embedded import EmbeddedEngine
+        if name == "julia":
+            from .julia import JuliaEngine
 
-        engine = _instances[name] = EmbeddedEngine()
+            engine = _instances[name] = JuliaEngine()
+        else:
+            from .embedded import EmbeddedEngine
+
+            engine = _instances[name] = EmbeddedEngine()
     return engine
 

@@ -45,7 +45,10 @@ from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, Driver, ad_driver, hvp_driver
 
-__all__ = ["EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like"]
+__all__ = [
+    "EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like", "resolve_activities",
+    "reraise_from_function",
+]
 
 NAME = "embedded"
 #: opt pipeline: expand masked vector memory intrinsics (from Numba's vectorizer;
@@ -382,19 +385,20 @@ class Compiled:
             numba_argtypes(args)  # raises a clear error for an argument Numba cannot type
             raise
         if status != 0:
-            self._reraise(args)
+            reraise_from_function(self.func, args)
         return value, dret, adjoints
 
-    def _reraise(self, args: tuple[Any, ...]) -> None:
-        """Run the function itself so that its exception surfaces with its message."""
-        numba_fn = as_numba_function(self.func)
-        runner = getattr(numba_fn, "_pyfunc", None)
-        runner = as_numba_function(runner) if runner is not None else numba_fn
-        runner(*args)
-        raise RuntimeError(
-            f"{describe_function(self.func)} reported an error while differentiated, "
-            "but not when called directly"
-        )
+
+def reraise_from_function(func: Any, args: tuple[Any, ...]) -> None:
+    """Run ``func`` itself so that the exception it raised while differentiated surfaces
+    with its own type and message (Numba reports only a status to the caller)."""
+    numba_fn = as_numba_function(func)
+    runner = getattr(numba_fn, "_pyfunc", None)
+    runner = as_numba_function(runner) if runner is not None else numba_fn
+    runner(*args)
+    raise RuntimeError(
+        f"{describe_function(func)} reported an error while differentiated, but not when called directly"
+    )
 
 
 class ReverseGradient:
@@ -404,12 +408,12 @@ class ReverseGradient:
     (in increasing argument order).
     """
 
-    def __init__(self, func: Any, wrt: tuple[int, ...]) -> None:
+    def __init__(self, func: Any, wrt: tuple[int, ...], compile: Callable[[Any, Sweep], Any] | None = None) -> None:
         self.wrt = tuple(sorted(set(wrt)))
         activities = ["const"] * (max(self.wrt) + 1)
         for index in self.wrt:
             activities[index] = "diff"
-        self._compiled = Compiled(func, Sweep("ad", "reverse", tuple(activities)))
+        self._compiled = (compile or Compiled)(func, Sweep("ad", "reverse", tuple(activities)))
 
     def __call__(self, *args: Any) -> tuple[Any, tuple[Any, ...]]:
         wrt = self.wrt

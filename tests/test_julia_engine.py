@@ -1,0 +1,120 @@
+"""The Julia engine: everything on the Python side of the juliacall boundary, for real.
+
+Julia itself cannot be installed on pyjlad's build machines; the tests that need
+it are parametrized over engines and skip with the reason where it is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cases import CASES, Case
+
+import pyjlad
+from pyjlad.engines import get_engine
+from pyjlad.engines.julia import JULIA_PROJECT, array_spec, julia_status, llvmcall_module
+from pyjlad.export import export, numba_argtypes
+
+JULIA_OK, JULIA_WHY = julia_status()
+ENGINES = [
+    "embedded",
+    pytest.param("julia", marks=pytest.mark.skipif(not JULIA_OK, reason=f"Julia engine unavailable: {JULIA_WHY}")),
+]
+
+
+@pytest.mark.parametrize("version", (15, 16, 19, 22))
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_llvmcall_module_is_accepted_by_every_llvm(case: Case, version: int) -> None:
+    """The exact text the Julia engine hands to llvmcall (Julia 1.11/1.12: LLVM 16/18)."""
+    tool = shutil.which(f"llvm-as-{version}")
+    if tool is None:
+        pytest.skip(f"llvm-as-{version} is not installed")
+    exported = export(case.func, numba_argtypes(case.args))
+    text = llvmcall_module(exported.module.text)
+    assert "target triple" not in text and "target datalayout" not in text
+    assert "declare void @pyjlad_NRT_MemInfo_call_dtor" not in text
+    result = subprocess.run([tool, "-o", "/dev/null", "-"], input=text, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    abi = json.loads(json.dumps(exported.abi.to_dict()))
+    assert abi["entry"] in text and len(abi["params"]) == len(exported.abi.param_types)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(12.0),
+    lambda: np.arange(12.0).reshape(3, 4),
+    lambda: np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    lambda: np.arange(24.0).reshape(4, 6)[::2, 1::2],
+    lambda: np.arange(12.0)[::-1],
+    lambda: np.arange(24.0, dtype=np.float32).reshape(2, 3, 4)[:, ::-1, ::2],
+])
+def test_array_spec_wraps_numpy_memory_without_copying(make) -> None:
+    x = make()
+    address, length, dtype, offset, shape, strides = array_spec(x)
+    itemsize = x.itemsize
+    # Rebuild the array the way Julia does, from the address alone.
+    raw = (ctypes.c_char * (length * itemsize)).from_address(address)
+    flat = np.frombuffer(raw, dtype=dtype)
+    view = np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=[s * itemsize for s in strides])
+    np.testing.assert_array_equal(view, x)
+    assert np.shares_memory(flat, x)
+    lo, hi = np.lib.array_utils.byte_bounds(x)
+    assert address == lo and address + length * itemsize == hi
+
+
+def test_julia_engine_reports_why_it_cannot_run() -> None:
+    engine = get_engine("julia")
+    ok, detail = engine.status()
+    assert ok == JULIA_OK
+    if not ok:
+        assert "fix:" in detail
+        with pytest.raises(pyjlad.EngineUnavailableError, match="Julia engine cannot run here"):
+            pyjlad.gradient(lambda x: x * x, 2.0, engine="julia")
+
+
+def test_engine_selection_by_environment(monkeypatch) -> None:
+    monkeypatch.setenv("PYJLAD_ENGINE", "julia")
+    from pyjlad.engines import default_engine_name
+
+    assert default_engine_name() == "julia"
+    if not JULIA_OK:
+        with pytest.raises(pyjlad.EngineUnavailableError):
+            pyjlad.gradient(lambda x: x * 3.0, 2.0)
+    monkeypatch.setenv("PYJLAD_ENGINE", "llvm")
+    assert pyjlad.gradient(lambda x: x * 3.0, 2.0) == 3.0
+    monkeypatch.setenv("PYJLAD_ENGINE", "nonsense")
+    with pytest.raises(pyjlad.EngineUnavailableError, match="unknown engine 'nonsense'"):
+        pyjlad.gradient(lambda x: x * 3.0, 2.0)
+
+
+def test_doctor_reports_the_julia_engine() -> None:
+    out = subprocess.run([sys.executable, "-m", "pyjlad", "doctor"], capture_output=True, text=True)
+    assert "engine julia" in out.stdout
+    if not JULIA_OK:
+        assert "fix:" in out.stdout.split("engine julia", 1)[1]
+
+
+def test_bundled_julia_project_is_complete() -> None:
+    project = (JULIA_PROJECT / "Project.toml").read_text()
+    for needed in ('name = "PyJlad"', "Enzyme =", "[weakdeps]", "CUDA =", "[extensions]", "[compat]", "julia ="):
+        assert needed in project
+    assert (JULIA_PROJECT / "src" / "PyJlad.jl").is_file()
+    assert (JULIA_PROJECT / "test" / "runtests.jl").is_file()
+    assert (JULIA_PROJECT / "ext" / "PyJladCUDAExt.jl").is_file()
+    pkg = json.loads((JULIA_PROJECT.parent / "pyjlad" / "juliapkg.json").read_text())
+    assert pkg["packages"]["PyJlad"]["uuid"] in project
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in ("scalar_math", "sin_x_dot_x", "two_arrays")],
+                         ids=lambda c: c.name)
+def test_engines_agree(case: Case, engine: str) -> None:
+    got = pyjlad.gradient(case.func, *case.args, wrt=case.wrt, engine=engine)
+    reference = pyjlad.gradient(case.func, *case.args, wrt=case.wrt, engine="embedded")
+    for g, r in zip(got if isinstance(got, tuple) else (got,), reference if isinstance(reference, tuple) else (reference,)):
+        np.testing.assert_allclose(g, r, rtol=1e-13)
