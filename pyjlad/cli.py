@@ -1,4 +1,4 @@
-"""``python -m pyjlad``: doctor, toolchain install, export.
+"""``python -m pyjlad``: doctor, toolchain install, export, bench.
 
 Examples
 --------
@@ -7,7 +7,9 @@ Examples
 ``python -m pyjlad toolchain install``
     Install and verify the embedded engine's Enzyme toolchain.
 ``python -m pyjlad export mymodule:loss --signature "float64[:], float64" -o out/``
-    Write ``loss``'s portable IR (``.ll``) and ABI description (``.json``).
+    Write ``loss``'s portable IR (``.ll``, as Julia's ``llvmcall`` takes it) and ABI description (``.json``).
+``python -m pyjlad bench``
+    Run the benchmark scripts in ``benchmarks/``.
 """
 
 from __future__ import annotations
@@ -105,6 +107,23 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+_BENCHMARKS = ("call_overhead.py", "euler_memory.py", "matmul_speed.py")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    if not root.is_dir():
+        print(f"error: the benchmark scripts are in the source tree ({root} is missing)", file=sys.stderr)
+        return 1
+    status = 0
+    for script in _BENCHMARKS:
+        print(f"== benchmarks/{script}", flush=True)
+        status |= subprocess.call([sys.executable, str(root / script)])
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m pyjlad``."""
     parser = argparse.ArgumentParser(prog="python -m pyjlad", description="Gradients of Numba code with Enzyme.")
@@ -124,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--signature", default="", help='argument types, e.g. "float64[:], float64"')
     exp.add_argument("-o", "--output", default=".", help="output directory (default: .)")
     exp.set_defaults(run=_export)
+
+    bench = sub.add_parser("bench", help="run the benchmark scripts (benchmarks/) and print their figures")
+    bench.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)
     return args.run(args)

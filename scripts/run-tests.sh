@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
 py="${PYJLAD_VENV:-.venv}/bin/python"
-"$py" -m ruff check pyjlad tests examples benchmarks tools
+"$py" -m ruff check pyjlad tests examples benchmarks tools notebooks
 exec "$py" -m pytest "$@"

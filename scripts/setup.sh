@@ -40,6 +40,11 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]; then
   echo "setup: pip install -e .$extras"
+  if [ "$want_tests" = 1 ]; then
+    # PyTorch's CPU build (a plain `torch` requirement would pull a multi-GB CUDA build).
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 \
+      | grep -v "^WARNING: Location" || true
+  fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".$extras" 2>&1 \
     | grep -v "^WARNING: Location" || true
   "$venv/bin/python" -c "import pyjlad" # fail here, not later, if the install broke

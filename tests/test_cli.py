@@ -70,6 +70,7 @@ def test_export_reports_bad_functions(tmp_path: Path) -> None:
 
 
 def test_help_everywhere() -> None:
-    for args in (["--help"], ["doctor", "--help"], ["toolchain", "install", "--help"], ["export", "--help"]):
+    for args in (["--help"], ["doctor", "--help"], ["toolchain", "install", "--help"], ["export", "--help"],
+                 ["bench", "--help"]):
         out = _run(*args)
         assert out.returncode == 0 and "usage" in out.stdout
