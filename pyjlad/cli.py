@@ -107,7 +107,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-_BENCHMARKS = ("call_overhead.py", "euler_memory.py", "matmul_speed.py")
+_BENCHMARKS = ("suite.py", "call_overhead.py", "euler_memory.py", "matmul_speed.py")
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -94,6 +94,7 @@ struct NumbaArray{T,N}
 end
 
 NumbaArray(x::Array{T,N}) where {T,N} = NumbaArray{T,N}(vec(x), 0, size(x), strides(x))
+Base.zero(x::NumbaArray{T,N}) where {T,N} = NumbaArray{T,N}(zero(x.buffer), x.offset, x.shape, x.strides)
 
 """
     numba_array(address, length, dtype, offset, shape, strides) -> NumbaArray

@@ -138,10 +138,10 @@ class JuliaCompiled:
         return cached_for(exported, ("julia",), load), activities
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
-        if self.sweep.kind != "ad":
-            raise EngineUnavailableError("Hessian-vector products on the Julia engine: use PyJlad.hvp_exported in Julia")
         function, activities = self._loaded(args)
         jl = _pyjlad_julia()
+        if self.sweep.kind == "hvp":
+            return self._hvp(jl, function, args, shadows)
         # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects).
         jargs = tuple(jl.numba_array(*array_spec(a)) if isinstance(a, np.ndarray) else a for a in args)
         jshadows = tuple(jl.numba_array(*array_spec(s)) if isinstance(s, np.ndarray) else s for s in shadows)
@@ -151,6 +151,23 @@ class JuliaCompiled:
             reraise_from_function(self.func, args)
             raise
         return float(value), float(dret), tuple(float(a) for a in adjoints)
+
+
+    def _hvp(self, jl: Any, function: Any, args: tuple[Any, ...], shadows: tuple[Any, ...]):
+        """Forward over reverse in Enzyme.jl; fills the H @ v buffer (``shadows[2]``) like the embedded engine."""
+        tangent, _, result = shadows
+        wrt = self.sweep.wrt
+        jargs = tuple(jl.numba_array(*array_spec(a)) if isinstance(a, np.ndarray) else a for a in args)
+        x = args[wrt]
+        if isinstance(x, np.ndarray):
+            v = jl.numba_array(*array_spec(tangent))
+            out = jl.hvp_exported(function, jargs, wrt + 1, v)
+            result[...] = np.asarray(out.buffer)[out.offset:out.offset + 1].reshape(()) if x.ndim == 0 else \
+                np.lib.stride_tricks.as_strided(np.asarray(out.buffer)[out.offset:], shape=x.shape,
+                                                strides=[s * x.itemsize for s in out.strides])
+        else:
+            result[0] = float(jl.hvp_exported(function, jargs, wrt + 1, float(tangent)))
+        return 0.0, 0.0, ()
 
 
 class JuliaEngine:
