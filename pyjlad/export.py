@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+import types as pytypes
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -233,17 +234,45 @@ def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
     return cached_for(func, ("export", argtypes), lambda: _export(func, argtypes))
 
 
+def _uses_parallel(dispatcher: Dispatcher, seen: set[int] | None = None) -> bool:
+    """Whether ``dispatcher`` or an ``@njit`` function it references by global name is ``parallel=True``."""
+    seen = set() if seen is None else seen
+    if id(dispatcher) in seen:
+        return False
+    seen.add(id(dispatcher))
+    if dispatcher.targetoptions.get("parallel"):
+        return True
+    py = dispatcher.py_func
+    return any(
+        isinstance(value, Dispatcher) and _uses_parallel(value, seen)
+        for value in (py.__globals__.get(name) for name in py.__code__.co_names)
+    )
+
+
 def _serial(dispatcher: Dispatcher) -> Dispatcher:
-    """The dispatcher itself, or for ``parallel=True`` a serial copy (``prange`` runs as ``range``).
+    """The dispatcher itself, or a serial copy if it (or an ``@njit`` function it calls) is ``parallel=True``.
 
     Numba's parallel loops call its threading runtime through function pointers
-    Enzyme cannot follow; the serial copy computes the same function, and its
-    derivative runs serially.
+    Enzyme cannot follow; the serial copy (``prange`` runs as ``range``, and
+    parallel callees referenced by global name are replaced by their serial
+    copies) computes the same function, and its derivative runs serially.
     """
-    if not dispatcher.targetoptions.get("parallel"):
+    if not _uses_parallel(dispatcher):
         return dispatcher
-    options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("parallel", "nopython")}
-    return cached_for(dispatcher, ("serial",), lambda: numba.njit(**options)(dispatcher.py_func))
+
+    def build() -> Dispatcher:
+        py = dispatcher.py_func
+        namespace = dict(py.__globals__)
+        for name in py.__code__.co_names:
+            value = namespace.get(name)
+            if isinstance(value, Dispatcher) and _uses_parallel(value):
+                namespace[name] = _serial(value)
+        clone = pytypes.FunctionType(py.__code__, namespace, py.__name__, py.__defaults__, py.__closure__)
+        clone.__qualname__ = py.__qualname__
+        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("parallel", "nopython")}
+        return numba.njit(**options)(clone)
+
+    return cached_for(dispatcher, ("serial",), build)
 
 
 def result_type(func: Any, argtypes: Sequence[nbtypes.Type]) -> nbtypes.Type:

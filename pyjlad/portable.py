@@ -194,8 +194,20 @@ runtime:
     + _ALLOC_ALIGNED_BODY,
     # A variable-size buffer (Numba's copies in np.linalg): the same block layout;
     # with dtor = NULL, Numba's runtime frees it like any other.
+    # Raw allocation and a MemInfo of Numba's default allocator (dtor NULL), used
+    # by runtime code such as the formatting of exception messages.
+    "@NRT_Allocate": "define linkonce_odr ptr @NRT_Allocate(i64 %size) {\n"
+    "entry:\n  %p = call ptr @malloc(i64 %size)\n  ret ptr %p\n}",
+    "@NRT_Free": "define linkonce_odr void @NRT_Free(ptr %p) {\nentry:\n  call void @free(ptr %p)\n  ret void\n}",
+    "@NRT_MemInfo_alloc": "define linkonce_odr ptr @NRT_MemInfo_alloc"
+    + _ALLOC_ALIGNED_BODY.replace("(i64 %size, i32 %align)", "(i64 %size)"),
     "@NRT_MemInfo_new_varsize": "define linkonce_odr ptr @NRT_MemInfo_new_varsize"
     + _ALLOC_ALIGNED_BODY.replace("(i64 %size, i32 %align)", "(i64 %size)"),
+    # ... and with an element destructor, which only matters for containers of
+    # reference-counted items; growing such a buffer (NRT_MemInfo_varsize_realloc)
+    # stays an opaque call that Enzyme refuses, so these never reach the runtime.
+    "@NRT_MemInfo_new_varsize_dtor": "define linkonce_odr ptr @NRT_MemInfo_new_varsize_dtor"
+    + _ALLOC_ALIGNED_BODY.replace("(i64 %size, i32 %align)", "(i64 %size, ptr %element_dtor)"),
 }
 # Numba's BLAS helpers (numba_xxdot/gemv/gemm in numba/_lapack.c) call Fortran
 # BLAS through function pointers Enzyme cannot follow, and return a status. These
@@ -269,6 +281,7 @@ entry:
 # type analysis rejects a function storing both float and double to one pointer).
 _BLAS_KINDS = {"100": ("d", "double"), "115": ("s", "float")}
 _BLAS_CALL_RE = re.compile(r"@numba_xx(dot|gemv|gemm|nrm2)\(i8 (100|115),")
+_LAPACK_CALL_RE = re.compile(r"@(numba_xxgetrf|numba_ez_xxgetri|numba_xgesv|numba_xxpotrf)\(i8 (100|115),")
 _BLAS_RUNTIME = {
     f"@numba_xx{op}.{p}": template.format(
         p=p, T=ty, suffix="f64" if ty == "double" else "f32", trans=_TRANS.format(c="trans"),
@@ -285,6 +298,10 @@ _PORTABLE_RUNTIME_DEPS = {
     "@NRT_MemInfo_alloc_aligned": {"@malloc"},
     "@NRT_MemInfo_alloc_safe_aligned": {"@malloc"},
     "@NRT_MemInfo_new_varsize": {"@malloc"},
+    "@NRT_Allocate": {"@malloc"},
+    "@NRT_Free": {"@free"},
+    "@NRT_MemInfo_alloc": {"@malloc"},
+    "@NRT_MemInfo_new_varsize_dtor": {"@malloc"},
     **{name: {"@cblas_" + name.rsplit(".", 1)[1] + name[len("@numba_xx"):].split(".")[0]}
        for name in _BLAS_RUNTIME if "nrm2" not in name},
     "@numba_xxnrm2.d": {"@llvm.sqrt.f64"},
@@ -315,6 +332,33 @@ _PORTABLE_RUNTIME_DECLS = {
 # arguments: their declarations are marked so that Enzyme treats calls to them as
 # inactive and knows they free nothing.
 INACTIVE_HELPERS = frozenset({"numba_attempt_nocopy_reshape", "numba_fatal_error"})
+
+
+# Python C-API functions that Numba's generated code calls only to build the
+# message of an exception raised with run-time values (e.g. a shape mismatch in
+# a slice assignment). A differentiated module never reads that message: pyjlad
+# re-runs the function itself to raise the exception with its text (and the
+# Julia engine reports the status). So in the portable module they are stubs
+# returning null/zero; the status still says an exception was raised.
+ERROR_PATH_STUBS = frozenset({
+    "PyUnicode_FromKindAndData", "PyUnicode_FromString", "PyTuple_Pack", "PyObject_Hash",
+    "PyErr_SetString", "PyErr_SetNone", "PyErr_Clear", "Py_DecRef", "Py_IncRef",
+})
+_ZERO = {"ptr": "null", "void": "", "float": "0.0", "double": "0.0"}
+
+
+def _stub(declaration: str) -> str:
+    """A definition with the declaration's signature that returns zero/null."""
+    match = re.match(r"^declare\s+(?:noalias\s+|noundef\s+)*(\S+)\s+(@[-\w.$]+)\((.*)\)", declaration)
+    if match is None:
+        raise PortabilityError(f"cannot parse declaration: {declaration}")
+    ret, name, params = match.groups()
+    names = []
+    for k, param in enumerate(p.strip() for p in _split_top_level(params) if p.strip()):
+        names.append(param if param == "..." else f"{param.split()[0]} %a{k}")
+    value = _ZERO.get(ret, "0")
+    body = "ret void" if ret == "void" else f"ret {ret} {value}"
+    return f"define linkonce_odr {ret} {name}({', '.join(names)}) {{\nentry:\n  {body}\n}}"
 
 
 def is_inactive_helper(name: str) -> bool:
@@ -348,11 +392,16 @@ class PortableModule:
     external_functions : tuple of str
         Functions the module declares but does not define (libm, Numba's
         runtime, LLVM intrinsics); resolved when the module is linked or JIT-ed.
+    links : tuple of (str, str)
+        ``(helper, kind)`` pairs of Numba LAPACK helpers the module calls as
+        ``@<helper>.<kind>``: the modules of :func:`pyjlad.lapack.lapack_module`
+        to link with it.
     """
 
     text: str
     entry: str
     external_functions: tuple[str, ...]
+    links: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -598,7 +647,14 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.]*", name):
         raise ValueError(f"invalid LLVM identifier for the entry: {name!r}")
     ir = _BLAS_CALL_RE.sub(lambda m: f"@numba_xx{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
+    links = sorted({(m.group(1), _BLAS_KINDS[m.group(2)][0]) for m in _LAPACK_CALL_RE.finditer(ir)})
+    ir = _LAPACK_CALL_RE.sub(lambda m: f"@{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
     header, entity_list, groups = _split_module(ir)
+    for helper, kind in links:  # declare the kind-specific name with the helper's own signature
+        declaration = next((e for e in entity_list if e.name == "@" + helper), None)
+        if declaration is not None:
+            entity_list.append(_Entity("declare", f"@{helper}.{kind}",
+                                       declaration.text.replace(f"@{helper}(", f"@{helper}.{kind}(")))
     entities = {e.name: e for e in entity_list}
     entry_symbol = "@" + entry if re.fullmatch(r"[-a-zA-Z$._0-9]+", entry) else '@"' + entry + '"'
     if entry_symbol not in entities or entities[entry_symbol].kind != "define":
@@ -623,6 +679,8 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
             globals_.append(_clean_global(entity.text))
         elif entity.kind == "define":
             defines.append(entity.text)
+        elif symbol.lstrip("@") in ERROR_PATH_STUBS:
+            defines.append(_stub(entity.text))
         else:
             declares.append(_mark_inactive(entity.text))
             externals.append(symbol.lstrip("@").strip('"'))
@@ -651,7 +709,8 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
             f"the function uses the target-specific intrinsic {leftover.group(0)}, "
             "which cannot be made portable; rewrite the code that produces it"
         )
-    return PortableModule(text=text, entry=name, external_functions=tuple(sorted(set(externals))))
+    return PortableModule(text=text, entry=name, external_functions=tuple(sorted(set(externals))),
+                          links=tuple(links))
 
 
 _LIBM_CALL_RE = re.compile(

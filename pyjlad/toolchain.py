@@ -98,7 +98,24 @@ class Toolchain:
         """The ``opt --version`` line naming the LLVM version."""
         return _opt_version(self.opt)
 
-    def run(self, ir: str, passes: str, *, what: str = "module", options: tuple[str, ...] = ()) -> bytes:
+    def link(self, modules: list[str], *, what: str = "module") -> bytes:
+        """Link IR modules with ``llvm-link`` (LLVM 15, beside ``opt``); return bitcode."""
+        import tempfile
+
+        linker = self.opt.with_name(self.opt.name.replace("opt", "llvm-link"))
+        with tempfile.TemporaryDirectory(prefix="pyjlad-link-") as tmp:
+            paths = []
+            for k, text in enumerate(modules):
+                path = Path(tmp) / f"m{k}.ll"
+                path.write_text(text)
+                paths.append(str(path))
+            proc = subprocess.run([str(linker), *paths, "-o", "-"], capture_output=True, timeout=_OPT_TIMEOUT_S)
+        if proc.returncode != 0:
+            stderr = proc.stderr.decode(errors="replace")
+            raise EnzymeError(f"llvm-link failed while linking {what}:\n{stderr[-2000:]}", diagnostics=stderr)
+        return proc.stdout
+
+    def run(self, ir: str | bytes, passes: str, *, what: str = "module", options: tuple[str, ...] = ()) -> bytes:
         """Run ``opt`` with the Enzyme plugin over ``ir``; return the bitcode.
 
         Raises
@@ -116,7 +133,8 @@ class Toolchain:
             "-",
         ]
         try:
-            proc = subprocess.run(cmd, input=ir.encode(), capture_output=True, timeout=_OPT_TIMEOUT_S)
+            data = ir if isinstance(ir, bytes) else ir.encode()
+            proc = subprocess.run(cmd, input=data, capture_output=True, timeout=_OPT_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             raise EnzymeError(
                 f"Enzyme did not finish differentiating {what} within {_OPT_TIMEOUT_S:.0f} s "

@@ -21,6 +21,7 @@ new gradient and known ones reuse it.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from .. import cache
 from ..abi import ArrayArg, FunctionABI
 from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
+from ..lapack import LAPACK_HELPERS
 from ..portable import RUNTIME_CALL_DTOR, is_inactive_helper
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
@@ -81,6 +83,7 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
     return [
         name for name in exported.module.external_functions
         if name not in _KNOWN_EXTERNALS and not is_inactive_helper(name) and not BLAS_NAME.match(name)
+        and name.split(".")[0] not in LAPACK_HELPERS
         and not name.startswith(("llvm.", "NRT_"))
     ]
 
@@ -88,11 +91,25 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
 
 
+@functools.cache
+def _lapack_source_hash() -> str:
+    """Identifies pyjlad's LAPACK implementations in cache keys (they are compiled only when needed)."""
+    from pathlib import Path
+
+    return cache.cache_key((Path(__file__).resolve().parent.parent / "lapack.py").read_text())
+
+
 def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     toolchain = locate()
+    module: str | bytes = module_text
+    if exported.module.links:
+        from ..lapack import lapack_module
+
+        module = toolchain.link([module_text, *(lapack_module(h, k) for h, k in exported.module.links)],
+                                what=exported.name)
     try:
         try:
-            return toolchain.run(module_text, PASSES, what=exported.name)
+            return toolchain.run(module, PASSES, what=exported.name)
         except EnzymeError as exc:
             # Enzyme's type analysis gives up on some untyped operations of Numba's
             # runtime (a memset zeroing the pointer fields of an array struct; index
@@ -101,7 +118,7 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
             # the tests check the results against analytic derivatives.
             if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
                 raise
-            return toolchain.run(module_text, PASSES, what=exported.name, options=("-enzyme-loose-types",))
+            return toolchain.run(module, PASSES, what=exported.name, options=("-enzyme-loose-types",))
     except EnzymeError as exc:
         unknown = unknown_externals(exported)
         if unknown:
@@ -241,7 +258,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
         driver = ad_driver(exported.abi, sweep.mode, activities)
     toolchain = locate()
     module_text = exported.module.text + "\n" + driver.text
-    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, toolchain.identity, module_text)
+    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, toolchain.identity, module_text,
+                          *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
     bitcode = cache.get_or_build(key, lambda: _run_enzyme(exported, module_text))
     try:
         library = _load_into_numba(bitcode, driver.symbol)
