@@ -176,3 +176,12 @@ def test_solve_is_named_in_the_error() -> None:
     a = rng.normal(size=(3, 3)) + 3 * np.eye(3)
     with pytest.raises(pyjlad.EnzymeError, match="solve_impl"):
         pyjlad.gradient(njit(lambda a, b: np.sum(np.linalg.solve(a, b))), a, np.ones(3))
+
+
+def test_norm_of_vectors_and_matrices() -> None:
+    x = rng.normal(size=5)
+    np.testing.assert_allclose(pyjlad.gradient(njit(lambda x: np.linalg.norm(x)), x), x / np.linalg.norm(x),
+                               rtol=1e-12)
+    a = rng.normal(size=(3, 4))
+    np.testing.assert_allclose(pyjlad.gradient(njit(lambda a: np.linalg.norm(a)), a), a / np.linalg.norm(a),
+                               rtol=1e-12)
