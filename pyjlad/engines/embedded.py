@@ -124,7 +124,7 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
         if unknown:
             hint = (
                 f"\n{exported.name} calls functions Enzyme cannot see into: {', '.join(unknown)}. "
-                "These are Numba runtime helpers (containers, linear algebra, printing...); "
+                "These are Numba runtime helpers (typed containers, printing, ...); "
                 "rewrite that part with loops over arrays, or move it out of the differentiated function."
             )
             raise EnzymeError(str(exc) + hint, diagnostics=exc.diagnostics) from None
