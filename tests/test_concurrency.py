@@ -133,5 +133,6 @@ def test_gradients_on_a_dask_local_cluster() -> None:
         workers = client.run(lambda: __import__("os").getpid())
     assert len(set(workers.values())) == 2
     single = [df(c, 2.0)[0] for c in chunks]
-    for got, want in zip(results, single):
+    for chunk, got, want in zip(chunks, results, single):
         np.testing.assert_allclose(got, want, rtol=0, atol=0)
+        np.testing.assert_allclose(got, 6 * chunk ** 2, rtol=1e-12)  # d/dx of 2 * sum(x^3)
