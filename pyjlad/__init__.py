@@ -24,6 +24,7 @@ from .errors import (
     UnsupportedFunctionError,
 )
 from .products import hessian, hvp, jacobian, jvp, vjp
+from .rules import CustomDerivative, custom_derivative
 from .transforms import grad, gradient, value_and_grad, value_and_gradient
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "gradient", "value_and_gradient", "grad", "value_and_grad",
     "jvp", "vjp", "jacobian", "hessian", "hvp",
+    "custom_derivative", "CustomDerivative",
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
     "ToolchainError", "EnzymeError", "EngineUnavailableError", "__version__",

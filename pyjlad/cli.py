@@ -93,13 +93,18 @@ def _export(args: argparse.Namespace) -> int:
     except PyjladError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    from .engines.julia import julia_module_text
+
+    try:
+        # The module as Julia's llvmcall takes it (usable by any LLVM >= 15 tool too).
+        text = julia_module_text(exported)
+    except PyjladError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    from .engines.julia import llvmcall_module
-
     stem = exported.abi.entry
-    # The module as Julia's llvmcall takes it (usable by any LLVM >= 15 tool too).
-    (out / f"{stem}.ll").write_text(llvmcall_module(exported.module.text))
+    (out / f"{stem}.ll").write_text(text)
     abi = exported.abi.to_dict()
     abi["external_functions"] = list(exported.module.external_functions)
     (out / f"{stem}.json").write_text(json.dumps(abi, indent=2) + "\n")

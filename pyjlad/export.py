@@ -83,6 +83,9 @@ def as_numba_function(func: Any) -> Dispatcher | CFunc:
     """
     if isinstance(func, CFunc):
         return func
+    hook = getattr(type(func), "__pyjlad_dispatcher__", None)
+    if hook is not None:  # a pyjlad.custom_derivative: an @njit caller of its symbol
+        return as_numba_function(cached_for(func, ("dispatcher",), lambda: hook(func)))
     if isinstance(func, Dispatcher):
         if getattr(func, "_impl_kind", "direct") != "direct" or func.targetoptions.get("forceobj"):
             raise UnsupportedFunctionError(

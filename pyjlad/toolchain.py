@@ -98,8 +98,8 @@ class Toolchain:
         """The ``opt --version`` line naming the LLVM version."""
         return _opt_version(self.opt)
 
-    def link(self, modules: list[str], *, what: str = "module") -> bytes:
-        """Link IR modules with ``llvm-link`` (LLVM 15, beside ``opt``); return bitcode."""
+    def link(self, modules: list[str], *, what: str = "module", text: bool = False) -> bytes:
+        """Link IR modules with ``llvm-link`` (LLVM 15, beside ``opt``); return bitcode (``text``: IR text)."""
         import tempfile
 
         linker = self.opt.with_name(self.opt.name.replace("opt", "llvm-link"))
@@ -109,7 +109,8 @@ class Toolchain:
                 path = Path(tmp) / f"m{k}.ll"
                 path.write_text(text)
                 paths.append(str(path))
-            proc = subprocess.run([str(linker), *paths, "-o", "-"], capture_output=True, timeout=_OPT_TIMEOUT_S)
+            proc = subprocess.run([str(linker), *paths, *(["-S"] if text else []), "-o", "-"],
+                                  capture_output=True, timeout=_OPT_TIMEOUT_S)
         if proc.returncode != 0:
             stderr = proc.stderr.decode(errors="replace")
             raise EnzymeError(f"llvm-link failed while linking {what}:\n{stderr[-2000:]}", diagnostics=stderr)

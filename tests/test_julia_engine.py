@@ -15,10 +15,11 @@ import sys
 import numpy as np
 import pytest
 from cases import CASES, Case
+from numba import njit
 
 import pyjlad
 from pyjlad.engines import get_engine
-from pyjlad.engines.julia import JULIA_PROJECT, array_spec, julia_status, llvmcall_module
+from pyjlad.engines.julia import JULIA_PROJECT, array_spec, julia_module_text, julia_status
 from pyjlad.export import export, numba_argtypes
 
 JULIA_OK, JULIA_WHY = julia_status()
@@ -28,15 +29,25 @@ ENGINES = [
 ]
 
 
+@njit
+def _inverse_sum(a):
+    return np.sum(np.linalg.inv(a))
+
+
+_LLVMCALL_CASES = [*CASES, Case("lapack_inv", _inverse_sum, (np.eye(3) + 0.1,), 0, lambda a: None)]
+
+
 @pytest.mark.parametrize("version", (15, 16, 19, 22))
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", _LLVMCALL_CASES, ids=[c.name for c in _LLVMCALL_CASES])
 def test_llvmcall_module_is_accepted_by_every_llvm(case: Case, version: int) -> None:
-    """The exact text the Julia engine hands to llvmcall (Julia 1.11/1.12: LLVM 16/18)."""
+    """The exact text the Julia engine hands to llvmcall (Julia 1.11/1.12: LLVM 16/18), LAPACK loops linked in."""
     tool = shutil.which(f"llvm-as-{version}")
     if tool is None:
         pytest.skip(f"llvm-as-{version} is not installed")
     exported = export(case.func, numba_argtypes(case.args))
-    text = llvmcall_module(exported.module.text)
+    text = julia_module_text(exported)
+    if exported.module.links:
+        assert "define linkonce_odr i32 @numba_xxgetrf.d" in text  # linked, not left to resolve
     assert "target triple" not in text and "target datalayout" not in text
     assert "declare void @pyjlad_NRT_MemInfo_call_dtor" not in text
     result = subprocess.run([tool, "-o", "/dev/null", "-"], input=text, capture_output=True, text=True)

@@ -43,6 +43,7 @@ from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
 from ..portable import RUNTIME_CALL_DTOR, is_inactive_helper
+from ..rules import is_rule_symbol, rule_modules
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, Driver, ad_driver, hvp_driver
@@ -54,8 +55,11 @@ __all__ = [
 
 NAME = "embedded"
 #: opt pipeline: expand masked vector memory intrinsics (from Numba's vectorizer;
-#: Enzyme has no rules for them) into scalar code, differentiate, optimize the result.
-PASSES = "function(scalarize-masked-mem-intrin),enzyme,default<O2>"
+#: Enzyme has no rules for them) into scalar code; read the custom derivative
+#: registrations (``preserve-nvvm`` turns ``__enzyme_register_*`` globals into the
+#: metadata the ``enzyme`` pass looks for; see :mod:`pyjlad.rules`), differentiate,
+#: optimize the result.
+PASSES = "function(scalarize-masked-mem-intrin),preserve-nvvm,enzyme,preserve-nvvm-end,default<O2>"
 
 
 # External functions Enzyme differentiates by itself: libm, LLVM intrinsics and
@@ -83,7 +87,7 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
     return [
         name for name in exported.module.external_functions
         if name not in _KNOWN_EXTERNALS and not is_inactive_helper(name) and not BLAS_NAME.match(name)
-        and name.split(".")[0] not in LAPACK_HELPERS
+        and name.split(".")[0] not in LAPACK_HELPERS and not is_rule_symbol(name)
         and not name.startswith(("llvm.", "NRT_"))
     ]
 
@@ -99,14 +103,24 @@ def _lapack_source_hash() -> str:
     return cache.cache_key((Path(__file__).resolve().parent.parent / "lapack.py").read_text())
 
 
+def custom_rule_modules(exported: ExportedFunction) -> list[str]:
+    """The modules of the custom derivative rules ``exported`` calls (see :mod:`pyjlad.rules`)."""
+    return [m for name in exported.module.external_functions if is_rule_symbol(name) for m in rule_modules(name)]
+
+
+def linked_modules(exported: ExportedFunction) -> list[str]:
+    """Every module linked with ``exported``'s: its custom rules and pyjlad's LAPACK loops."""
+    from ..lapack import lapack_module
+
+    return [*custom_rule_modules(exported), *(lapack_module(h, k) for h, k in exported.module.links)]
+
+
 def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     toolchain = locate()
     module: str | bytes = module_text
-    if exported.module.links:
-        from ..lapack import lapack_module
-
-        module = toolchain.link([module_text, *(lapack_module(h, k) for h, k in exported.module.links)],
-                                what=exported.name)
+    extra = linked_modules(exported)
+    if extra:
+        module = toolchain.link([module_text, *extra], what=exported.name)
     try:
         try:
             return toolchain.run(module, PASSES, what=exported.name)
@@ -258,7 +272,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
         driver = ad_driver(exported.abi, sweep.mode, activities)
     toolchain = locate()
     module_text = exported.module.text + "\n" + driver.text
-    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, toolchain.identity, module_text,
+    # LAPACK modules are identified by their source (compiled only on a miss); rules by their IR.
+    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, toolchain.identity, module_text, *custom_rule_modules(exported),
                           *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
     bitcode = cache.get_or_build(key, lambda: _run_enzyme(exported, module_text))
     try:

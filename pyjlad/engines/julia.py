@@ -25,13 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EngineUnavailableError
+from ..errors import EngineUnavailableError, UnsupportedFunctionError
 from ..export import export, numba_argtypes
 from ..memo import cached_for
 from ..portable import RUNTIME_CALL_DTOR
-from .embedded import Sweep, reraise_from_function, resolve_activities
+from ..rules import is_rule_symbol
+from ..toolchain import locate
+from .embedded import Sweep, linked_modules, reraise_from_function, resolve_activities
 
-__all__ = ["JuliaEngine", "llvmcall_module", "array_spec", "julia_status", "JULIA_PROJECT"]
+__all__ = ["JuliaEngine", "llvmcall_module", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT"]
 
 NAME = "julia"
 #: The bundled Julia package.
@@ -120,6 +122,27 @@ def _pyjlad_julia() -> Any:
     return _module["PyJlad"]
 
 
+def julia_module_text(exported: Any) -> str:
+    """The complete module of ``exported`` as ``llvmcall`` takes it (pyjlad's LAPACK loops linked in).
+
+    Raises
+    ------
+    UnsupportedFunctionError
+        If the function calls a :func:`pyjlad.custom_derivative` (its rules
+        are registered for the embedded engine's Enzyme only).
+    """
+    if any(is_rule_symbol(name) for name in exported.module.external_functions):
+        raise UnsupportedFunctionError(
+            f"{exported.name} calls a pyjlad.custom_derivative; its rules are applied by the embedded "
+            "engine only: use engine='embedded', or write the rule with Enzyme.jl's EnzymeRules in Julia"
+        )
+    text = exported.module.text
+    extra = linked_modules(exported)
+    if extra:
+        text = locate().link([text, *extra], what=exported.name, text=True).decode()
+    return llvmcall_module(text)
+
+
 class JuliaCompiled:
     """A sweep run by Enzyme.jl; the same call contract as the embedded engine's."""
 
@@ -133,7 +156,7 @@ class JuliaCompiled:
         jl = _pyjlad_julia()
 
         def load() -> Any:
-            return jl.load_exported(llvmcall_module(exported.module.text), exported.abi.to_dict())
+            return jl.load_exported(julia_module_text(exported), exported.abi.to_dict())
 
         return cached_for(exported, ("julia",), load), activities
 
