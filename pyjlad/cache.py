@@ -19,7 +19,7 @@ from filelock import FileLock
 
 from .toolchain import cache_root
 
-__all__ = ["cache_key", "get_or_build", "cache_dir"]
+__all__ = ["cache_key", "get_or_build", "get", "put", "cache_dir"]
 
 _MAGIC = b"PYJLAD1\n"
 
@@ -55,27 +55,53 @@ def _read(path: Path) -> bytes | None:
     return payload
 
 
+def _disabled() -> bool:
+    return os.environ.get("PYJLAD_DISABLE_DISK_CACHE") == "1"
+
+
+def _path(key: str) -> Path:
+    return cache_dir() / key[:2] / f"{key}.bin"
+
+
+def _write(path: Path, payload: bytes) -> None:
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
+    tmp.write_bytes(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
+    os.replace(tmp, path)
+
+
+def get(key: str) -> bytes | None:
+    """The cached payload for ``key``, or None (missing, corrupted, or the cache disabled)."""
+    return None if _disabled() else _read(_path(key))
+
+
+def put(key: str, payload: bytes) -> None:
+    """Store ``payload`` under ``key`` (atomically; a no-op with the cache disabled)."""
+    if _disabled():
+        return
+    path = _path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.with_suffix(".lock"))):
+        _write(path, payload)
+
+
 def get_or_build(key: str, build: Callable[[], bytes]) -> bytes:
     """Return the cached payload for ``key``, building and storing it if needed.
 
     Set ``PYJLAD_DISABLE_DISK_CACHE=1`` to always build.
     """
-    if os.environ.get("PYJLAD_DISABLE_DISK_CACHE") == "1":
+    if _disabled():
         return build()
-    directory = cache_dir() / key[:2]
-    path = directory / f"{key}.bin"
+    path = _path(key)
     payload = _read(path)
     if payload is not None:
         return payload
-    directory.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(directory / f"{key}.lock")):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.with_suffix(".lock"))):
         payload = _read(path)  # another process may have built it meanwhile
         if payload is not None:
             return payload
         if path.exists():
             path.unlink()  # corrupted: never load it
         payload = build()
-        tmp = directory / f".{key}.{os.getpid()}.tmp"
-        tmp.write_bytes(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
-        os.replace(tmp, path)
+        _write(path, payload)
     return payload

@@ -22,6 +22,7 @@ new gradient and known ones reuse it.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -181,14 +182,71 @@ class Built:
     library: Any  # numba CodeLibrary holding the driver
 
 
-def _load_into_numba(bitcode: bytes, name: str) -> Any:
+def _load_into_numba(bitcode: bytes, name: str) -> tuple[Any, list[str]]:
+    """A Numba code library of ``bitcode`` (optimized and compiled for this CPU), with its declarations."""
     module = llvm.parse_bitcode(bitcode)
     module.verify()
-    resolve_blas_symbols([f.name for f in module.functions if f.is_declaration])
+    declared = [f.name for f in module.functions if f.is_declaration]
+    resolve_blas_symbols(declared)
     codegen = cpu_target.target_context.codegen()
     library = codegen.create_library(name)
+    library.enable_object_caching()
     library.add_llvm_module(module)
     library.finalize()
+    return library, declared
+
+
+_OBJECT_FORMAT = "pyjlad-object/1"
+
+
+def _object_key(key: str) -> str:
+    """Cache key of the machine code compiled from entry ``key`` on this CPU with this Numba."""
+    return cache.cache_key(_OBJECT_FORMAT, key, numba.__version__, llvm.llvm_version_info.__repr__(),
+                           llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+
+
+def _pack_object(library: Any, declared: list[str]) -> bytes:
+    name, kind, (obj, shared) = library.serialize_using_object_code()
+    header = json.dumps({"format": _OBJECT_FORMAT, "name": name, "kind": kind, "declared": declared,
+                         "sizes": [len(obj), len(shared)]}).encode()
+    return len(header).to_bytes(8, "little") + header + obj + shared
+
+
+def _unpack_object(payload: bytes) -> Any:
+    size = int.from_bytes(payload[:8], "little")
+    header = json.loads(payload[8:8 + size])
+    if header.get("format") != _OBJECT_FORMAT:
+        raise ValueError("unknown object format")
+    n_obj, n_shared = header["sizes"]
+    body = payload[8 + size:]
+    if len(body) != n_obj + n_shared:
+        raise ValueError("truncated object entry")
+    resolve_blas_symbols(header["declared"])
+    codegen = cpu_target.target_context.codegen()
+    return codegen.unserialize_library((header["name"], header["kind"], (body[:n_obj], body[n_obj:])))
+
+
+def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str) -> Any:
+    """The JIT-compiled library of cache entry ``key``.
+
+    A second process loads the machine code Numba compiled the first time
+    (no Enzyme run, no LLVM optimization or code generation); otherwise the
+    bitcode (cached, or built by ``build_bitcode``) is optimized and compiled,
+    and its machine code stored for the next process.
+    """
+    object_key = _object_key(key)
+    payload = cache.get(object_key)
+    if payload is not None:
+        try:
+            return _unpack_object(payload)
+        except (ValueError, KeyError, RuntimeError):
+            pass  # an unreadable entry: rebuild it below
+    bitcode = cache.get_or_build(key, build_bitcode)
+    library, declared = _load_into_numba(bitcode, name)
+    try:
+        cache.put(object_key, _pack_object(library, declared))
+    except (OSError, RuntimeError):
+        pass  # the machine code is an optimization; the bitcode entry is enough
     return library
 
 
@@ -275,9 +333,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     # LAPACK modules are identified by their source (compiled only on a miss); rules by their IR.
     key = cache.cache_key(sweep.kind, sweep.mode, PASSES, toolchain.identity, module_text, *custom_rule_modules(exported),
                           *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
-    bitcode = cache.get_or_build(key, lambda: _run_enzyme(exported, module_text))
     try:
-        library = _load_into_numba(bitcode, driver.symbol)
+        library = _load_library(key, lambda: _run_enzyme(exported, module_text), driver.symbol)
     except RuntimeError as exc:
         raise EnzymeError(f"the differentiated module of {exported.name} does not load: {exc}") from exc
     return Built(exported=exported, driver=driver, activities=activities, library=library)
@@ -292,6 +349,8 @@ def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], Built]) -> Callab
 
     ``factory(nargs, nshadows)`` makes the caller for that many arguments and shadows.
     """
+
+    loaded: list[Built] = []
 
     @intrinsic
     def _invoke(typingctx, args_ty, shadows_ty, seed_ty):
@@ -319,8 +378,13 @@ def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], Built]) -> Callab
             args_ty, shadows_ty, seed_ty
         )
 
+        # Called through its address rather than linked in: linking would copy the
+        # whole differentiated module into the caller, to be optimized and
+        # compiled a second time (most of a warm process's first call).
+        address = built.library.get_pointer_to_function(driver.symbol)
+        loaded.append(built)  # the caller holds the address: keep the library alive with it
+
         def codegen(context, builder_, signature, llargs):
-            context.add_linking_libs([built.library])
             values = cgutils.unpack_tuple(builder_, llargs[0], len(argtypes))
             values = [
                 context.cast(builder_, v, have, want)
@@ -349,7 +413,7 @@ def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], Built]) -> Callab
             ]
             call_args = [value_slot, dret_slot, excinfo, *adjoint_slots, *flat, *shadows]
             fnty = ir.FunctionType(ir.IntType(32), [a.type for a in call_args])
-            fn = cgutils.get_or_insert_function(builder_.module, fnty, driver.symbol)
+            fn = builder_.inttoptr(ir.Constant(ir.IntType(64), address), fnty.as_pointer())
             status = builder_.call(fn, call_args)
             out = [status, builder_.load(value_slot), builder_.load(dret_slot),
                    *[builder_.load(s) for s in adjoint_slots]]
