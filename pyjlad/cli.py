@@ -98,12 +98,16 @@ def _export(args: argparse.Namespace) -> int:
     try:
         # The module as Julia's llvmcall takes it (usable by any LLVM >= 15 tool too).
         text = julia_module_text(exported)
+        if args.target == "nvptx":
+            from .nvptx import device_module
+
+            text = device_module(text, exported.module.external_functions, name=exported.name)
     except PyjladError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    stem = exported.abi.entry
+    stem = exported.abi.entry + (".nvptx" if args.target == "nvptx" else "")
     (out / f"{stem}.ll").write_text(text)
     abi = exported.abi.to_dict()
     abi["external_functions"] = list(exported.module.external_functions)
@@ -147,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("function", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
     exp.add_argument("--signature", default="", help='argument types, e.g. "float64[:], float64"')
     exp.add_argument("-o", "--output", default=".", help="output directory (default: .)")
+    exp.add_argument("--target", choices=("host", "nvptx"), default="host",
+                     help="host (default) or nvptx: the module retargeted for CUDA.jl kernels")
     exp.set_defaults(run=_export)
 
     bench = sub.add_parser("bench", help="run the benchmark scripts (benchmarks/) and print their figures")

@@ -74,3 +74,14 @@ def test_help_everywhere() -> None:
                  ["bench", "--help"]):
         out = _run(*args)
         assert out.returncode == 0 and "usage" in out.stdout
+
+
+def test_export_for_the_gpu_writes_the_nvptx_module(tmp_path: Path) -> None:
+    (tmp_path / "sample.py").write_text("import math\ndef f(x, k):\n    return math.sin(k * x)\n")
+    out = _run("export", "sample.py:f", "--signature", "float64, float64", "--target", "nvptx", "-o", "gpu",
+               cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "gpu" / "pyjlad_f.nvptx.ll").read_text()
+    assert "@__nv_sin(" in text and "@llvm.sin.f64" not in text  # libdevice, which CUDA.jl links
+    bad = _run("export", "sample.py:f", "--signature", "float64[:], float64", "--target", "nvptx", cwd=tmp_path)
+    assert bad.returncode == 1  # math.sin of an array does not compile: a clear error, no file

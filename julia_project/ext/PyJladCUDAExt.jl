@@ -3,8 +3,15 @@ Batched gradients on the GPU: for an elementwise (per-sample) function of
 scalars exported by pyjlad and retargeted to NVPTX, a CUDA.jl kernel calls
 Enzyme's device-side `autodiff_deferred` once per sample.
 
-Only functions whose portable module is free of host-only calls (no NRT
-allocation, no BLAS, no libm beyond what NVPTX lowers) can run on the device.
+Load the function from the module pyjlad retargets for the device:
+`python -m pyjlad export mod.py:f --signature "float64, float64" --target nvptx -o out/`
+writes `out/pyjlad_f.nvptx.ll` (libm calls and the math intrinsics NVPTX cannot
+lower are calls to libdevice's `__nv_*`, which CUDA.jl links), then
+`f = load_exported("out/pyjlad_f.nvptx.ll", "out/pyjlad_f.nvptx.json")`.
+Only functions free of host-only calls (no temporary arrays, BLAS/LAPACK,
+custom rules) are exported for the device; pyjlad's tests compile the
+retargeted module and Enzyme's derivative of it to PTX and assemble it with
+`ptxas` (no GPU there: this kernel itself has not been run).
 """
 module PyJladCUDAExt
 
