@@ -91,7 +91,8 @@ def _result_slot_type(abi: FunctionABI) -> str:
 def _status_wrapper(abi: FunctionABI, name: str, params, names) -> list[str]:
     typed = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
     return [
-        f"define internal void @{name}(ptr %retptr, ptr %status, ptr %excinfo{typed}) {{",
+        f"define internal void @{name}(ptr noalias nocapture %retptr, ptr noalias nocapture %status, "
+        f"ptr noalias nocapture %excinfo{typed}) {{",
         "entry:",
         f"  %s = call i32 @{abi.entry}(ptr %retptr, ptr %excinfo{typed})",
         "  store i32 %s, ptr %status, align 4",

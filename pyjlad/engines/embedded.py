@@ -444,8 +444,13 @@ def shadow_like(x: np.ndarray, fill: np.ndarray | None = None) -> tuple[np.ndarr
     strided view is itself a view with the same strides over a fresh buffer.
     Returns the shadow and whether it is such a view.
     """
-    if x.flags.c_contiguous or x.flags.f_contiguous:
-        shadow = np.zeros_like(x, order="K")
+    if x.flags.c_contiguous:
+        # np.zeros, not np.zeros_like: the latter costs ~2 us more per call (Python-level
+        # empty_like + copyto), a quarter of a small gradient's time.
+        shadow = np.zeros(x.shape, x.dtype)
+        is_view = False
+    elif x.flags.f_contiguous:
+        shadow = np.zeros(x.shape, x.dtype, order="F")
         is_view = False
     else:
         itemsize = x.itemsize
