@@ -8,20 +8,21 @@ use, once per function).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import types as pytypes
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numba
 from numba import types as nbtypes
 from numba.core import config
 from numba.core import errors as nberrors
-from numba.core.compiler_lock import global_compiler_lock
 from numba.core.ccallback import CFunc
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
 from .abi import ArgABI, ArrayArg, FunctionABI, ScalarArg
@@ -56,6 +57,8 @@ class ExportedFunction:
         Calls the compiled function (used to re-raise its exceptions in Python).
     name : str
         The function's Python name.
+    make_enzyme_module : callable, optional
+        Builds :attr:`enzyme_module`.
     """
 
     module: PortableModule
@@ -64,6 +67,17 @@ class ExportedFunction:
     restype: nbtypes.Type
     run: Callable[..., Any]
     name: str
+    make_enzyme_module: Callable[[], PortableModule] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def enzyme_module(self) -> PortableModule:
+        """The module Enzyme differentiates: :attr:`module` compiled without Numba's vectorizers.
+
+        Built on first use (a second Numba compile of the function), so a
+        process that finds the gradient in the disk cache, keyed by
+        :attr:`module`, never builds it.
+        """
+        return self.make_enzyme_module() if self.make_enzyme_module is not None else self.module
 
 
 def describe_function(func: Any) -> str:
@@ -327,6 +341,7 @@ def result_type(func: Any, argtypes: Sequence[nbtypes.Type]) -> nbtypes.Type:
 def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
     target = as_numba_function(func)
     name = describe_function(target)
+    enzyme_module: Callable[[], PortableModule] | None = None
     if isinstance(target, CFunc):
         sig = target._sig
         argtypes = tuple(sig.args)
@@ -339,11 +354,17 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         argtypes = tuple(argtypes)
         cres = _compile_result(_serial(target), argtypes)
         argtypes = tuple(cres.signature.args)
-        cres = _unvectorized_result(_serial(target), argtypes, cres)
         restype = cres.signature.return_type
         ir = cres.library.get_llvm_str()
         mangled = cres.fndesc.mangled_name
         run = target
+        serial = _serial(target)
+
+        def enzyme_module() -> PortableModule:
+            copy = _unvectorized_result(serial, argtypes, cres)
+            if copy is cres:
+                return module
+            return make_portable(copy.library.get_llvm_str(), copy.fndesc.mangled_name, name=entry)
 
     args_abi = [_arg_abi(i, t) for i, t in enumerate(argtypes)]
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):
@@ -381,7 +402,8 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
     else:
         result = ScalarArg(_dtype_name(restype), _llvm_type_of(_dtype_name(restype)))
     abi = FunctionABI(entry=entry, args=tuple(filled), result=result, param_types=tuple(llvm_params))
-    return ExportedFunction(module=module, abi=abi, argtypes=argtypes, restype=restype, run=run, name=name)
+    return ExportedFunction(module=module, abi=abi, argtypes=argtypes, restype=restype, run=run, name=name,
+                            make_enzyme_module=enzyme_module)
 
 
 def _llvm_type_of(dtype: str) -> str:

@@ -125,6 +125,7 @@ class CustomDerivative:
         self.jvp_rule: Dispatcher | None = None
         self.vjp_rule: Dispatcher | None = None
         self._cfunc: Any = None
+        self._modules: list[str] | None = None
         base = RULE_PREFIX + (re.sub(r"[^a-zA-Z0-9_]", "_", py_func.__qualname__).strip("_") or "f")
         with _lock:
             symbol, k = base, 1
@@ -140,6 +141,7 @@ class CustomDerivative:
         dispatcher = _as_dispatcher(rule, f"the forward rule of {self.__qualname__}")
         self._check_arity(dispatcher, 2 * self.nargs, "forward rule", "its primals then one tangent per primal")
         self.jvp_rule = dispatcher
+        self._modules = None
         return rule
 
     def defvjp(self, rule: Any) -> Any:
@@ -151,6 +153,7 @@ class CustomDerivative:
         dispatcher = _as_dispatcher(rule, f"the reverse rule of {self.__qualname__}")
         self._check_arity(dispatcher, self.nargs + 1, "reverse rule", "its primals then the output adjoint")
         self.vjp_rule = dispatcher
+        self._modules = None
         return rule
 
     def _check_arity(self, dispatcher: Dispatcher, want: int, what: str, layout: str) -> None:
@@ -192,6 +195,8 @@ class CustomDerivative:
     def modules(self) -> list[str]:
         """Portable IR modules defining the symbol and its registered derivatives (to be linked).
 
+        Built once per set of rules (registering a rule rebuilds them).
+
         The symbol is ``double <symbol>(ptr args)``: the arguments travel in a
         buffer of ``nargs`` doubles, so Enzyme sees one pointer argument, which
         is active (it then passes a shadow buffer) or constant (it passes the
@@ -206,6 +211,12 @@ class CustomDerivative:
         - forward: ``{double, double} <symbol>.fwd(ptr args, ptr dargs)`` calls
           the ``defjvp`` rule with the arguments and their tangents.
         """
+        with _lock:
+            if self._modules is None:
+                self._modules = self._build_modules()
+            return list(self._modules)
+
+    def _build_modules(self) -> list[str]:
         n, sym = self.nargs, self.symbol
         args = [f"a{i}" for i in range(n)]
         modules = [self._compiled("primal", self.dispatcher, f"return float(f({', '.join(args)}))", args)]

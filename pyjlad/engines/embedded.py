@@ -93,6 +93,9 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
     ]
 
 
+#: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
+_ENZYME_INPUT = "unvectorized-copy/1"
+
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
 
 
@@ -324,17 +327,21 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     exported = export(func, argtypes)
     _check_result(exported, sweep)
     activities = resolve_activities(exported, sweep)
+    noalias = not any(is_rule_symbol(name) for name in exported.module.external_functions)  # see the driver
     if sweep.kind == "hvp":
-        driver = hvp_driver(exported.abi, sweep.wrt)
+        driver = hvp_driver(exported.abi, sweep.wrt, noalias=noalias)
     else:
-        driver = ad_driver(exported.abi, sweep.mode, activities)
+        driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias)
     toolchain = locate()
-    module_text = exported.module.text + "\n" + driver.text
-    # LAPACK modules are identified by their source (compiled only on a miss); rules by their IR.
-    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, toolchain.identity, module_text, *custom_rule_modules(exported),
+    # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
+    # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
+    # identified by their source (compiled only on a miss); rules by their IR.
+    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, toolchain.identity,
+                          exported.module.text, driver.text, *custom_rule_modules(exported),
                           *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
     try:
-        library = _load_library(key, lambda: _run_enzyme(exported, module_text), driver.symbol)
+        library = _load_library(
+            key, lambda: _run_enzyme(exported, exported.enzyme_module.text + "\n" + driver.text), driver.symbol)
     except RuntimeError as exc:
         raise EnzymeError(f"the differentiated module of {exported.name} does not load: {exc}") from exc
     return Built(exported=exported, driver=driver, activities=activities, library=library)

@@ -136,7 +136,7 @@ def julia_module_text(exported: Any) -> str:
             f"{exported.name} calls a pyjlad.custom_derivative; its rules are applied by the embedded "
             "engine only: use engine='embedded', or write the rule with Enzyme.jl's EnzymeRules in Julia"
         )
-    text = exported.module.text
+    text = exported.enzyme_module.text
     extra = linked_modules(exported)
     if extra:
         text = locate().link([text, *extra], what=exported.name, text=True).decode()
