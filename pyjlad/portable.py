@@ -580,6 +580,75 @@ def _rewrite_line(line: str) -> str:
     return line
 
 
+# Numba's calling convention: ``i32 @f(ptr %retptr, ptr %excinfo, args...)``.
+_NUMBA_ABI_DEFINE_RE = re.compile(r"^define\b[^@]*?(" + _SYMBOL + r")\(ptr [^,]*%retptr, ptr [^,]*%excinfo\b")
+_LOCAL = r'%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
+_ALLOCA_RE = re.compile(r"^\s*(" + _LOCAL + r") = alloca ")
+_CALL_RE = re.compile(r"\bcall [^@]*?(" + _SYMBOL + r")\((.*)\)")
+
+
+def _split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
+    """Give the exception slots of calls to Numba functions their own ``alloca``.
+
+    When Numba's function calls another Numba function, it passes a stack slot
+    (``alloca ptr``) as ``excinfo``: it stores null there, and loads a pointer to
+    the exception's description from it when the call fails. LLVM may let one
+    ``alloca`` serve several allocas whose lifetimes are disjoint (its
+    ``llvm.lifetime.start/end`` markers, dropped here, delimit them). In
+    ``np.linalg.solve`` with a vector ``b`` the excinfo slot of the call to
+    ``np.asfortranarray`` shares an ``alloca [1 x i64]`` with the ``newshape``
+    that ``numba_attempt_nocopy_reshape`` writes when the result is raveled: the
+    same memory holds a pointer first and a shape later. Enzyme's type analysis
+    gives each memory location one type for the whole function, so the shape
+    loaded from the slot (stored to the result's ``shape[0]``, an integer) is
+    inferred to be a pointer and the analysis fails ("Illegal updateAnalysis").
+
+    Numba accesses an excinfo slot only as a pointer (and only from the caller
+    and through the call), while the integer loads and stores belong to the other
+    lifetimes. So when a slot passed as ``excinfo`` is also loaded or stored as a
+    non-pointer, its pointer loads/stores and its ``excinfo`` arguments move to a
+    fresh ``alloca ptr``: the same program with one more stack slot, in which
+    every slot has one type.
+    """
+    lines = define.split("\n")
+    allocas = {m.group(1): k for k, line in enumerate(lines) if (m := _ALLOCA_RE.match(line))}
+    if not allocas:
+        return define
+    excinfo_uses: dict[str, list[int]] = {}
+    for k, line in enumerate(lines):
+        call = _CALL_RE.search(line)
+        if call is None or call.group(1) not in numba_functions:
+            continue
+        args = _split_top_level(call.group(2))
+        if len(args) >= 2:
+            slot = args[1].split()[-1] if args[1].split() else ""
+            if slot in allocas:
+                excinfo_uses.setdefault(slot, []).append(k)
+    for slot, call_lines in excinfo_uses.items():
+        name = re.escape(slot) + r"(?=,|\s*$)"  # the address operand, last before the alignment
+        pointer_access = re.compile(r"^\s*(?:" + _LOCAL + r" = load ptr, ptr |store ptr .*, ptr )" + name)
+        other_access = re.compile(r"^\s*(?:" + _LOCAL + r" = load (?!ptr,).*?, ptr |store (?!ptr ).*, ptr )"
+                                  + name)
+        if not any(other_access.match(line) for line in lines):
+            continue
+        fresh = slot + ".pyjlad.excinfo" if not slot.endswith('"') else slot[:-1] + '.pyjlad.excinfo"'
+        for k, line in enumerate(lines):
+            match = pointer_access.match(line)
+            if match:
+                lines[k] = line[:match.end() - len(slot)] + fresh + line[match.end():]
+        for k in call_lines:
+            call = _CALL_RE.search(lines[k])
+            assert call is not None
+            args = _split_top_level(call.group(2))
+            args[1] = args[1].rstrip()[: -len(slot)] + fresh
+            start, end = call.span(2)
+            lines[k] = lines[k][:start] + ",".join(args) + lines[k][end:]
+        at = allocas[slot]
+        indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+        lines[at] += f"\n{indent}{fresh} = alloca ptr, align 8"
+    return "\n".join(lines)
+
+
 def _rewrite_masked(line: str) -> str:
     if line.startswith("declare "):
         if "i32 immarg" in line:
@@ -661,6 +730,8 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
         raise PortabilityError(f"entry function {entry!r} is not defined in the module")
 
     keep = _reachable(entities, entry_symbol)
+    numba_functions = {m.group(1) for e in entity_list if e.kind == "define"
+                       if (m := _NUMBA_ABI_DEFINE_RE.match(e.text))}
     types = [e.text for e in entity_list if e.kind == "type"]
     globals_, defines, declares = [], [], []
     externals: list[str] = []
@@ -678,7 +749,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
         if entity.kind == "global":
             globals_.append(_clean_global(entity.text))
         elif entity.kind == "define":
-            defines.append(entity.text)
+            defines.append(_split_shared_excinfo_slots(entity.text, numba_functions))
         elif symbol.lstrip("@") in ERROR_PATH_STUBS:
             defines.append(_stub(entity.text))
         else:

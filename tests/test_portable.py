@@ -176,3 +176,37 @@ def test_symbols_inside_string_constants_are_not_references() -> None:
     ).replace("store double %r, ptr %retptr, align 8", "store double %r, ptr %retptr, align 8\n  %m = load i8, ptr @.const.msg, align 1")
     text = make_portable(ir, "mangled_entry", name="pyjlad_entry").text
     assert '@.const.msg = internal constant [8 x i8] c"a @7$N$\\00"' in text
+
+
+SHARED_SLOT_IR = r"""
+define i32 @callee(ptr noalias %retptr, ptr noalias %excinfo, i64 %n) {
+entry:
+  store ptr null, ptr %excinfo, align 8
+  ret i32 0
+}
+
+define i32 @entry(ptr noalias %retptr, ptr noalias %excinfo, i64 %n) {
+entry:
+  %slot = alloca [1 x i64], align 8
+  store ptr null, ptr %slot, align 8
+  %s = call i32 @callee(ptr %retptr, ptr nonnull %slot, i64 %n)
+  %e = load ptr, ptr %slot, align 8
+  store ptr %e, ptr %excinfo, align 8
+  store i64 %n, ptr %slot, align 8
+  %v = load i64, ptr %slot, align 8
+  store i64 %v, ptr %retptr, align 8
+  ret i32 %s
+}
+"""
+
+
+def test_excinfo_slot_shared_with_an_integer_gets_its_own_alloca() -> None:
+    """LLVM may reuse a call's excinfo slot for an integer; Enzyme needs one type per slot."""
+    text = make_portable(SHARED_SLOT_IR, "entry", name="f").text
+    body = text[text.index("define i32 @f("):]
+    assert "%slot.pyjlad.excinfo = alloca ptr" in body
+    assert "store ptr null, ptr %slot.pyjlad.excinfo" in body
+    assert "ptr nonnull %slot.pyjlad.excinfo, i64 %n)" in body
+    assert "%e = load ptr, ptr %slot.pyjlad.excinfo" in body
+    assert "store i64 %n, ptr %slot," in body and "%v = load i64, ptr %slot," in body
+    assert _llvm_as(15, text).returncode == 0

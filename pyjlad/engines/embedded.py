@@ -61,6 +61,10 @@ NAME = "embedded"
 #: metadata the ``enzyme`` pass looks for; see :mod:`pyjlad.rules`), differentiate,
 #: optimize the result.
 PASSES = "function(scalarize-masked-mem-intrin),preserve-nvvm,enzyme,preserve-nvvm-end,default<O2>"
+#: The last retry after a type-analysis failure: vector loads and stores split into
+#: scalar ones first (see :func:`_run_enzyme`).
+SCALARIZED_PASSES = ("function(scalarize-masked-mem-intrin,scalarizer),preserve-nvvm,enzyme,preserve-nvvm-end,"
+                     "default<O2>")
 
 
 # External functions Enzyme differentiates by itself: libm, LLVM intrinsics and
@@ -136,7 +140,20 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
             # the tests check the results against analytic derivatives.
             if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
                 raise
+        try:
             return toolchain.run(module, PASSES, what=exported.name, options=("-enzyme-loose-types",))
+        except EnzymeError as exc:
+            # A vectorized copy (`load/store <4 x double>`) through a pointer whose
+            # element type Enzyme knows only at offset 0 (Numba's array-data
+            # pointers) cannot be typed even loosely once Enzyme has to shadow the
+            # store, e.g. the copy of a constant matrix in np.linalg.solve when only
+            # the right-hand side carries a forward-mode tangent. Split into scalar
+            # loads and stores, each element is typed by its own access. Last resort
+            # only: the first attempts keep the code as Numba vectorized it.
+            if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
+                raise
+            return toolchain.run(module, SCALARIZED_PASSES, what=exported.name,
+                                 options=("-enzyme-loose-types", "-scalarize-load-store"))
     except EnzymeError as exc:
         unknown = unknown_externals(exported)
         if unknown:
