@@ -359,6 +359,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     try:
         library = _load_library(
             key, lambda: _run_enzyme(exported, exported.enzyme_module.text + "\n" + driver.text), driver.symbol)
+    except EnzymeError:
+        raise  # Enzyme's own failure, diagnostics kept
     except RuntimeError as exc:
         raise EnzymeError(f"the differentiated module of {exported.name} does not load: {exc}") from exc
     return Built(exported=exported, driver=driver, activities=activities, library=library)
