@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from .errors import UnsupportedFunctionError
+from .portable import LIBM_FUNCTIONS, dedupe_declarations
 
 __all__ = ["device_module", "NVPTX_TRIPLE", "NVPTX_DATALAYOUT", "LIBDEVICE_FUNCTIONS"]
 
@@ -25,17 +26,12 @@ NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 NVPTX_DATALAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 
 #: libm functions with a libdevice counterpart ``__nv_<name>`` (float: ``__nv_<name>f``).
-LIBDEVICE_FUNCTIONS = frozenset(
-    """sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 exp10
-    expm1 log log2 log10 log1p sqrt cbrt pow hypot fabs fmod floor ceil round trunc
-    erf erfc tgamma lgamma fmax fmin copysign""".split()
-)
+LIBDEVICE_FUNCTIONS = LIBM_FUNCTIONS
 # LLVM intrinsics NVPTX cannot select in double precision: call libdevice instead.
 _INTRINSICS_TO_LIBDEVICE = {"sin": "sin", "cos": "cos", "exp": "exp", "exp2": "exp2", "exp10": "exp10",
                             "log": "log", "log2": "log2", "log10": "log10", "pow": "pow", "powi": "powi"}
 _INTRINSIC_RE = re.compile(r"@llvm\.(" + "|".join(_INTRINSICS_TO_LIBDEVICE) + r")\.(f64|f32)(?:\.i32)?\b")
 _LIBM_RE = re.compile(r"@(" + "|".join(sorted(LIBDEVICE_FUNCTIONS, key=len, reverse=True)) + r")(f?)(?=\()")
-_DECLARED_RE = re.compile(r"^declare [^@]*@\"?([-\w.$]+)\"?\(", re.MULTILINE)
 
 
 def device_module(text: str, external_functions: tuple[str, ...] = (), *, name: str = "the function") -> str:
@@ -76,19 +72,6 @@ def device_module(text: str, external_functions: tuple[str, ...] = (), *, name: 
                                      + ("f" if m.group(2) == "f32" else ""), line)
             line = _LIBM_RE.sub(lambda m: f"@__nv_{m.group(1)}{m.group(2)}", line)
         out.append(line)
-    result = "\n".join(out) + "\n"
-    return _dedupe(result)
+    # An intrinsic and the libm call it became may now both be declared.
+    return dedupe_declarations("\n".join(out) + "\n")
 
-
-def _dedupe(text: str) -> str:
-    """Drop repeated declarations (an intrinsic and the libm call it became)."""
-    seen: set[str] = set()
-    lines = []
-    for line in text.splitlines():
-        match = _DECLARED_RE.match(line)
-        if match:
-            if match.group(1) in seen:
-                continue
-            seen.add(match.group(1))
-        lines.append(line)
-    return "\n".join(lines) + "\n"

@@ -52,6 +52,13 @@ _MEMORY_TRANSLATION = {
 
 # Math intrinsics that LLVM 15 lacks (added in 17-20): the libm call Enzyme
 # already has derivative rules for, per floating-point suffix.
+#: libm functions (double; the float versions add an ``f``) Enzyme differentiates
+#: by name and CUDA's libdevice provides as ``__nv_<name>``.
+LIBM_FUNCTIONS = frozenset(
+    """sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 exp10
+    expm1 log log2 log10 log1p sqrt cbrt pow hypot fabs fmod floor ceil round trunc
+    erf erfc tgamma lgamma fmax fmin copysign""".split()
+)
 _NEW_MATH_INTRINSICS = {
     "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
     "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "atan2": "atan2",
@@ -771,7 +778,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
 
     # Declarations may now repeat (two intrinsics mapped onto one libm name), or
     # be missing (a scalarized vector intrinsic calls a libm function).
-    text = _dedupe_declarations(text)
+    text = dedupe_declarations(text)
     text, added = _declare_libm_calls(text)
     externals.extend(added)
     leftover = re.search(r"@llvm\.x86\.[a-z0-9_.]+", text)
@@ -802,7 +809,8 @@ def _declare_libm_calls(text: str) -> tuple[str, list[str]]:
     return text + "\n".join(added.values()) + "\n", list(added)
 
 
-def _dedupe_declarations(text: str) -> str:
+def dedupe_declarations(text: str) -> str:
+    """Drop repeated ``declare`` lines (two names mapped onto one)."""
     seen: set[str] = set()
     out = []
     for line in text.splitlines():

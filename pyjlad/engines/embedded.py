@@ -43,7 +43,7 @@ from ..abi import ArrayArg, FunctionABI
 from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
-from ..portable import RUNTIME_CALL_DTOR, is_inactive_helper
+from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
 from ..rules import is_rule_symbol, rule_modules
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
@@ -69,12 +69,7 @@ SCALARIZED_PASSES = ("function(scalarize-masked-mem-intrin,scalarizer),preserve-
 
 # External functions Enzyme differentiates by itself: libm, LLVM intrinsics and
 # Numba's reference-counting/allocation runtime (inactive memory management).
-_LIBM = set(
-    """sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 exp10
-    expm1 log log2 log10 log1p sqrt cbrt pow hypot fabs fmod floor ceil round trunc
-    erf erfc tgamma lgamma fmax fmin copysign""".split()
-)
-_KNOWN_EXTERNALS = _LIBM | {name + "f" for name in _LIBM} | {"malloc", "free", RUNTIME_CALL_DTOR}
+_KNOWN_EXTERNALS = LIBM_FUNCTIONS | {name + "f" for name in LIBM_FUNCTIONS} | {"malloc", "free", RUNTIME_CALL_DTOR}
 
 
 def _register_runtime_symbols() -> None:
