@@ -53,7 +53,8 @@ def device_module(text: str, external_functions: tuple[str, ...] = (), *, name: 
     """
     host_only = [
         f for f in external_functions
-        if not f.startswith("llvm.") and f.rstrip("f") not in LIBDEVICE_FUNCTIONS and f not in LIBDEVICE_FUNCTIONS
+        if not f.startswith("llvm.") and f not in LIBDEVICE_FUNCTIONS
+        and not (f.endswith("f") and f[:-1] in LIBDEVICE_FUNCTIONS)  # float versions: erff, sinf, ...
     ]
     if host_only:
         raise UnsupportedFunctionError(

@@ -103,3 +103,10 @@ def test_host_only_functions_are_refused() -> None:
     exported = export(njit(lambda x: np.sum(np.sin(x) * x)), numba_argtypes((np.ones(3),)))
     with pytest.raises(pyjlad.UnsupportedFunctionError, match="cannot run on a GPU"):
         device_module(exported.module.text, exported.module.external_functions, name="f")
+
+
+def test_float_libm_names_are_device_functions() -> None:
+    # erff is erf's float version, not "er" + "ff": it maps to libdevice's __nv_erff.
+    text = "declare float @erff(float)\ndefine float @g(float %x) {\n  %y = call float @erff(float %x)\n  ret float %y\n}\n"
+    out = device_module(text, ("erff",))
+    assert "@__nv_erff(" in out and "@erff(" not in out
