@@ -171,25 +171,21 @@ class CustomDerivative:
         return f"<pyjlad.custom_derivative {self.__qualname__} as {self.symbol}>"
 
     def _numba_type(self) -> nbtypes.Function:
-        """The Numba type of this object in ``@njit`` code (see :func:`_lower_call`)."""
+        """The Numba type of this object in ``@njit`` code (see :func:`_make_lowering`)."""
         with _lock:
             if self._cfunc is None:
                 import llvmlite.binding as llvm
 
-                names = ", ".join(f"p[{i}]" for i in range(self.nargs))
-                namespace: dict[str, Any] = {"f": self.dispatcher}
-                exec(f"def entry(p):\n    return float(f({names}))\n", namespace)  # noqa: S102
-                self._cfunc = numba.cfunc(nbtypes.float64(nbtypes.CPointer(nbtypes.float64)))(namespace["entry"])
+                entry = _generated("entry", ["p"], f"return float(f({_joined('p[{}]', self.nargs)}))", self.dispatcher)
+                self._cfunc = numba.cfunc(nbtypes.float64(nbtypes.CPointer(nbtypes.float64)))(entry)
                 llvm.add_symbol(self.symbol, self._cfunc.address)
                 lower_builtin(self, *self.signature.args)(_make_lowering(self.symbol, self.nargs))
         return nbtypes.Function(make_concrete_template(f"custom_derivative({self.symbol})", self, [self.signature]))
 
     def __pyjlad_dispatcher__(self) -> Dispatcher:
         """An ``@njit`` function calling this one through its symbol (to differentiate it directly)."""
-        names = ", ".join(f"a{i}" for i in range(self.nargs))
-        namespace: dict[str, Any] = {"rule": self}
-        exec(f"def {self.__name__}({names}):\n    return rule({names})\n", namespace)  # noqa: S102
-        return numba.njit(namespace[self.__name__])
+        names = [f"a{i}" for i in range(self.nargs)]
+        return numba.njit(_generated(self.__name__, names, f"return f({', '.join(names)})", self))
 
     # -- the module Enzyme sees ------------------------------------------------
     def modules(self) -> list[str]:
@@ -268,11 +264,8 @@ class CustomDerivative:
 
     def _compiled(self, role: str, target: Dispatcher, body: str, names: list[str]) -> str:
         """Portable IR of ``def w(*names): body`` (calling ``target`` as ``f``), entry ``<symbol>.<role>``."""
-        nargs = len(names)
-        namespace: dict[str, Any] = {"f": target}
-        exec(f"def w({', '.join(names)}):\n    {body}\n", namespace)  # noqa: S102
-        wrapper = numba.njit(error_model="numpy")(namespace["w"])
-        sig = tuple([nbtypes.float64] * nargs)
+        wrapper = numba.njit(error_model="numpy")(_generated("w", names, body, target))
+        sig = tuple([nbtypes.float64] * len(names))
         try:
             wrapper.compile(sig)
         except Exception as exc:
@@ -281,6 +274,17 @@ class CustomDerivative:
             ) from exc
         cres = wrapper.overloads[sig]
         return make_portable(cres.library.get_llvm_str(), cres.fndesc.mangled_name, name=f"{self.symbol}.{role}").text
+
+
+def _joined(pattern: str, n: int) -> str:
+    return ", ".join(pattern.format(i) for i in range(n))
+
+
+def _generated(name: str, params: list[str], body: str, f: Any) -> Callable[..., Any]:
+    """A Python function ``def name(*params): body`` in which ``f`` is bound (generated from names only)."""
+    namespace: dict[str, Any] = {"f": f}
+    exec(f"def {name}({', '.join(params)}):\n    {body}\n", namespace)  # noqa: S102
+    return namespace[name]
 
 
 def _make_lowering(symbol: str, nargs: int) -> Callable[..., Any]:
