@@ -300,9 +300,8 @@ def _unvectorized_result(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, .
     Enzyme differentiates vectorized loops poorly: each vector body, scalar
     remainder and peeled iteration caches its own copy of the values it
     overwrites, with one cache allocation per outer iteration (the 2-D heat
-    stencil of the benchmarks: 102,000 allocations and 126 MiB per gradient,
-    against 33 and 103 MiB from scalar loops). The differentiated module is
-    optimized again after Enzyme (vectorizers included), and the user's own
+    stencil of the benchmarks). The differentiated module is optimized again
+    after Enzyme (vectorizers included), and the user's own
     function keeps its vectorized code. Falls back to ``fallback`` (the
     user's compile result) if the copy does not compile.
     """
