@@ -80,6 +80,7 @@ class ArrayArg:
     layout: str
     llvm_element: str
     writes: bool = False
+    aliased: bool = False
     kind: str = "array"
 
     @property

@@ -26,6 +26,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
 from .abi import ArgABI, ArrayArg, FunctionABI, ScalarArg
+from .aliasing import mixed_pointer_arguments
 from .errors import ExportError, UnsupportedFunctionError
 from .memo import cached_for
 from .portable import PortableModule, make_portable
@@ -384,15 +385,23 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         )
     llvm_params = param_types[2:]
     decls = param_decls[2:]
+    data_params: dict[str, int] = {}  # the float arrays' data pointers, for the aliasing analysis
+    position = 0
+    for index, arg in enumerate(args_abi):
+        if isinstance(arg, ArrayArg) and arg.differentiable:
+            data_params[decls[position + arg.param_roles.index("data")].split()[-1]] = index
+        position += len(arg.param_roles)
+    aliased = mixed_pointer_arguments(module.text, entry, data_params)
     filled: list[ArgABI] = []
     position = 0
-    for arg in args_abi:
+    for index, arg in enumerate(args_abi):
         n = len(arg.param_roles)
         chunk = llvm_params[position:position + n]
         if isinstance(arg, ArrayArg):
             data_decl = decls[position + arg.param_roles.index("data")].split()
             writes = not ({"readonly", "readnone"} & set(data_decl))
-            filled.append(ArrayArg(arg.dtype, arg.ndim, arg.layout, _llvm_type_of(arg.dtype), writes))
+            filled.append(ArrayArg(arg.dtype, arg.ndim, arg.layout, _llvm_type_of(arg.dtype), writes,
+                                   aliased=index in aliased))
         else:
             filled.append(ScalarArg(arg.dtype, chunk[0]))
         position += n

@@ -197,26 +197,32 @@ end
 _adjoints(activities, derivs) = Tuple(d for (a, d) in zip(activities, derivs) if a == "active")
 
 """
-    hvp_exported(f, args, wrt, v) -> H*v
+    hvp_exported(f, args, wrt, v; runtime_activity=false) -> H*v
 
 Hessian-vector product of the scalar function `f` with respect to argument
-`wrt` (1-based), by forward-over-reverse.
+`wrt` (1-based), by forward-over-reverse. `runtime_activity=true` runs both
+sweeps with Enzyme's runtime activity (`set_runtime_activity`): pyjlad asks for
+it when the function merges a constant array's memory with other memory
+(arguments marked `aliased` in the ABI), which Enzyme would otherwise shadow
+with the array itself.
 """
-function hvp_exported(f::NumbaFunction, args, wrt::Integer, v)
+function hvp_exported(f::NumbaFunction, args, wrt::Integer, v; runtime_activity::Bool=false)
+    forward = runtime_activity ? set_runtime_activity(Forward) : Forward
+    reverse = runtime_activity ? set_runtime_activity(Reverse) : Reverse
     x = args[wrt]
     function grad_at(y)
         xs = Any[args...]
         xs[wrt] = y
         if y isa Number
             annotated = [i == wrt ? Active(y) : Const(a) for (i, a) in enumerate(xs)]
-            return autodiff_deferred(Reverse, Const(f), Active, annotated...)[1][wrt]
+            return autodiff_deferred(reverse, Const(f), Active, annotated...)[1][wrt]
         end
         dy = zero(y)
         annotated = [i == wrt ? Duplicated(y, dy) : Const(a) for (i, a) in enumerate(xs)]
-        autodiff_deferred(Reverse, Const(f), Active, annotated...)
+        autodiff_deferred(reverse, Const(f), Active, annotated...)
         return dy
     end
-    return autodiff(Forward, grad_at, Duplicated(x, v))[1]
+    return autodiff(forward, grad_at, Duplicated(x, v))[1]
 end
 
 end # module

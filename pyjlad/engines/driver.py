@@ -106,11 +106,17 @@ def _status_wrapper(abi: FunctionABI, name: str, params, names, noalias: bool = 
     ]
 
 
+#: ``calloc`` and ``free`` for the zeroed shadows, under names no Numba module declares
+#: (the engine maps them to the C library's).
+ZEROED, RELEASE = "pyjlad_zeroed", "pyjlad_release"
+
 _MARKERS = [
     "@enzyme_dup = external global i32",
     "@enzyme_dupnoneed = external global i32",
     "@enzyme_const = external global i32",
     "@enzyme_out = external global i32",
+    f"declare ptr @{ZEROED}(i64, i64)",
+    f"declare void @{RELEASE}(ptr)",
     "",
 ]
 
@@ -119,13 +125,34 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
 
 
+def _zero_shadowed(abi: FunctionABI, activities) -> tuple[int, ...]:
+    """Constant arrays that need a shadow all the same (see :attr:`ArrayArg.aliased`)."""
+    return tuple(i for i, arg in enumerate(abi.args)
+                 if isinstance(arg, ArrayArg) and arg.aliased and activities[i] == "const")
+
+
+def _zero_buffers(abi: FunctionABI, params, names, indices, prefix: str) -> tuple[list[str], list[str]]:
+    """Lines allocating a zeroed buffer ``%{prefix}{i}`` per array ``i`` of ``indices``, and freeing them."""
+    sizes = {(index, role): name for (index, role, _), name in zip(params, names)}
+    alloc = [f"  %{prefix}{i} = call ptr @{ZEROED}(i64 {sizes[i, 'nitems']}, i64 {sizes[i, 'itemsize']})"
+             for i in indices]
+    return alloc, [f"  call void @{RELEASE}(ptr %{prefix}{i})" for i in indices]
+
+
 def _arg_markers(abi, params, names, activities, mode, shadow_name) -> list[str]:
-    """Marker + value (+ shadow) for every entry parameter."""
+    """Marker + value (+ shadow) for every entry parameter.
+
+    A constant array Numba merges with other memory gets the zeroed shadow
+    ``%zero{i}`` (allocated by the caller of the Enzyme call).
+    """
     out: list[str] = []
+    zeroed = _zero_shadowed(abi, activities)
     for (index, role, ty), name in zip(params, names):
         act = activities[index]
         arg = abi.args[index]
-        if act == "active" and role == "value":
+        if act == "const" and role == "data" and index in zeroed:
+            out += ["ptr @enzyme_dup", f"{ty} {name}", f"ptr %zero{index}"]
+        elif act == "active" and role == "value":
             out += ["ptr @enzyme_out", f"{ty} {name}"]
         elif act in ("dup", "dupnoneed") and isinstance(arg, ArrayArg) and role == "data":
             out += [f"ptr @enzyme_{act}", f"{ty} {name}", f"ptr {shadow_name(index)}"]
@@ -197,8 +224,9 @@ def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noali
                       f"  store {res_ty} %seed, ptr %dretslot, align 8"]
         else:
             lines.append(f"  store {res_ty} 0.000000e+00, ptr %dretslot, align 8")
+    alloc, release = _zero_buffers(abi, params, names, _zero_shadowed(abi, activities), "zero")
     call = f"call {ad_ret} (...) @{enzyme_fn}({', '.join(ad_args)})"
-    lines.append(f"  {call}" if ad_ret == "void" else f"  %g = {call}")
+    lines += [*alloc, f"  {call}" if ad_ret == "void" else f"  %g = {call}", *release]
     for k, i in enumerate(active):
         if len(out_types) == 1:
             lines.append(f"  store {out_types[k]} %g, ptr %adj{i}, align 8")
@@ -235,16 +263,19 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True) -> Driver:
     is_array = isinstance(arg, ArrayArg)
     w_ty = "ptr" if is_array else arg.llvm_type  # type: ignore[union-attr]
     typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
-    inner_markers = _arg_markers(
-        abi, params, names, tuple("dup" if i == wrt and is_array else "active" if i == wrt else "const"
-                                  for i in range(len(abi.args))),
-        "reverse", lambda i: "%gbuf",
-    )
+    inner_activities = tuple("dup" if i == wrt and is_array else "active" if i == wrt else "const"
+                             for i in range(len(abi.args)))
+    inner_markers = _arg_markers(abi, params, names, inner_activities, "reverse", lambda i: "%gbuf")
+    # Zeroed shadows of constant arrays Numba merges with other memory: the inner reverse
+    # sweep's (%zero), their forward tangents in the outer sweep (%ztangent for the
+    # array, %zzero for the inner shadow).
+    zeroed = _zero_shadowed(abi, inner_activities)
+    zero_params = _joined([f"ptr %zero{i}" for i in zeroed])
     g_ret = "void" if is_array else arg.llvm_type  # type: ignore[union-attr]
     call = (f"call {g_ret} (...) @__enzyme_autodiff(ptr @{primal}, ptr @enzyme_dup, ptr %ret, ptr %dret, "
             f"ptr @enzyme_const, ptr %status, ptr @enzyme_const, ptr %excinfo, {', '.join(inner_markers)})")
     inner_lines = [
-        f"define internal void @{inner}(ptr %excinfo, ptr %status{typed_params}, ptr %gbuf) {{",
+        f"define internal void @{inner}(ptr %excinfo, ptr %status{typed_params}, ptr %gbuf{zero_params}) {{",
         "entry:",
         f"  %ret = alloca {res_ty}, align 8",
         f"  %dret = alloca {res_ty}, align 8",
@@ -260,8 +291,14 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True) -> Driver:
     for (index, role, ty), name in zip(params, names):
         if index == wrt and (role == "data" if is_array else role == "value"):
             outer_markers += ["ptr @enzyme_dup", f"{ty} {name}", f"{w_ty} %v"]
+        elif index in zeroed and role == "data":
+            outer_markers += ["ptr @enzyme_dup", f"{ty} {name}", f"ptr %ztangent{index}"]
         else:
             outer_markers += ["ptr @enzyme_const", f"{ty} {name}"]
+    outer_markers += ["ptr @enzyme_dup", "ptr %gbuf", "ptr %hv"]
+    for i in zeroed:
+        outer_markers += ["ptr @enzyme_dup", f"ptr %zero{i}", f"ptr %zzero{i}"]
+    buffers = [_zero_buffers(abi, params, names, zeroed, prefix) for prefix in ("zero", "ztangent", "zzero")]
     lines = [
         *_MARKERS,
         f"declare {g_ret} @__enzyme_autodiff(...)",
@@ -274,8 +311,10 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True) -> Driver:
         "entry:",
         "  %status = alloca i32, align 4",
         "  store i32 0, ptr %status, align 4",
+        *[line for alloc, _ in buffers for line in alloc],
         f"  call void (...) @__enzyme_fwddiff(ptr @{inner}, ptr @enzyme_const, ptr %excinfo, "
-        f"ptr @enzyme_const, ptr %status, {', '.join(outer_markers)}, ptr @enzyme_dup, ptr %gbuf, ptr %hv)",
+        f"ptr @enzyme_const, ptr %status, {', '.join(outer_markers)})",
+        *[line for _, release in buffers for line in release],
         "  %st = load i32, ptr %status, align 4",
         "  ret i32 %st",
         "}",

@@ -21,6 +21,7 @@ new gradient and known ones reuse it.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import threading
@@ -47,7 +48,7 @@ from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
 from ..rules import is_rule_symbol, rule_modules
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
-from .driver import ACTIVITIES, Driver, ad_driver, hvp_driver
+from .driver import ACTIVITIES, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
 
 __all__ = [
     "EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like", "resolve_activities",
@@ -77,6 +78,9 @@ def _register_runtime_symbols() -> None:
     from numba.core.runtime import _nrt_python
 
     llvm.add_symbol(RUNTIME_CALL_DTOR, _nrt_python.c_helpers["MemInfo_call_dtor"])
+    libc = ctypes.CDLL(None)
+    for symbol, function in ((ZEROED, libc.calloc), (RELEASE, libc.free)):
+        llvm.add_symbol(symbol, ctypes.cast(function, ctypes.c_void_p).value)
 
 
 _register_runtime_symbols()

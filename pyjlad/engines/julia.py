@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from ..abi import ArrayArg, FunctionABI
 from ..errors import EngineUnavailableError, UnsupportedFunctionError
-from ..export import export, numba_argtypes
+from ..export import ExportedFunction, export, numba_argtypes
 from ..memo import cached_for
 from ..portable import RUNTIME_CALL_DTOR
 from ..rules import is_rule_symbol
@@ -143,6 +144,27 @@ def julia_module_text(exported: Any) -> str:
     return llvmcall_module(text)
 
 
+def zero_shadow_constants(abi: FunctionABI, activities: tuple[str, ...], args: tuple[Any, ...],
+                          shadows: tuple[Any, ...]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """Activities and shadows with every constant ``aliased`` array made ``Duplicated`` with a zero shadow.
+
+    Enzyme.jl, like Enzyme, would shadow such an array with itself (see
+    :mod:`pyjlad.aliasing`); the embedded engine's driver does the same in LLVM.
+    """
+    remaining = iter(shadows)
+    new_activities: list[str] = []
+    new_shadows: list[Any] = []
+    for index, (act, arg) in enumerate(zip(activities, abi.args)):
+        if act == "const" and isinstance(arg, ArrayArg) and arg.aliased:
+            new_activities.append("dup")
+            new_shadows.append(np.zeros_like(args[index]))
+            continue
+        new_activities.append(act)
+        if act in ("dup", "dupnoneed"):
+            new_shadows.append(next(remaining))
+    return tuple(new_activities), tuple(new_shadows)
+
+
 class JuliaCompiled:
     """A sweep run by Enzyme.jl; the same call contract as the embedded engine's."""
 
@@ -150,7 +172,7 @@ class JuliaCompiled:
         self.func = func
         self.sweep = sweep
 
-    def _loaded(self, args: tuple[Any, ...]) -> tuple[Any, tuple[str, ...]]:
+    def _loaded(self, args: tuple[Any, ...]) -> tuple[Any, tuple[str, ...], ExportedFunction]:
         exported = export(self.func, numba_argtypes(args))
         activities = resolve_activities(exported, self.sweep)
         jl = _pyjlad_julia()
@@ -158,13 +180,15 @@ class JuliaCompiled:
         def load() -> Any:
             return jl.load_exported(julia_module_text(exported), exported.abi.to_dict())
 
-        return cached_for(exported, ("julia",), load), activities
+        return cached_for(exported, ("julia",), load), activities, exported
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
-        function, activities = self._loaded(args)
+        function, activities, exported = self._loaded(args)
         jl = _pyjlad_julia()
         if self.sweep.kind == "hvp":
-            return self._hvp(jl, function, args, shadows)
+            aliased = any(isinstance(a, ArrayArg) and a.aliased for a in exported.abi.args)
+            return self._hvp(jl, function, args, shadows, aliased)
+        activities, shadows = zero_shadow_constants(exported.abi, activities, args, shadows)
         # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects).
         jargs = tuple(jl.numba_array(*array_spec(a)) if isinstance(a, np.ndarray) else a for a in args)
         jshadows = tuple(jl.numba_array(*array_spec(s)) if isinstance(s, np.ndarray) else s for s in shadows)
@@ -176,20 +200,23 @@ class JuliaCompiled:
         return float(value), float(dret), tuple(float(a) for a in adjoints)
 
 
-    def _hvp(self, jl: Any, function: Any, args: tuple[Any, ...], shadows: tuple[Any, ...]):
-        """Forward over reverse in Enzyme.jl; fills the H @ v buffer (``shadows[2]``) like the embedded engine."""
+    def _hvp(self, jl: Any, function: Any, args: tuple[Any, ...], shadows: tuple[Any, ...], aliased: bool):
+        """Forward over reverse in Enzyme.jl; fills the H @ v buffer (``shadows[2]``) like the embedded engine.
+
+        With ``aliased`` arrays (see :mod:`pyjlad.aliasing`) Enzyme.jl runs with runtime activity.
+        """
         tangent, _, result = shadows
         wrt = self.sweep.wrt
         jargs = tuple(jl.numba_array(*array_spec(a)) if isinstance(a, np.ndarray) else a for a in args)
         x = args[wrt]
         if isinstance(x, np.ndarray):
             v = jl.numba_array(*array_spec(tangent))
-            out = jl.hvp_exported(function, jargs, wrt + 1, v)
+            out = jl.hvp_exported(function, jargs, wrt + 1, v, runtime_activity=aliased)
             result[...] = np.asarray(out.buffer)[out.offset:out.offset + 1].reshape(()) if x.ndim == 0 else \
                 np.lib.stride_tricks.as_strided(np.asarray(out.buffer)[out.offset:], shape=x.shape,
                                                 strides=[s * x.itemsize for s in out.strides])
         else:
-            result[0] = float(jl.hvp_exported(function, jargs, wrt + 1, float(tangent)))
+            result[0] = float(jl.hvp_exported(function, jargs, wrt + 1, float(tangent), runtime_activity=aliased))
         return 0.0, 0.0, ()
 
 
