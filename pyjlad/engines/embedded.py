@@ -49,6 +49,7 @@ from ..rules import is_rule_symbol, rule_modules
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
+from .pool import capacity, resolve_pool_symbols, use_pool
 
 __all__ = [
     "EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like", "resolve_activities",
@@ -205,7 +206,9 @@ def _load_into_numba(bitcode: bytes, name: str) -> tuple[Any, list[str]]:
     """A Numba code library of ``bitcode`` (optimized and compiled for this CPU), with its declarations."""
     module = llvm.parse_bitcode(bitcode)
     module.verify()
+    use_pool(module)
     declared = [f.name for f in module.functions if f.is_declaration]
+    resolve_pool_symbols(declared)
     resolve_blas_symbols(declared)
     codegen = cpu_target.target_context.codegen()
     library = codegen.create_library(name)
@@ -215,13 +218,14 @@ def _load_into_numba(bitcode: bytes, name: str) -> tuple[Any, list[str]]:
     return library, declared
 
 
-_OBJECT_FORMAT = "pyjlad-object/1"
+_OBJECT_FORMAT = "pyjlad-object/3"  # 3: malloc/calloc/free renamed to the pool's
 
 
 def _object_key(key: str) -> str:
     """Cache key of the machine code compiled from entry ``key`` on this CPU with this Numba."""
-    return cache.cache_key(_OBJECT_FORMAT, key, numba.__version__, llvm.llvm_version_info.__repr__(),
-                           llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+    return cache.cache_key(_OBJECT_FORMAT, key, f"pool={capacity() > 0}", numba.__version__,
+                           llvm.llvm_version_info.__repr__(), llvm.get_host_cpu_name(),
+                           llvm.get_host_cpu_features().flatten())
 
 
 def _pack_object(library: Any, declared: list[str]) -> bytes:
@@ -241,6 +245,7 @@ def _unpack_object(payload: bytes) -> Any:
     if len(body) != n_obj + n_shared:
         raise ValueError("truncated object entry")
     resolve_blas_symbols(header["declared"])
+    resolve_pool_symbols(header["declared"])
     codegen = cpu_target.target_context.codegen()
     return codegen.unserialize_library((header["name"], header["kind"], (body[:n_obj], body[n_obj:])))
 

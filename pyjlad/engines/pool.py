@@ -1,0 +1,274 @@
+"""A cache of large memory blocks for differentiated code.
+
+A gradient allocates the same large blocks on every call: Enzyme's tape (the
+values its reverse sweep reads back), shadows of temporaries, Numba's
+temporary arrays. The C library hands blocks of that size out of fresh pages,
+mapped on ``malloc`` and unmapped again on ``free`` (or trimmed off the heap),
+so every call pays a page fault per 4 KiB page: the 500x500 matrix-product
+gradient spent more time in the kernel's page-fault handler than in its matrix
+products, and with two BLAS threads the unmapping also stalls the other
+thread (TLB shootdowns).
+
+The differentiated module's ``malloc``, ``calloc`` and ``free`` are renamed to this pool's
+functions when it is loaded (:func:`use_pool`). Blocks of at least
+:data:`MIN_BYTES` are rounded up to a power of two and, when freed, kept (up to
+:data:`SLOTS` per size, :func:`capacity` bytes in all) for the next request of
+that size; smaller blocks go straight to the C library. A kept block is an
+ordinary ``malloc`` block, so memory from the pool may be freed by Numba's
+runtime with ``free`` and the other way round. The pool is one spin-locked
+table, shared by all threads; :func:`release` returns the kept blocks to the C
+library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Any
+
+import llvmlite.binding as llvm
+
+__all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "capacity", "MIN_BYTES",
+           "SLOTS"]
+
+POOL_MALLOC, POOL_CALLOC, POOL_FREE = "pyjlad_pool_malloc", "pyjlad_pool_calloc", "pyjlad_pool_free"
+_RENAMED = {"malloc": POOL_MALLOC, "calloc": POOL_CALLOC, "free": POOL_FREE}
+_MIN_CLASS, _MAX_CLASS = 16, 36
+#: Smallest block the pool keeps (smaller ones are cheap for the C library).
+MIN_BYTES = 1 << _MIN_CLASS
+#: Blocks kept per power-of-two size.
+SLOTS = 16
+_DEFAULT_CAPACITY = 1 << 30
+_CAPACITY_ENV = "PYJLAD_POOL_BYTES"
+
+
+def capacity() -> int:
+    """Most bytes the pool keeps: ``$PYJLAD_POOL_BYTES`` (0 disables the pool), default 1 GiB."""
+    value = os.environ.get(_CAPACITY_ENV, "")
+    try:
+        return max(0, int(value)) if value.strip() else _DEFAULT_CAPACITY
+    except ValueError:
+        raise ValueError(f"{_CAPACITY_ENV} must be a number of bytes, got {value!r}") from None
+
+
+def _slot(cls: str, k: int) -> str:
+    return f"getelementptr [{SLOTS} x ptr], ptr @pool, i64 {cls}, i64 {k}"
+
+
+def _pool_ir(cap: int) -> str:
+    n = _MAX_CLASS - _MIN_CLASS + 1
+    take: list[str] = []
+    put: list[str] = []
+    for k in range(SLOTS):
+        take += [
+            f"take{k}:",
+            f"  %ts{k} = {_slot('%row', k)}",
+            f"  %tv{k} = load ptr, ptr %ts{k}, align 8",
+            f"  %te{k} = icmp eq ptr %tv{k}, null",
+            f"  br i1 %te{k}, label %take{k + 1}, label %took{k}",
+            f"took{k}:",
+            f"  store ptr null, ptr %ts{k}, align 8",
+            f"  %tb{k} = load i64, ptr @pool_bytes, align 8",
+            f"  %tn{k} = sub i64 %tb{k}, %bytes",
+            f"  store i64 %tn{k}, ptr @pool_bytes, align 8",
+            "  call void @pool_unlock()",
+            f"  ret ptr %tv{k}",
+        ]
+        put += [
+            f"put{k}:",
+            f"  %ps{k} = {_slot('%row', k)}",
+            f"  %pv{k} = load ptr, ptr %ps{k}, align 8",
+            f"  %pe{k} = icmp eq ptr %pv{k}, null",
+            f"  br i1 %pe{k}, label %kept{k}, label %put{k + 1}",
+            f"kept{k}:",
+            f"  store ptr %p, ptr %ps{k}, align 8",
+            "  store i64 %after, ptr @pool_bytes, align 8",
+            "  call void @pool_unlock()",
+            "  ret void",
+        ]
+    return f"""
+@pool = internal global [{n} x [{SLOTS} x ptr]] zeroinitializer
+@pool_bytes = internal global i64 0
+@pool_mutex = internal global i32 0
+
+declare ptr @malloc(i64)
+declare ptr @calloc(i64, i64)
+declare void @free(ptr)
+declare {{ i64, i1 }} @llvm.umul.with.overflow.i64(i64, i64)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare i64 @malloc_usable_size(ptr)
+declare i64 @llvm.ctlz.i64(i64, i1)
+
+define internal void @pool_lock() {{
+entry:
+  br label %spin
+spin:
+  %r = cmpxchg weak ptr @pool_mutex, i32 0, i32 1 acquire monotonic
+  %ok = extractvalue {{ i32, i1 }} %r, 1
+  br i1 %ok, label %done, label %spin
+done:
+  ret void
+}}
+
+define internal void @pool_unlock() {{
+entry:
+  store atomic i32 0, ptr @pool_mutex release, align 4
+  ret void
+}}
+
+define ptr @{POOL_MALLOC}(i64 %size) {{
+entry:
+  %small = icmp ult i64 %size, {MIN_BYTES}
+  br i1 %small, label %direct, label %classify
+direct:
+  %p = call ptr @malloc(i64 %size)
+  ret ptr %p
+classify:
+  %m1 = sub i64 %size, 1
+  %lz = call i64 @llvm.ctlz.i64(i64 %m1, i1 false)
+  %class = sub i64 64, %lz
+  %big = icmp ugt i64 %class, {_MAX_CLASS}
+  br i1 %big, label %direct, label %locked
+locked:
+  %row = sub i64 %class, {_MIN_CLASS}
+  %bytes = shl i64 1, %class
+  call void @pool_lock()
+  br label %take0
+{chr(10).join(take)}
+take{SLOTS}:
+  call void @pool_unlock()
+  %fresh = call ptr @malloc(i64 %bytes)
+  ret ptr %fresh
+}}
+
+define ptr @{POOL_CALLOC}(i64 %n, i64 %size) {{
+entry:
+  %m = call {{ i64, i1 }} @llvm.umul.with.overflow.i64(i64 %n, i64 %size)
+  %bytes = extractvalue {{ i64, i1 }} %m, 0
+  %overflow = extractvalue {{ i64, i1 }} %m, 1
+  %small = icmp ult i64 %bytes, {MIN_BYTES}
+  %direct = or i1 %overflow, %small
+  br i1 %direct, label %libc, label %pooled
+libc:
+  %c = call ptr @calloc(i64 %n, i64 %size)
+  ret ptr %c
+pooled:
+  %p = call ptr @{POOL_MALLOC}(i64 %bytes)
+  %failed = icmp eq ptr %p, null
+  br i1 %failed, label %out, label %zero
+zero:
+  call void @llvm.memset.p0.i64(ptr %p, i8 0, i64 %bytes, i1 false)
+  br label %out
+out:
+  ret ptr %p
+}}
+
+define void @{POOL_FREE}(ptr %p) {{
+entry:
+  %null = icmp eq ptr %p, null
+  br i1 %null, label %done, label %sized
+done:
+  ret void
+direct:
+  call void @free(ptr %p)
+  ret void
+sized:
+  %usable = call i64 @malloc_usable_size(ptr %p)
+  %small = icmp ult i64 %usable, {MIN_BYTES}
+  br i1 %small, label %direct, label %classify
+classify:
+  %lz = call i64 @llvm.ctlz.i64(i64 %usable, i1 false)
+  %class = sub i64 63, %lz
+  %big = icmp ugt i64 %class, {_MAX_CLASS}
+  br i1 %big, label %direct, label %locked
+locked:
+  %row = sub i64 %class, {_MIN_CLASS}
+  %bytes = shl i64 1, %class
+  call void @pool_lock()
+  %held = load i64, ptr @pool_bytes, align 8
+  %after = add i64 %held, %bytes
+  %full = icmp ugt i64 %after, {cap}
+  br i1 %full, label %put{SLOTS}, label %put0
+{chr(10).join(put)}
+put{SLOTS}:
+  call void @pool_unlock()
+  call void @free(ptr %p)
+  ret void
+}}
+
+define void @pyjlad_pool_release() {{
+entry:
+  call void @pool_lock()
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %step ]
+  %slot = getelementptr ptr, ptr @pool, i64 %i
+  %v = load ptr, ptr %slot, align 8
+  store ptr null, ptr %slot, align 8
+  call void @free(ptr %v)
+  br label %step
+step:
+  %next = add i64 %i, 1
+  %more = icmp ult i64 %next, {n * SLOTS}
+  br i1 %more, label %loop, label %out
+out:
+  store i64 0, ptr @pool_bytes, align 8
+  call void @pool_unlock()
+  ret void
+}}
+"""
+
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _install() -> Any:
+    """Compile the pool once per process and make its functions resolvable by the JIT."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.registry import cpu_target
+
+    with global_compiler_lock, _lock:
+        library = _state.get("library")
+        if library is None:
+            library = cpu_target.target_context.codegen().create_library("pyjlad_pool")
+            library.add_llvm_module(llvm.parse_assembly(_pool_ir(capacity())))
+            library.finalize()
+            for name in _RENAMED.values():
+                llvm.add_symbol(name, library.get_pointer_to_function(name))
+            _state["library"] = library
+            _state["release"] = ctypes.CFUNCTYPE(None)(library.get_pointer_to_function("pyjlad_pool_release"))
+        return library
+
+
+def use_pool(module: llvm.ModuleRef) -> bool:
+    """Route ``module``'s ``malloc``, ``calloc`` and ``free`` through the pool (renames their declarations).
+
+    Returns whether the module allocates (and so uses the pool). Nothing is
+    renamed when :func:`capacity` is 0.
+    """
+    if capacity() == 0:
+        return False
+    renamed = False
+    for name, pooled in _RENAMED.items():
+        try:
+            function = module.get_function(name)
+        except NameError:
+            continue
+        _install()
+        function.name = pooled
+        renamed = True
+    return renamed
+
+
+def resolve_pool_symbols(names: list[str]) -> None:
+    """Make the pool's functions resolvable if ``names`` (a module's declarations) use them."""
+    if set(_RENAMED.values()) & set(names):
+        _install()
+
+
+def release() -> None:
+    """Return every block the pool keeps to the C library."""
+    if "release" in _state:
+        _state["release"]()

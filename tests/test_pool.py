@@ -1,0 +1,106 @@
+"""The block cache behind differentiated code's malloc/calloc/free (pyjlad/engines/pool.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+from numba import njit
+
+import pyjlad
+from pyjlad.engines import pool
+
+_malloc_t = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int64)
+_calloc_t = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_free_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@pytest.fixture()
+def functions():
+    library = pool._install()
+    pool.release()
+    yield (_malloc_t(library.get_pointer_to_function(pool.POOL_MALLOC)),
+           _calloc_t(library.get_pointer_to_function(pool.POOL_CALLOC)),
+           _free_t(library.get_pointer_to_function(pool.POOL_FREE)))
+    pool.release()
+
+
+def test_large_blocks_are_reused_and_calloc_zeroes_them(functions) -> None:
+    malloc, calloc, free = functions
+    size = 3 * pool.MIN_BYTES + 5
+    p = malloc(size)
+    ctypes.memset(p, 0xAB, size)
+    free(p)
+    q = calloc(size // 8 + 1, 8)
+    assert q == p  # the kept block
+    assert not np.frombuffer((ctypes.c_char * size).from_address(q), np.uint8).any()
+    free(q)
+
+
+def test_small_and_foreign_blocks(functions) -> None:
+    malloc, calloc, free = functions
+    small = malloc(100)
+    assert small
+    free(small)  # straight back to the C library
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    foreign = libc.malloc(4 * pool.MIN_BYTES)
+    free(foreign)  # a plain malloc block may be kept...
+    p = malloc(2 * pool.MIN_BYTES)
+    free(p)
+    libc.free.argtypes = [ctypes.c_void_p]
+    q = malloc(2 * pool.MIN_BYTES)
+    libc.free(q)  # ...and a pool block freed by the C library
+    assert calloc(1 << 62, 1 << 62) is None  # overflow: NULL like calloc
+
+
+def test_pool_is_shared_by_threads(functions) -> None:
+    malloc, _, free = functions
+    errors = []
+
+    def churn() -> None:
+        try:
+            for _ in range(2000):
+                p = malloc(pool.MIN_BYTES * 2)
+                ctypes.memset(p, 1, 64)
+                free(p)
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=churn) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_capacity_setting(monkeypatch) -> None:
+    module = llvm.parse_assembly("declare ptr @malloc(i64)\ndeclare void @free(ptr)\n"
+                                 "define ptr @f() {\n  %p = call ptr @malloc(i64 8)\n  ret ptr %p\n}\n")
+    monkeypatch.setenv("PYJLAD_POOL_BYTES", "0")
+    assert not pool.use_pool(module)
+    assert module.get_function("malloc").name == "malloc"
+    monkeypatch.setenv("PYJLAD_POOL_BYTES", "lots")
+    with pytest.raises(ValueError, match="PYJLAD_POOL_BYTES"):
+        pool.capacity()
+    monkeypatch.delenv("PYJLAD_POOL_BYTES")
+    assert pool.use_pool(module)
+    assert module.get_function(pool.POOL_MALLOC).name == pool.POOL_MALLOC
+
+
+@njit
+def _temporaries(x):
+    y = np.sin(x) * x  # a temporary large enough for the pool
+    return np.sum(y * y)
+
+
+def test_repeated_gradients_through_the_pool_stay_exact() -> None:
+    x = np.linspace(-2.0, 2.0, 50_000)
+    expected = 2 * np.sin(x) * x * (np.cos(x) * x + np.sin(x))
+    grad = pyjlad.grad(_temporaries)
+    for _ in range(5):
+        np.testing.assert_allclose(grad(x), expected, rtol=1e-12, atol=1e-12)
