@@ -34,8 +34,10 @@ def test_large_blocks_are_reused_and_calloc_zeroes_them(functions) -> None:
     p = malloc(size)
     ctypes.memset(p, 0xAB, size)
     free(p)
+    assert pool.kept_bytes() == 4 * pool.MIN_BYTES  # rounded up to a power of two
     q = calloc(size // 8 + 1, 8)
     assert q == p  # the kept block
+    assert pool.kept_bytes() == 0
     assert not np.frombuffer((ctypes.c_char * size).from_address(q), np.uint8).any()
     free(q)
 

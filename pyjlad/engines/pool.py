@@ -29,8 +29,8 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
-__all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "capacity", "MIN_BYTES",
-           "SLOTS"]
+__all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "kept_bytes",
+           "capacity", "MIN_BYTES", "SLOTS"]
 
 POOL_MALLOC, POOL_CALLOC, POOL_FREE = "pyjlad_pool_malloc", "pyjlad_pool_calloc", "pyjlad_pool_free"
 _RENAMED = {"malloc": POOL_MALLOC, "calloc": POOL_CALLOC, "free": POOL_FREE}
@@ -197,6 +197,14 @@ put{SLOTS}:
   ret void
 }}
 
+define i64 @pyjlad_pool_kept() {{
+entry:
+  call void @pool_lock()
+  %held = load i64, ptr @pool_bytes, align 8
+  call void @pool_unlock()
+  ret i64 %held
+}}
+
 define void @pyjlad_pool_release() {{
 entry:
   call void @pool_lock()
@@ -239,6 +247,7 @@ def _install() -> Any:
                 llvm.add_symbol(name, library.get_pointer_to_function(name))
             _state["library"] = library
             _state["release"] = ctypes.CFUNCTYPE(None)(library.get_pointer_to_function("pyjlad_pool_release"))
+            _state["kept"] = ctypes.CFUNCTYPE(ctypes.c_int64)(library.get_pointer_to_function("pyjlad_pool_kept"))
         return library
 
 
@@ -272,3 +281,12 @@ def release() -> None:
     """Return every block the pool keeps to the C library."""
     if "release" in _state:
         _state["release"]()
+
+
+def kept_bytes() -> int:
+    """Bytes of the blocks the pool keeps now (each counted as its power-of-two size).
+
+    Right after :func:`release` and one gradient call, this is the memory the
+    call allocated in large blocks (its tape and temporaries) and freed.
+    """
+    return int(_state["kept"]()) if "kept" in _state else 0
