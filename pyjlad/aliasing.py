@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .portable import _split_module, _split_top_level
+from .portable import split_module, split_top_level
 
 __all__ = ["mixed_pointer_arguments"]
 
@@ -59,13 +59,13 @@ def _last_token(operand: str) -> str:
 
 def _graph(text: str) -> _Graph:
     """The pointer-flow graph of every function ``text`` defines."""
-    _, entities, _ = _split_module(text)
+    _, entities, _ = split_module(text)
     functions = {e.name.lstrip("@"): e.text for e in entities if e.kind == "define"}
     params: dict[str, list[str]] = {}
     for name, body in functions.items():
         header = body.split("\n", 1)[0]
         inside = header[header.index("(", header.index("@")) + 1:header.rindex(")")]
-        params[name] = [_last_token(p) for p in _split_top_level(inside) if p.strip() not in ("", "...")]
+        params[name] = [_last_token(p) for p in split_top_level(inside) if p.strip() not in ("", "...")]
     graph = _Graph()
     for name, body in functions.items():
         for line in body.splitlines()[1:]:
@@ -75,7 +75,7 @@ def _graph(text: str) -> _Graph:
                 if opcode == "phi":
                     operands = tuple(v.strip() for v in _PHI_INCOMING_RE.findall(rest))
                 elif opcode == "select":
-                    operands = tuple(_last_token(p) for p in _split_top_level(rest)[1:])
+                    operands = tuple(_last_token(p) for p in split_top_level(rest)[1:])
                 else:
                     operands = tuple(_NAME_RE.findall(rest))
                 for value in operands:
@@ -85,7 +85,7 @@ def _graph(text: str) -> _Graph:
             elif "call" in line and "%" in line:
                 call = _CALL_RE.search(line)
                 if call and call.group(1) in params:
-                    for param, arg in zip(params[call.group(1)], _split_top_level(call.group(2))):
+                    for param, arg in zip(params[call.group(1)], split_top_level(call.group(2))):
                         graph.add((name, _last_token(arg)), (call.group(1), param))
     return graph
 

@@ -29,7 +29,7 @@ from .abi import ArgABI, ArrayArg, FunctionABI, ScalarArg
 from .aliasing import mixed_pointer_arguments
 from .errors import ExportError, UnsupportedFunctionError
 from .memo import cached_for
-from .portable import PortableModule, make_portable
+from .portable import PortableModule, make_portable, split_top_level
 
 __all__ = [
     "ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function", "result_type",
@@ -208,20 +208,7 @@ _PARAM_LIST_RE = re.compile(r"^define [^@]*@(\S+)\((.*)\)[^)]*\{$", re.MULTILINE
 def _entry_params(text: str, entry: str) -> list[str]:
     for match in _PARAM_LIST_RE.finditer(text):
         if match.group(1) == entry:
-            params, depth, current = [], 0, []
-            for ch in match.group(2):
-                if ch == "(":
-                    depth += 1
-                elif ch == ")":
-                    depth -= 1
-                if ch == "," and depth == 0:
-                    params.append("".join(current).strip())
-                    current = []
-                else:
-                    current.append(ch)
-            if current:
-                params.append("".join(current).strip())
-            return params
+            return [p.strip() for p in split_top_level(match.group(2)) if p.strip()]
     raise ExportError(f"entry {entry} not found in exported module")
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .errors import PortabilityError
 
-__all__ = ["PortableModule", "make_portable", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR"]
+__all__ = ["PortableModule", "make_portable", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
 
 # A global symbol: @name or @"quoted name".
 _SYMBOL = r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
@@ -361,7 +361,7 @@ def _stub(declaration: str) -> str:
         raise PortabilityError(f"cannot parse declaration: {declaration}")
     ret, name, params = match.groups()
     names = []
-    for k, param in enumerate(p.strip() for p in _split_top_level(params) if p.strip()):
+    for k, param in enumerate(p.strip() for p in split_top_level(params) if p.strip()):
         names.append(param if param == "..." else f"{param.split()[0]} %a{k}")
     value = _ZERO.get(ret, "0")
     body = "ret void" if ret == "void" else f"ret {ret} {value}"
@@ -418,7 +418,7 @@ class _Entity:
     text: str
 
 
-def _split_module(ir: str) -> tuple[list[str], list[_Entity], dict[str, str]]:
+def split_module(ir: str) -> tuple[list[str], list[_Entity], dict[str, str]]:
     """Split LLVM IR text into header lines, top-level entities and attribute groups."""
     header: list[str] = []
     entities: list[_Entity] = []
@@ -525,7 +525,7 @@ def _translate_attr_group(content: str) -> str:
 
 def _scalarize_vector_call(match: re.Match[str]) -> str:
     indent, result, lanes, elem, name, args_text = match.groups()
-    args = [a.strip() for a in _split_top_level(args_text)]
+    args = [a.strip() for a in split_top_level(args_text)]
     vector_ty = f"<{lanes} x {elem}>"
     fn = _NEW_MATH_INTRINSICS[name] + ("" if elem == "double" else "f")
     lines = []
@@ -544,7 +544,8 @@ def _scalarize_vector_call(match: re.Match[str]) -> str:
     return "\n".join(lines)
 
 
-def _split_top_level(text: str) -> list[str]:
+def split_top_level(text: str) -> list[str]:
+    """Split ``text`` at the commas outside any brackets (LLVM parameter and operand lists)."""
     parts, depth, current = [], 0, []
     for ch in text:
         if ch in "(<{[":
@@ -626,7 +627,7 @@ def _split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
         call = _CALL_RE.search(line)
         if call is None or call.group(1) not in numba_functions:
             continue
-        args = _split_top_level(call.group(2))
+        args = split_top_level(call.group(2))
         if len(args) >= 2:
             slot = args[1].split()[-1] if args[1].split() else ""
             if slot in allocas:
@@ -646,7 +647,7 @@ def _split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
         for k in call_lines:
             call = _CALL_RE.search(lines[k])
             assert call is not None
-            args = _split_top_level(call.group(2))
+            args = split_top_level(call.group(2))
             args[1] = args[1].rstrip()[: -len(slot)] + fresh
             start, end = call.span(2)
             lines[k] = lines[k][:start] + ",".join(args) + lines[k][end:]
@@ -725,7 +726,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
     ir = _BLAS_CALL_RE.sub(lambda m: f"@numba_xx{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
     links = sorted({(m.group(1), _BLAS_KINDS[m.group(2)][0]) for m in _LAPACK_CALL_RE.finditer(ir)})
     ir = _LAPACK_CALL_RE.sub(lambda m: f"@{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
-    header, entity_list, groups = _split_module(ir)
+    header, entity_list, groups = split_module(ir)
     for helper, kind in links:  # declare the kind-specific name with the helper's own signature
         declaration = next((e for e in entity_list if e.name == "@" + helper), None)
         if declaration is not None:

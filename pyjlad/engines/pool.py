@@ -52,41 +52,8 @@ def capacity() -> int:
         raise ValueError(f"{_CAPACITY_ENV} must be a number of bytes, got {value!r}") from None
 
 
-def _slot(cls: str, k: int) -> str:
-    return f"getelementptr [{SLOTS} x ptr], ptr @pool, i64 {cls}, i64 {k}"
-
-
 def _pool_ir(cap: int) -> str:
     n = _MAX_CLASS - _MIN_CLASS + 1
-    take: list[str] = []
-    put: list[str] = []
-    for k in range(SLOTS):
-        take += [
-            f"take{k}:",
-            f"  %ts{k} = {_slot('%row', k)}",
-            f"  %tv{k} = load ptr, ptr %ts{k}, align 8",
-            f"  %te{k} = icmp eq ptr %tv{k}, null",
-            f"  br i1 %te{k}, label %take{k + 1}, label %took{k}",
-            f"took{k}:",
-            f"  store ptr null, ptr %ts{k}, align 8",
-            f"  %tb{k} = load i64, ptr @pool_bytes, align 8",
-            f"  %tn{k} = sub i64 %tb{k}, %bytes",
-            f"  store i64 %tn{k}, ptr @pool_bytes, align 8",
-            "  call void @pool_unlock()",
-            f"  ret ptr %tv{k}",
-        ]
-        put += [
-            f"put{k}:",
-            f"  %ps{k} = {_slot('%row', k)}",
-            f"  %pv{k} = load ptr, ptr %ps{k}, align 8",
-            f"  %pe{k} = icmp eq ptr %pv{k}, null",
-            f"  br i1 %pe{k}, label %kept{k}, label %put{k + 1}",
-            f"kept{k}:",
-            f"  store ptr %p, ptr %ps{k}, align 8",
-            "  store i64 %after, ptr @pool_bytes, align 8",
-            "  call void @pool_unlock()",
-            "  ret void",
-        ]
     return f"""
 @pool = internal global [{n} x [{SLOTS} x ptr]] zeroinitializer
 @pool_bytes = internal global i64 0
@@ -117,6 +84,43 @@ entry:
   ret void
 }}
 
+; The slots of blocks of 2^class bytes, or null for a class the pool does not keep.
+define internal ptr @pool_row(i64 %class) {{
+entry:
+  %low = icmp ult i64 %class, {_MIN_CLASS}
+  %high = icmp ugt i64 %class, {_MAX_CLASS}
+  %outside = or i1 %low, %high
+  br i1 %outside, label %none, label %row
+none:
+  ret ptr null
+row:
+  %index = sub i64 %class, {_MIN_CLASS}
+  %slots = getelementptr [{SLOTS} x ptr], ptr @pool, i64 %index
+  ret ptr %slots
+}}
+
+; Called with the lock held: the first slot of %slots that holds a block (%occupied) or is
+; empty (not %occupied), or null.
+define internal ptr @pool_find(ptr %slots, i1 %occupied) {{
+entry:
+  br label %loop
+loop:
+  %k = phi i64 [ 0, %entry ], [ %next, %step ]
+  %slot = getelementptr ptr, ptr %slots, i64 %k
+  %v = load ptr, ptr %slot, align 8
+  %empty = icmp eq ptr %v, null
+  %hit = xor i1 %empty, %occupied
+  br i1 %hit, label %found, label %step
+step:
+  %next = add i64 %k, 1
+  %more = icmp ult i64 %next, {SLOTS}
+  br i1 %more, label %loop, label %missing
+found:
+  ret ptr %slot
+missing:
+  ret ptr null
+}}
+
 define ptr @{POOL_MALLOC}(i64 %size) {{
 entry:
   %small = icmp ult i64 %size, {MIN_BYTES}
@@ -128,18 +132,27 @@ classify:
   %m1 = sub i64 %size, 1
   %lz = call i64 @llvm.ctlz.i64(i64 %m1, i1 false)
   %class = sub i64 64, %lz
-  %big = icmp ugt i64 %class, {_MAX_CLASS}
-  br i1 %big, label %direct, label %locked
+  %slots = call ptr @pool_row(i64 %class)
+  %kept = icmp eq ptr %slots, null
+  br i1 %kept, label %direct, label %locked
 locked:
-  %row = sub i64 %class, {_MIN_CLASS}
   %bytes = shl i64 1, %class
   call void @pool_lock()
-  br label %take0
-{chr(10).join(take)}
-take{SLOTS}:
+  %slot = call ptr @pool_find(ptr %slots, i1 true)
+  %miss = icmp eq ptr %slot, null
+  br i1 %miss, label %fresh, label %take
+take:
+  %block = load ptr, ptr %slot, align 8
+  store ptr null, ptr %slot, align 8
+  %held = load i64, ptr @pool_bytes, align 8
+  %left = sub i64 %held, %bytes
+  store i64 %left, ptr @pool_bytes, align 8
   call void @pool_unlock()
-  %fresh = call ptr @malloc(i64 %bytes)
-  ret ptr %fresh
+  ret ptr %block
+fresh:
+  call void @pool_unlock()
+  %new = call ptr @malloc(i64 %bytes)
+  ret ptr %new
 }}
 
 define ptr @{POOL_CALLOC}(i64 %n, i64 %size) {{
@@ -175,23 +188,28 @@ direct:
   ret void
 sized:
   %usable = call i64 @malloc_usable_size(ptr %p)
-  %small = icmp ult i64 %usable, {MIN_BYTES}
-  br i1 %small, label %direct, label %classify
-classify:
   %lz = call i64 @llvm.ctlz.i64(i64 %usable, i1 false)
   %class = sub i64 63, %lz
-  %big = icmp ugt i64 %class, {_MAX_CLASS}
-  br i1 %big, label %direct, label %locked
+  %slots = call ptr @pool_row(i64 %class)
+  %kept = icmp eq ptr %slots, null
+  br i1 %kept, label %direct, label %locked
 locked:
-  %row = sub i64 %class, {_MIN_CLASS}
   %bytes = shl i64 1, %class
   call void @pool_lock()
   %held = load i64, ptr @pool_bytes, align 8
   %after = add i64 %held, %bytes
   %full = icmp ugt i64 %after, {cap}
-  br i1 %full, label %put{SLOTS}, label %put0
-{chr(10).join(put)}
-put{SLOTS}:
+  br i1 %full, label %release, label %search
+search:
+  %slot = call ptr @pool_find(ptr %slots, i1 false)
+  %none = icmp eq ptr %slot, null
+  br i1 %none, label %release, label %keep
+keep:
+  store ptr %p, ptr %slot, align 8
+  store i64 %after, ptr @pool_bytes, align 8
+  call void @pool_unlock()
+  ret void
+release:
   call void @pool_unlock()
   call void @free(ptr %p)
   ret void
