@@ -165,6 +165,12 @@ def _shadow_for(index: int, arg: Duplicated, write_back: list) -> Any:
             f"like the argument; got {type(dx).__name__}"
             f"{f' of shape {dx.shape} and dtype {dx.dtype}' if isinstance(dx, np.ndarray) else ''}"
         )
+    if np.shares_memory(x, dx):
+        raise ValueError(
+            f"argument {index}: the shadow shares memory with the argument itself; Enzyme writes "
+            "derivatives into the shadow, which would overwrite the argument: pass a separate array "
+            "(e.g. Duplicated(x, np.zeros_like(x)))"
+        )
     if dx.strides == x.strides and dx.flags.writeable:
         return dx
     shadow, _ = shadow_like(x, dx)

@@ -77,7 +77,7 @@ class OutputLayout:
         return parts[0] if self.kind == "array" else tuple(parts)
 
     def seeds(self, cotangent: Any, name: str) -> list[np.ndarray]:
-        """Per-buffer seed arrays from a cotangent with this layout; checks its structure."""
+        """Per-buffer seed arrays (new buffers) from a cotangent with this layout; checks its structure."""
         parts = [cotangent] if self.kind == "array" else cotangent
         if self.kind == "tuple" and (not isinstance(cotangent, tuple) or len(cotangent) != len(self.items)):
             raise ValueError(
@@ -97,7 +97,9 @@ class OutputLayout:
                     raise ValueError(
                         f"cotangent entry {position} has shape {array.shape}; {name}'s result has shape {shape}"
                     )
-                out.append(np.ascontiguousarray(array))
+                # A fresh buffer, never the caller's array: Enzyme zeroes an output's
+                # shadow once it has propagated the seed.
+                out.append(np.array(array, dtype=dtype, order="C", copy=True))
         return out
 
 

@@ -85,6 +85,16 @@ def _copy_arrays(primals: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(np.array(x, copy=True, order="K") if isinstance(x, np.ndarray) else x for x in primals)
 
 
+def _passed_arrays(primals: tuple[Any, ...], kind: str) -> tuple[Any, ...]:
+    """The arguments the sweep is given: for array and tuple results (``f`` already ran once to
+    learn the output's shapes) private copies, so the caller's arrays are mutated at most once.
+
+    Shadows must be made from these, not from the caller's arrays: Enzyme addresses a
+    shadow with the strides of the array it is paired with, and a copy is compact.
+    """
+    return primals if kind in ("scalar", "none") else _copy_arrays(primals)
+
+
 def _as_result(shadow: Any, is_view: bool) -> Any:
     return np.array(shadow) if is_view else shadow
 
@@ -125,8 +135,9 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
             _check_tangent(index, x, t, "tangent")
     kind = _result_kind(f, primals)
     written = _written_output(f, primals) if kind == "none" else None
+    passed = _passed_arrays(primals, kind)
     arg_acts, arg_shadows, views = [], [], {}
-    for index, (x, t) in enumerate(zip(primals, tangents)):
+    for index, (x, t) in enumerate(zip(passed, tangents)):
         if t is not None or index == written:
             shadow, views[index] = _shadow(x, t)
             arg_acts.append("dup")
@@ -146,7 +157,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     out_shadows = [np.zeros_like(b) for b in buffers]
     wrapper = output_wrapper(f, len(primals), layout)
     compiled = compiled_sweep(wrapper, Sweep("ad", "forward", ("dup",) * len(buffers) + tuple(arg_acts)), engine)
-    compiled((*buffers, *_copy_arrays(primals)), (*out_shadows, *arg_shadows), 0.0)
+    compiled((*buffers, *passed), (*out_shadows, *arg_shadows), 0.0)
     return value, layout.unpack(out_shadows)
 
 
@@ -180,8 +191,9 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     primals = tuple(primals)
     kind = _result_kind(f, primals)
     written = _written_output(f, primals) if kind == "none" else None
+    passed = _passed_arrays(primals, kind)
     arg_acts, arg_shadows, views = [], [], {}
-    for index, x in enumerate(primals):
+    for index, x in enumerate(passed):
         if not _differentiable(x):
             arg_acts.append("const")
             continue
@@ -212,7 +224,7 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     buffers = [np.empty(shape, dtype) for _, shape, dtype in layout.buffers]
     wrapper = output_wrapper(f, len(primals), layout)
     compiled = compiled_sweep(wrapper, Sweep("ad", "reverse", ("dup",) * len(buffers) + tuple(arg_acts)), engine)
-    _, _, adjoints = compiled((*buffers, *_copy_arrays(primals)), (*seeds, *arg_shadows), 0.0)
+    _, _, adjoints = compiled((*buffers, *passed), (*seeds, *arg_shadows), 0.0)
     return value, _collect(primals, arg_acts, arg_shadows, views, adjoints)
 
 
