@@ -94,13 +94,6 @@ _LINE_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 # Masked memory intrinsics: LLVM 22 passes the alignment as a parameter
 # attribute (`ptr align 8 %p`), LLVM 15 as an `i32` argument after the pointer.
-_MASKED_LOAD_CALL_RE = re.compile(
-    r"(@llvm\.masked\.(?:load|gather)\.[\w.]+\()((?:ptr|<\d+ x ptr>)) ((?:[a-z_]+ )*?)(?:align (\d+) )?([%@][^,\s]+),"
-)
-_MASKED_STORE_CALL_RE = re.compile(
-    r"(@llvm\.masked\.(?:store|scatter)\.[\w.]+\()(<[^>]+> [^,]+), ((?:ptr|<\d+ x ptr>)) "
-    r"((?:[a-z_]+ )*?)(?:align (\d+) )?([%@][^,\s]+),"
-)
 _MASKED_LOAD_DECL_RE = re.compile(r"^(declare .*@llvm\.masked\.(?:load|gather)\.[\w.]+\()([^,]+),")
 _MASKED_STORE_DECL_RE = re.compile(r"^(declare .*@llvm\.masked\.(?:store|scatter)\.[\w.]+\()([^,]+, [^,]+),")
 _HINT_INTRINSICS = ("@llvm.lifetime.", "@llvm.experimental.noalias.scope.decl", "@llvm.dbg.")
@@ -657,19 +650,52 @@ def _split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
     return "\n".join(lines)
 
 
+_MASKED_CALL_RE = re.compile(r"@llvm\.masked\.(load|gather|store|scatter)\.[\w.]+\(")
+#: The position of the pointer operand(s) of each masked memory intrinsic.
+_MASKED_POINTER_OPERAND = {"load": 0, "gather": 0, "store": 1, "scatter": 1}
+_ALIGN_ATTR_RE = re.compile(r"\s+align (\d+)(?=\s)")
+
+
+def _closing_paren(text: str, start: int) -> int:
+    """Index of the ``)`` closing the bracket level open at ``start`` (just after a ``(``)."""
+    depth = 0
+    for k in range(start, len(text)):
+        ch = text[k]
+        if ch in "(<{[":
+            depth += 1
+        elif ch in ")>}]":
+            if depth == 0:
+                return k
+            depth -= 1
+    raise PortabilityError(f"unbalanced brackets in: {text.strip()}")
+
+
 def _rewrite_masked(line: str) -> str:
+    """Masked load/store/gather/scatter: LLVM 22's ``ptr align N %p`` -> LLVM 15's ``ptr %p, i32 N``.
+
+    Operands are split at top-level commas, so constant vector operands
+    (``<8 x double> <double 1.0, ...>``) keep their commas.
+    """
     if line.startswith("declare "):
         if "i32 immarg" in line:
             return line
         line = _MASKED_LOAD_DECL_RE.sub(r"\1\2, i32 immarg,", line)
         return _MASKED_STORE_DECL_RE.sub(r"\1\2, i32 immarg,", line)
-    line = _MASKED_LOAD_CALL_RE.sub(
-        lambda m: f"{m.group(1)}{m.group(2)} {m.group(3)}{m.group(5)}, i32 {m.group(4) or 1},", line
-    )
-    return _MASKED_STORE_CALL_RE.sub(
-        lambda m: f"{m.group(1)}{m.group(2)}, {m.group(3)} {m.group(4)}{m.group(6)}, i32 {m.group(5) or 1},",
-        line,
-    )
+    out, position = [], 0
+    for match in _MASKED_CALL_RE.finditer(line):
+        if match.start() < position:
+            continue
+        close = _closing_paren(line, match.end())
+        operands = split_top_level(line[match.end():close])
+        at = _MASKED_POINTER_OPERAND[match.group(1)]
+        if len(operands) == 4:  # already LLVM 15's form (the alignment is an operand)
+            continue
+        align = _ALIGN_ATTR_RE.search(operands[at] + " ")
+        operands[at] = _ALIGN_ATTR_RE.sub("", operands[at] + " ").rstrip()
+        operands.insert(at + 1, f" i32 {align.group(1) if align else 1}")
+        out += [line[position:match.end()], ",".join(operands)]
+        position = close
+    return "".join(out) + line[position:]
 
 
 def _expand_splat(line: str, match: re.Match[str]) -> str:

@@ -210,3 +210,21 @@ def test_excinfo_slot_shared_with_an_integer_gets_its_own_alloca() -> None:
     assert "%e = load ptr, ptr %slot.pyjlad.excinfo" in body
     assert "store i64 %n, ptr %slot," in body and "%v = load i64, ptr %slot," in body
     assert _llvm_as(15, text).returncode == 0
+
+
+def test_masked_intrinsics_with_constant_vector_operands_are_down_levelled():
+    # np.eye's vectorized fill: the stored value is a constant vector with commas inside.
+    from pyjlad.portable import _rewrite_masked
+
+    scatter = ("  tail call void @llvm.masked.scatter.v2f64.v2p0(<2 x double> <double 1.0, double 1.0>, "
+               "<2 x ptr> align 8 %p, <2 x i1> <i1 true, i1 true>)")
+    gather = "  %g = call <2 x double> @llvm.masked.gather.v2f64.v2p0(<2 x ptr> align 8 %p, <2 x i1> %m, <2 x double> poison)"
+    down = _rewrite_masked(scatter)
+    assert down.endswith("<2 x ptr> %p, i32 8, <2 x i1> <i1 true, i1 true>)")
+    assert "(<2 x ptr> %p, i32 8, <2 x i1> %m, <2 x double> poison)" in _rewrite_masked(gather)
+    assert _rewrite_masked(down) == down  # idempotent
+    module = ("define void @f(<2 x ptr> %p, <2 x i1> %m) {\n" + _rewrite_masked(scatter) + "\n"
+              + _rewrite_masked(gather) + "\n  ret void\n}\n"
+              "declare void @llvm.masked.scatter.v2f64.v2p0(<2 x double>, <2 x ptr>, i32 immarg, <2 x i1>)\n"
+              "declare <2 x double> @llvm.masked.gather.v2f64.v2p0(<2 x ptr>, i32 immarg, <2 x i1>, <2 x double>)\n")
+    subprocess.run(["llvm-as-15", "-o", "/dev/null", "-"], input=module.encode(), check=True)
