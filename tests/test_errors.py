@@ -93,7 +93,7 @@ def test_enzyme_failure_is_an_exception_and_names_the_helpers() -> None:
         d = {1: x}
         return d[1] * x
 
-    with pytest.raises(pyjlad.EnzymeError, match=r"numba_dict_\w+") as info:
+    with pytest.raises(pyjlad.EnzymeError, match=r"it uses a typed dict .*numba_dict_\w+") as info:
         pyjlad.gradient(dict_user, 1.0)
     assert info.value.diagnostics  # Enzyme's own output is kept
     # The interpreter is alive and pyjlad still works.
@@ -153,7 +153,7 @@ def test_printing_is_refused_with_the_helpers_named() -> None:
         print("x =", x)
         return x * x
 
-    with pytest.raises(pyjlad.EnzymeError, match="numba_gil_ensure"):
+    with pytest.raises(pyjlad.EnzymeError, match=r"it uses print\(\)"):
         pyjlad.gradient(noisy, 3.0)
 
 

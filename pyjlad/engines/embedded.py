@@ -45,6 +45,7 @@ from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
+from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
@@ -155,16 +156,8 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
             return toolchain.run(module, SCALARIZED_PASSES, what=exported.name,
                                  options=("-enzyme-loose-types", "-scalarize-load-store"))
     except EnzymeError as exc:
-        unknown = unknown_externals(exported)
-        if unknown:
-            hint = (
-                f"\n{exported.name} calls functions Enzyme cannot see into: {', '.join(unknown)}. "
-                "These are Numba runtime helpers (typed containers, printing, ...); "
-                "rewrite that part with loops over arrays, or move it out of the differentiated function."
-            )
-            raise EnzymeError(str(exc) + hint, diagnostics=exc.diagnostics) from None
-        raise
-
+        # In the user's terms: the construct, where it is used, what to write instead.
+        raise explain(exported, exc, unknown_externals(exported)) from None
 
 
 @dataclass(frozen=True)

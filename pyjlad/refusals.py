@@ -1,0 +1,320 @@
+"""Enzyme's failures explained in the user's terms.
+
+When Enzyme cannot differentiate a function, its own report names LLVM values,
+Numba's runtime helpers and mangled function names. :func:`explain` turns that
+into an :class:`~pyjlad.errors.EnzymeError` whose message starts with the
+Numba/NumPy construct the user wrote, the source line(s) where it is used,
+whether this is a known limit of pyjlad or a defect to report, and what to
+write instead. Enzyme's own text stays in ``exc.diagnostics``.
+
+How the construct is found:
+
+1. the runtime helpers the module calls and Enzyme cannot see into
+   (:data:`HELPER_CONSTRUCTS`: ``numba_list_*`` is a typed list, ...);
+2. otherwise the Numba function Enzyme names in its report, demangled
+   (``numba::np::linalg::eigh_impl`` is ``np.linalg.eigh``; a user's helper is
+   named as such);
+
+and its uses are located by walking the typed Numba IR of the function (and
+of the ``@njit`` functions it calls) for calls, operators and statements with
+that name.
+
+Examples
+--------
+>>> demangle("_ZN5numba2np6linalg9eigh_impl12_3clocals_3e9eigh_implB3v36B42c8tJTIeFIjxB2IKSgI4Crv")
+'numba.np.linalg.eigh_impl.<locals>.eigh_impl'
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import EnzymeError
+
+__all__ = ["Construct", "HELPER_CONSTRUCTS", "explain", "demangle", "uses"]
+
+
+@dataclass(frozen=True)
+class Construct:
+    """A Numba/NumPy construct pyjlad may have to refuse.
+
+    Attributes
+    ----------
+    name : str
+        What the user wrote, e.g. ``"np.linalg.eigh"``.
+    labels : tuple of str
+        Names of its uses in the typed IR (see :func:`uses`) that point at it.
+    limit : bool
+        ``True`` for a known limit of pyjlad, ``False`` for a defect to report.
+    advice : str
+        What to write instead.
+    """
+
+    name: str
+    labels: tuple[str, ...]
+    limit: bool
+    advice: str
+
+
+_LINALG_ADVICE = (
+    "pyjlad differentiates @, np.dot, np.outer, np.trace, np.linalg.norm, inv, det, solve and cholesky; "
+    "rewrite with those (least squares: np.linalg.solve(A.T @ A, A.T @ b)), or compute this part outside "
+    "the differentiated function"
+)
+_LAPACK = {
+    "numba_ez_xxxevd": ("np.linalg.eigh / eigvalsh", ("np.linalg.eigh", "np.linalg.eigvalsh")),
+    "numba_ez_rgeev": ("np.linalg.eig / eigvals", ("np.linalg.eig", "np.linalg.eigvals")),
+    "numba_ez_cgeev": ("np.linalg.eig / eigvals", ("np.linalg.eig", "np.linalg.eigvals")),
+    "numba_ez_gesdd": ("np.linalg.svd", ("np.linalg.svd", "np.linalg.pinv", "np.linalg.matrix_rank",
+                                         "np.linalg.cond")),
+    "numba_ez_gelsd": ("np.linalg.lstsq", ("np.linalg.lstsq",)),
+    "numba_ez_geqrf": ("np.linalg.qr", ("np.linalg.qr",)),
+    "numba_ez_xxgqr": ("np.linalg.qr", ("np.linalg.qr",)),
+}
+_RANDOM_ADVICE = ("draw the random numbers outside and pass them in as an argument "
+                  "(they are constants for the derivative)")
+
+#: Runtime helpers (symbol prefix) -> the construct that calls them.
+HELPER_CONSTRUCTS: dict[str, Construct] = {
+    **{symbol: Construct(name, labels, True, _LINALG_ADVICE) for symbol, (name, labels) in _LAPACK.items()},
+    "numba_list_": Construct("a typed list (numba.typed.List or a list built inside the function)",
+                             ("typed.List", "list"), True,
+                             "store the values in a preallocated NumPy array instead of a list"),
+    "numba_dict_": Construct("a typed dict (numba.typed.Dict or a dict built inside the function)",
+                             ("typed.Dict", "dict"), True,
+                             "use NumPy arrays indexed by integers instead of a dict"),
+    "numba_gil_ensure": Construct("print() (it calls the Python interpreter)", ("print",), True,
+                                  "print outside the differentiated function, e.g. on its result"),
+    "PySys_FormatStdout": Construct("print() (it calls the Python interpreter)", ("print",), True,
+                                    "print outside the differentiated function, e.g. on its result"),
+    "numba_get_np_random_state": Construct("np.random (a random number generator inside the function)",
+                                           ("np.random",), True, _RANDOM_ADVICE),
+    "numba_rnd_": Construct("np.random / random (a random number generator inside the function)",
+                            ("np.random", "random"), True, _RANDOM_ADVICE),
+    "numba_unicode": Construct("string operations", ("str",), True,
+                               "keep string handling outside the differentiated function"),
+}
+
+#: Demangled Numba implementation paths -> what the user wrote.
+_IMPL_NAMES = (
+    (re.compile(r"^numba\.np\.linalg\.(dot_2_mm|dot_2_mv|dot_2_vm|dot_2_vv|dot_3)"), "a matrix product (@ / np.dot)",
+     ("@", "np.dot")),
+    (re.compile(r"^numba\.np\.linalg\.(?:_?)(\w+?)_impl"), "np.linalg.{0}", ("np.linalg.{0}",)),
+    (re.compile(r"^numba\.np\.arraymath\.(?:array_)?(\w+?)(?:_impl\w*)?(?:\.|$)"), "np.{0}", ("np.{0}", "array.{0}")),
+    (re.compile(r"^numba\.np\.npyfuncs\.np_(\w+?)_impl"), "np.{0}", ("np.{0}",)),
+    (re.compile(r"^numba\.cpython\.mathimpl\.(\w+?)_impl"), "math.{0}", ("math.{0}",)),
+    (re.compile(r"^numba\.np\.arrayobj\.(fancy_getitem|fancy_setslice|array_getitem)\w*"), "array indexing",
+     ("getitem[array]", "setitem[array]")),
+)
+
+_MANGLED_RE = re.compile(r"_ZN(?:\d+[A-Za-z_0-9]+?)+(?=E|B\d|\b)")
+_PART_RE = re.compile(r"(\d+)")
+_ESCAPE_RE = re.compile(r"_([0-9a-f]{2})")
+
+
+def demangle(symbol: str) -> str:
+    """The dotted Python path of a Numba-mangled symbol (``_ZN5numba2np...``), or ``symbol`` itself."""
+    start = symbol.find("_ZN")
+    if start < 0:
+        return symbol
+    text, k, parts = symbol[start + 3:], 0, []
+    while k < len(text) and text[k].isdigit():
+        digits = _PART_RE.match(text, k)
+        assert digits is not None
+        size = int(digits.group(1))
+        k = digits.end()
+        parts.append(text[k:k + size])
+        k += size
+    if not parts:
+        return symbol
+    unescape = lambda m: chr(int(m.group(1), 16)) if not chr(int(m.group(1), 16)).isalnum() else m.group(0)  # noqa: E731
+    return ".".join(_ESCAPE_RE.sub(unescape, part) for part in parts)
+
+
+@dataclass(frozen=True)
+class Use:
+    """One use of a construct in the user's source."""
+
+    label: str
+    filename: str
+    line: int
+    function: str
+
+    def where(self) -> str:
+        code = linecache.getline(self.filename, self.line).strip()
+        return f"{self.filename}:{self.line} (in {self.function}): {code}" if code else \
+            f"{self.filename}:{self.line} (in {self.function})"
+
+
+def _label_of_callee(typ: Any) -> str | None:
+    text = str(typ)
+    for marker, label in (("ListType", "typed.List"), ("DictType", "typed.Dict"), ("UnicodeType", "str")):
+        if marker in text:
+            return label
+    key = getattr(typ, "typing_key", None)
+    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], str):
+        owner = getattr(key[0], "__name__", str(key[0]))
+        owner = {"Array": "array", "ListType": "typed.List", "DictType": "typed.Dict", "UnicodeType": "str"}.get(
+            owner, owner)
+        return f"{owner}.{key[1]}"
+    module = getattr(key, "__module__", None) or ""
+    name = getattr(key, "__qualname__", None) or getattr(key, "__name__", None)
+    if name is None:
+        return None
+    module = module.replace("numpy", "np", 1) if module.startswith("numpy") else module
+    if module.startswith("np.random") or module.startswith("numpy.random"):
+        return "np.random"
+    if module in ("np", "np.core.multiarray", "np._core.multiarray", "np.core.fromnumeric",
+                  "np._core.fromnumeric", "np.core.numeric", "np._core.numeric", "np.lib.function_base"):
+        module = "np"
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
+def _overload(dispatcher: Any, argtypes: tuple) -> Any:
+    overloads = getattr(dispatcher, "overloads", {})
+    return overloads.get(tuple(argtypes)) or next(iter(overloads.values()), None)
+
+
+def uses(dispatcher: Any, argtypes: tuple, *, depth: int = 3, seen: set | None = None) -> Iterator[Use]:
+    """Every call, operator and statement of ``dispatcher``'s typed IR (and of the ``@njit``
+    functions it calls, ``depth`` levels down), labelled: ``"np.sum"``, ``"math.lgamma"``,
+    ``"array.max"``, ``"@"``, ``"print"``, ``"getitem[array]"``, ``"call helper"``, ...
+    """
+    from numba.core import ir
+
+    seen = set() if seen is None else seen
+    cres = _overload(dispatcher, argtypes)
+    annotation = getattr(cres, "type_annotation", None)
+    if annotation is None or id(cres) in seen:
+        return
+    seen.add(id(cres))
+    typemap, calltypes = annotation.typemap, annotation.calltypes
+    function = getattr(getattr(dispatcher, "py_func", None), "__qualname__", "the function")
+    for block in annotation.blocks.values():
+        for stmt in block.body:
+            loc = stmt.loc
+            here = lambda label: Use(label, loc.filename, loc.line, function)  # noqa: B023, E731
+            if isinstance(stmt, ir.Print):
+                yield here("print")
+            elif isinstance(stmt, ir.SetItem) and type(typemap.get(stmt.index.name)).__name__ == "Array":
+                yield here("setitem[array]")
+            if not (isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Expr)):
+                continue
+            expr = stmt.value
+            if expr.op == "call":
+                callee = typemap.get(expr.func.name)
+                inner = getattr(callee, "dispatcher", None)
+                if inner is not None:
+                    name = getattr(inner.py_func, "__qualname__", "helper")
+                    yield here(f"call {name}")
+                    if depth > 0:
+                        signature = calltypes.get(expr)
+                        yield from uses(inner, tuple(signature.args) if signature else (), depth=depth - 1,
+                                        seen=seen)
+                    continue
+                label = _label_of_callee(callee)
+                if label:
+                    yield here(label)
+            elif expr.op in ("binop", "inplace_binop"):
+                symbol = {"matmul": "@", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**"}.get(
+                    getattr(expr.fn, "__name__", ""), None)
+                if symbol:
+                    yield here(symbol)
+            elif expr.op == "getitem" and type(typemap.get(expr.index.name)).__name__ == "Array":
+                yield here("getitem[array]")
+
+
+def _constructs_from_helpers(helpers: list[str]) -> list[tuple[str, Construct]]:
+    """One entry per construct family (constructs with the same advice are one family)."""
+    found: dict[str, tuple[str, Construct]] = {}
+    for symbol in helpers:
+        for prefix, construct in HELPER_CONSTRUCTS.items():
+            if symbol.startswith(prefix):
+                found.setdefault(construct.advice, (symbol, construct))
+    return list(found.values())
+
+
+def _construct_from_report(diagnostics: str, user_functions: set[str]) -> tuple[str, Construct] | None:
+    """The construct behind the first Numba function Enzyme's report names."""
+    for match in _MANGLED_RE.finditer(diagnostics):
+        path = demangle(match.group(0))
+        for pattern, name, labels in _IMPL_NAMES:
+            found = pattern.match(path)
+            if found:
+                args = found.groups()
+                return path, Construct(name.format(*args), tuple(lb.format(*args) for lb in labels), False,
+                                       "rewriting that operation as an explicit loop usually avoids it")
+        qualname = path.split(".")[-1]
+        for function in user_functions:
+            if path.endswith(function) or qualname == function.split(".")[-1]:
+                return path, Construct(f"your function {function}", (f"call {function}",), False,
+                                       "simplifying that function (or splitting it) may avoid it")
+    return None
+
+
+_TOOLCHAIN_FAILURES = ("Failed to load passes", "Could not load library", "unknown pass name 'enzyme'")
+_SUMMARY_RE = re.compile(r"Assertion `.*' failed|^Illegal \w+|^LLVM ERROR")
+
+
+def _summary(diagnostics: str) -> str:
+    """Enzyme's one-line reason, for the end of the message (IR dumps skipped)."""
+    lines = [line.strip() for line in diagnostics.splitlines()]
+    for line in lines:
+        if "Enzyme:" in line and not line.startswith(("@", "%", "define ", "declare ")):
+            reason = line.split("Enzyme:", 1)[1].strip()
+            if reason and reason != "<analysis>":
+                return reason[:200]
+    for line in lines:
+        if _SUMMARY_RE.search(line):
+            return line[:200]
+    return next((line[:200] for line in lines if line.startswith("error:") and "<analysis>" not in line), "")
+
+
+def explain(exported: Any, error: EnzymeError, helpers: list[str]) -> EnzymeError:
+    """An :class:`EnzymeError` for ``error`` that speaks of what the user wrote.
+
+    Parameters
+    ----------
+    exported : ExportedFunction
+        The function Enzyme failed on.
+    error : EnzymeError
+        Enzyme's failure (its ``diagnostics`` are kept).
+    helpers : list of str
+        External functions of the module Enzyme has no derivative rules for.
+    """
+    diagnostics = error.diagnostics or str(error)
+    if any(marker in diagnostics for marker in _TOOLCHAIN_FAILURES):
+        return error  # the plugin itself did not load: a toolchain problem, already said so
+    all_uses = list(uses(exported.run, exported.argtypes))
+    user_functions = {u.function for u in all_uses}
+    found = _constructs_from_helpers(helpers)
+    if not found:
+        from_report = _construct_from_report(diagnostics, user_functions)
+        found = [from_report] if from_report else []
+    lines = []
+    if not found:
+        lines.append(f"pyjlad cannot differentiate {exported.name}: Enzyme failed on it "
+                     "(no construct of the function could be identified as the cause).")
+    for symbol, construct in found:
+        places = [u for u in all_uses if u.label in construct.labels]
+        lines.append(f"pyjlad cannot differentiate {exported.name}: it uses {construct.name}"
+                     + (f" (Numba implements it with {symbol}, which Enzyme cannot see into)"
+                        if construct.limit else "") + ".")
+        lines += [f"  at {u.where()}" for u in dict.fromkeys(places)][:5]
+    known = found and all(c.limit for _, c in found)
+    if known:
+        lines.append("This is a known limit of pyjlad.")
+    else:
+        lines.append("This is a defect in pyjlad or Enzyme, not in your code: please report it with "
+                     "exc.diagnostics attached.")
+    for advice in dict.fromkeys(c.advice for _, c in found):
+        lines.append(f"What to do: {advice}.")
+    summary = _summary(diagnostics)
+    if summary:
+        lines.append(f"Enzyme's message: {summary}")
+    lines.append("Enzyme's full report is in exc.diagnostics.")
+    return EnzymeError("\n".join(lines), diagnostics=diagnostics)

@@ -1,0 +1,147 @@
+"""Refusals a user can act on (issue 13): the construct in the user's terms, its source line,
+known limit or defect, what to write instead; Enzyme's text only in ``exc.diagnostics``."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from numba import njit
+from numba.typed import Dict, List
+
+import pyjlad
+from pyjlad.errors import EnzymeError
+from pyjlad.export import export, numba_argtypes
+from pyjlad.refusals import demangle, explain, uses
+
+
+@njit
+def uses_print(x):
+    s = np.sum(x * x)
+    print(s)  # REFUSED
+    return s
+
+
+@njit
+def uses_typed_list(x):
+    values = List()  # REFUSED
+    for v in x:
+        values.append(v * v)
+    s = 0.0
+    for v in values:
+        s += v
+    return s
+
+
+@njit
+def uses_typed_dict(x):
+    d = Dict.empty(key_type=np.int64, value_type=np.float64)  # REFUSED
+    for i in range(x.shape[0]):
+        d[i] = x[i]
+    return d[0] * 2.0
+
+
+@njit
+def uses_random(x):
+    return np.sum(x * np.random.rand(x.shape[0]))  # REFUSED
+
+
+@njit
+def uses_eigh(x):
+    a = np.outer(x, x) + np.eye(x.shape[0])
+    w, v = np.linalg.eigh(a)  # REFUSED
+    return np.sum(w)
+
+
+@njit
+def uses_svd(x):
+    a = np.outer(x, x) + np.eye(x.shape[0])
+    return np.sum(np.linalg.svd(a)[1])  # REFUSED
+
+
+@njit
+def eig_helper(a):
+    return np.linalg.eigvalsh(a)  # REFUSED
+
+
+@njit
+def uses_eig_in_a_helper(x):
+    a = np.outer(x, x) + np.eye(x.shape[0])
+    return np.sum(eig_helper(a))
+
+
+CASES = [
+    (uses_print, "print()", "print outside"),
+    (uses_typed_list, "a typed list", "preallocated NumPy array"),
+    (uses_typed_dict, "a typed dict", "NumPy arrays indexed by integers"),
+    (uses_random, "np.random", "pass them in as an argument"),
+    (uses_eigh, "np.linalg.eigh", "np.linalg.solve(A.T @ A, A.T @ b)"),
+    (uses_svd, "np.linalg.svd", "inv, det, solve and cholesky"),
+    (uses_eig_in_a_helper, "np.linalg.eigh / eigvalsh", "inv, det, solve and cholesky"),
+]
+
+
+def _refused_line(func) -> tuple[str, int]:
+    source, first = inspect.getsourcelines(func.py_func)
+    offset = next(k for k, line in enumerate(source) if "# REFUSED" in line)
+    return inspect.getsourcefile(func.py_func), first + offset
+
+
+@pytest.mark.parametrize("func, construct, advice", CASES, ids=[c[0].__name__ for c in CASES])
+def test_refusal_names_the_construct_and_its_line(func, construct, advice):
+    x = np.array([0.3, 1.2, 2.5])
+    before = x.copy()
+    with pytest.raises(EnzymeError) as info:
+        pyjlad.gradient(func, x)
+    message = str(info.value)
+    first = message.splitlines()[0]
+    assert first.startswith(f"pyjlad cannot differentiate {func.__name__}: it uses {construct}")
+    assert "Assertion" not in first and "augmented" not in first  # Enzyme's words are not the headline
+    helper = eig_helper if func is uses_eig_in_a_helper else func
+    filename, line = _refused_line(helper)
+    assert f"at {filename}:{line} " in message
+    assert "This is a known limit of pyjlad." in message
+    assert advice in message
+    assert info.value.diagnostics  # Enzyme's own report is kept
+    if func not in (uses_print,):
+        assert "print" not in message.lower()
+    if func not in (uses_typed_list, uses_typed_dict):
+        assert "typed" not in message
+    assert x.tobytes() == before.tobytes()
+
+
+def test_an_unidentified_failure_is_called_a_defect_and_names_the_numba_operation():
+    """A failure inside Numba's matrix product (the shape of det(B @ C)'s former failure)."""
+
+    @njit
+    def product(b, c):
+        return np.sum(b @ c)  # the line
+
+    b = np.ones((2, 2))
+    exported = export(product, numba_argtypes((b, b)))
+    diagnostics = ("error: <unknown>:0:0: in function preprocess__ZN5numba2np6linalg8dot_2_mm12_3clocals_3e"
+                   "8dot_implB3v99E5ArrayIdLi2E1C7mutable7alignedE i32 (ptr, ptr): Enzyme: <analysis>\n"
+                   "Illegal updateAnalysis prev:{[-1]:Integer} new: {[-1]:Pointer}\n")
+    error = explain(exported, EnzymeError("Enzyme failed", diagnostics=diagnostics), [])
+    message = str(error)
+    assert message.splitlines()[0].endswith("it uses a matrix product (@ / np.dot).")
+    line = inspect.getsourcelines(product.py_func)[1] + 2
+    assert f":{line} (in " in message and "np.sum(b @ c)" in message
+    assert "This is a defect in pyjlad or Enzyme" in message
+    assert "Illegal updateAnalysis" in message.splitlines()[-2]  # Enzyme's reason, last
+    assert error.diagnostics == diagnostics
+
+
+def test_demangle_reads_numba_symbols():
+    from numba.core.itanium_mangler import mangle
+
+    assert demangle("preprocess_" + mangle("mod.sub.f-a", [])) == "mod.sub.f-a"
+    assert demangle("malloc") == "malloc"
+
+
+def test_uses_labels_calls_operators_and_statements():
+    x = np.array([0.3, 1.2, 2.5])
+    uses_eig_in_a_helper(x)
+    labels = {u.label for u in uses(uses_eig_in_a_helper, numba_argtypes((x,)))}
+    assert {"np.outer", "np.eye", "call eig_helper", "np.linalg.eigvalsh", "np.sum"} <= labels
