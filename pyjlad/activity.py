@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .engines.embedded import Sweep, shadow_like
+from .engines.embedded import Sweep, overlaps_itself, shadow_like
 from .export import numba_argtypes, result_type
 from .products import compiled_sweep
 
@@ -164,6 +164,11 @@ def _shadow_for(index: int, arg: Duplicated, write_back: list) -> Any:
             f"argument {index}: the shadow must be an ndarray of shape {x.shape} and dtype {x.dtype}, "
             f"like the argument; got {type(dx).__name__}"
             f"{f' of shape {dx.shape} and dtype {dx.dtype}' if isinstance(dx, np.ndarray) else ''}"
+        )
+    if overlaps_itself(x):
+        raise ValueError(
+            f"argument {index}: elements of the array share memory (zero strides, as from np.broadcast_to); "
+            "Enzyme would add all their derivatives into one shadow element: pass np.ascontiguousarray(x)"
         )
     if np.shares_memory(x, dx):
         raise ValueError(

@@ -15,7 +15,7 @@ from numba import types as nbtypes
 
 from .abi import ArrayArg
 from .engines import default_engine_name, get_engine
-from .engines.embedded import Sweep, shadow_like
+from .engines.embedded import Sweep, compact_overlapping, shadow_like
 from .errors import UnsupportedFunctionError
 from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
 from .memo import cached_for
@@ -51,7 +51,16 @@ def _result_kind(f: Any, primals: tuple[Any, ...]) -> str:
     return "other"
 
 
+def _check_real(value: Any, what: str) -> None:
+    if np.iscomplexobj(value):
+        raise TypeError(
+            f"the {what} is complex, but pyjlad differentiates real functions (its imaginary part "
+            "would be dropped): pass real and imaginary parts as separate real arrays"
+        )
+
+
 def _check_tangent(index: int, x: Any, t: Any, what: str) -> None:
+    _check_real(t, f"{what} of argument {index}")
     if not _differentiable(x):
         raise TypeError(
             f"argument {index} is {type(x).__name__}"
@@ -87,12 +96,16 @@ def _copy_arrays(primals: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _passed_arrays(primals: tuple[Any, ...], kind: str) -> tuple[Any, ...]:
     """The arguments the sweep is given: for array and tuple results (``f`` already ran once to
-    learn the output's shapes) private copies, so the caller's arrays are mutated at most once.
+    learn the output's shapes) private copies, so the caller's arrays are mutated at most once;
+    arrays whose elements share memory (``np.broadcast_to``) compacted (see
+    :func:`~pyjlad.engines.embedded.compact_overlapping`).
 
     Shadows must be made from these, not from the caller's arrays: Enzyme addresses a
     shadow with the strides of the array it is paired with, and a copy is compact.
     """
-    return primals if kind in ("scalar", "none") else _copy_arrays(primals)
+    if kind not in ("scalar", "none"):
+        return _copy_arrays(primals)
+    return compact_overlapping(primals, [i for i, x in enumerate(primals) if _is_float_array(x)])
 
 
 def _as_result(shadow: Any, is_view: bool) -> Any:
@@ -146,7 +159,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
             arg_acts.append("const")
     if kind in ("scalar", "none"):
         compiled = compiled_sweep(f, Sweep("ad", "forward", tuple(arg_acts)), engine)
-        value, tangent, _ = compiled(primals, tuple(arg_shadows), 0.0)
+        value, tangent, _ = compiled(passed, tuple(arg_shadows), 0.0)
         if kind == "scalar":
             return float(value), float(tangent)
         position = [i for i, a in enumerate(arg_acts) if a == "dup"].index(written)
@@ -189,6 +202,8 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     [2.0, 40.0]
     """
     primals = tuple(primals)
+    for part in cotangent if isinstance(cotangent, tuple) else (cotangent,):
+        _check_real(part, "cotangent")
     kind = _result_kind(f, primals)
     written = _written_output(f, primals) if kind == "none" else None
     passed = _passed_arrays(primals, kind)
@@ -212,11 +227,11 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
         if np.ndim(cotangent) != 0:
             raise ValueError(f"{describe_function(f)} returns a float: the cotangent must be a float")
         compiled = compiled_sweep(f, Sweep("ad", "reverse", tuple(arg_acts)), engine)
-        value, _, adjoints = compiled(primals, tuple(arg_shadows), float(cotangent))
+        value, _, adjoints = compiled(passed, tuple(arg_shadows), float(cotangent))
         return float(value), _collect(primals, arg_acts, arg_shadows, views, adjoints)
     if kind == "none":
         compiled = compiled_sweep(f, Sweep("ad", "reverse", tuple(arg_acts)), engine)
-        _, _, adjoints = compiled(primals, tuple(arg_shadows), 0.0)
+        _, _, adjoints = compiled(passed, tuple(arg_shadows), 0.0)
         return None, _collect(primals, arg_acts, arg_shadows, views, adjoints)
     value = as_numba_function(f)(*primals)
     layout = output_layout(value, describe_function(f))
@@ -349,6 +364,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     primals = tuple(primals)
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(primals):
         raise TypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
+    primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if _is_float_array(p)])
     x = primals[wrt]
     _check_tangent(wrt, x, v, "vector v")
     compiled = compiled_sweep(f, Sweep("hvp", "reverse", (), wrt), engine)

@@ -64,13 +64,22 @@ class _ValueAndGrad:
         f, wrt, _ = self._spec
         return f"<pyjlad.{_NAMES[type(self).__name__]} of {getattr(f, '__name__', f)!s}, wrt={wrt!r}>"
 
+    def _ordered(self, grads: tuple[Any, ...]) -> Any:
+        """The gradients in the order ``wrt`` named them; a position named twice gets its own copy."""
+        if self._single:
+            return grads[0]
+        if self._order is None:
+            return grads
+        seen: set[int] = set()
+        out = []
+        for k in self._order:
+            out.append(grads[k].copy() if k in seen and hasattr(grads[k], "copy") else grads[k])
+            seen.add(k)
+        return tuple(out)
+
     def __call__(self, *args: Any) -> tuple[float, Any]:
         value, grads = self._rev(*args)
-        if self._single:
-            return value, grads[0]
-        if self._order is not None:
-            grads = tuple(grads[k] for k in self._order)
-        return value, grads
+        return value, self._ordered(grads)
 
 
 class _Grad(_ValueAndGrad):
@@ -79,12 +88,7 @@ class _Grad(_ValueAndGrad):
     __slots__ = ()
 
     def __call__(self, *args: Any) -> Any:
-        value, grads = self._rev(*args)
-        if self._single:
-            return grads[0]
-        if self._order is not None:
-            return tuple(grads[k] for k in self._order)
-        return grads
+        return self._ordered(self._rev(*args)[1])
 
 
 def value_and_grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = None) -> Callable[..., Any]:

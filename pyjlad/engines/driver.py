@@ -131,12 +131,53 @@ def _zero_shadowed(abi: FunctionABI, activities) -> tuple[int, ...]:
                  if isinstance(arg, ArrayArg) and arg.aliased and activities[i] == "const")
 
 
+def _span_lines(var: str, sizes: dict, index: int, ndim: int) -> list[str]:
+    """Lines computing ``%{var}.lo`` and ``%{var}.bytes``: the byte range an array's strides reach.
+
+    Enzyme addresses a shadow exactly as its primal (``data + sum(i_k * stride_k)``),
+    so a zeroed shadow must cover every byte the strides reach from the data pointer,
+    below it too for negative strides; ``nitems * itemsize`` does not for a strided view.
+    """
+    lines, lo, hi = [], "0", "0"
+    for k in range(ndim):
+        v = f"%{var}.d{k}"
+        lines += [
+            f"  {v}.n1 = sub i64 {sizes[index, f'shape{k}']}, 1",
+            f"  {v}.neg = icmp slt i64 {v}.n1, 0",
+            f"  {v}.last = select i1 {v}.neg, i64 0, i64 {v}.n1",
+            f"  {v}.off = mul i64 {v}.last, {sizes[index, f'stride{k}']}",
+            f"  {v}.below = icmp slt i64 {v}.off, 0",
+            f"  {v}.lo = select i1 {v}.below, i64 {v}.off, i64 0",
+            f"  {v}.hi = select i1 {v}.below, i64 0, i64 {v}.off",
+            f"  {v}.lo.sum = add i64 {lo}, {v}.lo",
+            f"  {v}.hi.sum = add i64 {hi}, {v}.hi",
+        ]
+        lo, hi = f"{v}.lo.sum", f"{v}.hi.sum"
+    lines += [
+        f"  %{var}.lo = add i64 {lo}, 0",
+        f"  %{var}.reach = sub i64 {hi}, %{var}.lo",
+        f"  %{var}.bytes = add i64 %{var}.reach, {sizes[index, 'itemsize']}",
+    ]
+    return lines
+
+
 def _zero_buffers(abi: FunctionABI, params, names, indices, prefix: str) -> tuple[list[str], list[str]]:
-    """Lines allocating a zeroed buffer ``%{prefix}{i}`` per array ``i`` of ``indices``, and freeing them."""
+    """Lines allocating a zeroed shadow ``%{prefix}{i}`` per array ``i`` of ``indices``, and freeing them.
+
+    ``%{prefix}{i}`` points into its buffer where the array's data pointer points
+    into the array's memory (see :func:`_span_lines`).
+    """
     sizes = {(index, role): name for (index, role, _), name in zip(params, names)}
-    alloc = [f"  %{prefix}{i} = call ptr @{ZEROED}(i64 {sizes[i, 'nitems']}, i64 {sizes[i, 'itemsize']})"
-             for i in indices]
-    return alloc, [f"  call void @{RELEASE}(ptr %{prefix}{i})" for i in indices]
+    alloc: list[str] = []
+    for i in indices:
+        var = f"{prefix}{i}"
+        alloc += [
+            *_span_lines(var, sizes, i, abi.args[i].ndim),  # type: ignore[union-attr]
+            f"  %{var}.base = call ptr @{ZEROED}(i64 %{var}.bytes, i64 1)",
+            f"  %{var}.skip = sub i64 0, %{var}.lo",
+            f"  %{var} = getelementptr i8, ptr %{var}.base, i64 %{var}.skip",
+        ]
+    return alloc, [f"  call void @{RELEASE}(ptr %{prefix}{i}.base)" for i in indices]
 
 
 def _arg_markers(abi, params, names, activities, mode, shadow_name) -> list[str]:

@@ -54,7 +54,7 @@ from .pool import capacity, resolve_pool_symbols, use_pool
 
 __all__ = [
     "EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like", "resolve_activities",
-    "reraise_from_function",
+    "reraise_from_function", "compact_overlapping", "overlaps_itself",
 ]
 
 NAME = "embedded"
@@ -177,12 +177,16 @@ class Sweep:
         Enzyme activities ``"active"``, ``"dup"``, ``"dupnoneed"`` also work.
     wrt : int
         The argument of a Hessian-vector product (``kind="hvp"``).
+    scalar_result : bool
+        Whether the function must return a float (gradients): a function that
+        returns nothing is refused instead of giving zeros.
     """
 
     kind: str = "ad"
     mode: str = "reverse"
     activities: tuple[str, ...] = ()
     wrt: int = -1
+    scalar_result: bool = False
 
 
 @dataclass(frozen=True)
@@ -324,11 +328,14 @@ def resolve_activities(exported: ExportedFunction, sweep: Sweep) -> tuple[str, .
 
 def _check_result(exported: ExportedFunction, sweep: Sweep) -> None:
     dtype = exported.abi.result.dtype
-    if dtype.startswith("float") or (dtype == "none" and sweep.kind == "ad"):
+    if dtype.startswith("float") or (dtype == "none" and sweep.kind == "ad" and not sweep.scalar_result):
         return
     if dtype == "none":
+        what = "a Hessian" if sweep.kind == "hvp" else "a gradient"
         raise UnsupportedFunctionError(
-            f"{exported.name} returns nothing; a Hessian needs a real scalar result"
+            f"{exported.name} returns nothing (None); {what} needs a real scalar result: return the "
+            "value to differentiate, or use pyjlad.vjp/jvp/jacobian for a function that writes its "
+            "result into an array argument"
         )
     raise UnsupportedFunctionError(
         f"{exported.name} returns {dtype}; gradients need a real "
@@ -460,6 +467,39 @@ def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], Built]) -> Callab
     return flat_caller
 
 
+def overlaps_itself(x: np.ndarray) -> bool:
+    """Whether two elements of ``x`` share memory (``np.broadcast_to``'s zero strides, ``as_strided``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> overlaps_itself(np.broadcast_to(np.ones(1), (3,))), overlaps_itself(np.ones((2, 3))[:, ::2])
+    (True, False)
+    """
+    extent = x.itemsize  # bytes covered by the dimensions seen so far (a sufficient test)
+    for stride, n in sorted((abs(s), n) for n, s in zip(x.shape, x.strides) if n > 1):
+        if stride < extent:
+            return True
+        extent += stride * (n - 1)
+    return False
+
+
+def compact_overlapping(args: tuple[Any, ...], indices: Sequence[int]) -> tuple[Any, ...]:
+    """``args`` with each array at ``indices`` whose elements share memory replaced by a C-ordered copy.
+
+    Each element of such an array is a separate input to differentiate (as JAX sees a
+    broadcast array), but Enzyme would accumulate all their adjoints into one shared
+    shadow element. Such arrays are read-only views, so the function cannot have
+    meant to write them.
+    """
+    out = list(args)
+    for index in indices:
+        x = out[index]
+        if isinstance(x, np.ndarray) and overlaps_itself(x):
+            out[index] = np.ascontiguousarray(x)
+    return tuple(out)
+
+
 def shadow_like(x: np.ndarray, fill: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
     """A zeroed (or ``fill``-ed) array addressable with ``x``'s strides.
 
@@ -542,7 +582,8 @@ def reraise_from_function(func: Any, args: tuple[Any, ...]) -> None:
     numba_fn = as_numba_function(func)
     runner = getattr(numba_fn, "_pyfunc", None)
     runner = as_numba_function(runner) if runner is not None else numba_fn
-    runner(*args)
+    # On copies: the function's own writes to its array arguments happened once already.
+    runner(*(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args))
     raise RuntimeError(
         f"{describe_function(func)} reported an error while differentiated, but not when called directly"
     )
@@ -560,7 +601,7 @@ class ReverseGradient:
         activities = ["const"] * (max(self.wrt) + 1)
         for index in self.wrt:
             activities[index] = "diff"
-        self._compiled = (compile or Compiled)(func, Sweep("ad", "reverse", tuple(activities)))
+        self._compiled = (compile or Compiled)(func, Sweep("ad", "reverse", tuple(activities), scalar_result=True))
 
     def __call__(self, *args: Any) -> tuple[Any, tuple[Any, ...]]:
         wrt = self.wrt
@@ -573,6 +614,7 @@ class ReverseGradient:
             # Scalars only (the per-call fast path): adjoints come back in wrt order.
             value, _, adjoints = self._compiled(args, (), 1.0)
             return float(value), tuple(map(float, adjoints))
+        args = compact_overlapping(args, wrt)
         shadows = []
         views = []
         for index in wrt:
