@@ -31,13 +31,18 @@ def _doctor(_: argparse.Namespace) -> int:
 
     from . import __version__
     from .engines import ENGINE_NAMES, default_engine_name, get_engine
+    from .errors import ToolchainError
     from .toolchain import ENZYME_SOURCE, ENZYME_VERSION, cache_root, find_opt
 
     print(f"pyjlad {__version__} on Python {platform.python_version()} ({sys.executable})")
     print(f"numba {numba.__version__}, llvmlite {llvmlite.__version__} "
           f"(LLVM {'.'.join(map(str, llvmlite.binding.llvm_version_info))}), numpy {numpy.__version__}")
     print(f"cache: {cache_root()}")
-    print(f"Enzyme: {ENZYME_VERSION} from {ENZYME_SOURCE}; opt-15: {find_opt() or 'not found'}")
+    try:
+        opt = find_opt() or "not found"
+    except ToolchainError as exc:
+        opt = str(exc)
+    print(f"Enzyme: {ENZYME_VERSION} from {ENZYME_SOURCE}; opt-15: {opt}")
     default = default_engine_name()
     default_ok = False
     for name in ENGINE_NAMES:

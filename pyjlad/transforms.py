@@ -17,6 +17,7 @@ from .memo import cached_for
 __all__ = ["gradient", "value_and_gradient", "grad", "value_and_grad"]
 
 Wrt = int | tuple[int, ...]
+_MAX_ARGUMENTS = 1 << 16  # far beyond any real signature; bounds the per-argument bookkeeping
 
 def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
     """Return (sorted unique indices, whether a single int was given)."""
@@ -29,6 +30,8 @@ def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
             raise TypeError(f"wrt must contain argument positions (ints), got {index!r}")
         if index < 0:
             raise UnsupportedFunctionError(f"wrt must be non-negative argument positions, got {index}")
+        if index > _MAX_ARGUMENTS:
+            raise UnsupportedFunctionError(f"wrt={index} is out of range: no function takes that many arguments")
     return tuple(sorted(set(items))), single
 
 

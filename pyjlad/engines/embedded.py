@@ -41,7 +41,7 @@ from numba.extending import intrinsic
 
 from .. import cache
 from ..abi import ArrayArg, FunctionABI
-from ..errors import EnzymeError, PyjladError, UnsupportedFunctionError
+from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
@@ -346,8 +346,8 @@ def _check_result(exported: ExportedFunction, sweep: Sweep) -> None:
 def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     """Export, differentiate and JIT ``sweep`` of ``func`` for ``argtypes``."""
     exported = export(func, argtypes)
+    activities = resolve_activities(exported, sweep)  # first: an int named in wrt is the clearer error
     _check_result(exported, sweep)
-    activities = resolve_activities(exported, sweep)
     noalias = not any(is_rule_symbol(name) for name in exported.module.external_functions)  # see the driver
     if sweep.kind == "hvp":
         driver = hvp_driver(exported.abi, sweep.wrt, noalias=noalias)
@@ -363,8 +363,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     try:
         library = _load_library(
             key, lambda: _run_enzyme(exported, exported.enzyme_module.text + "\n" + driver.text), driver.symbol)
-    except EnzymeError:
-        raise  # Enzyme's own failure, diagnostics kept
+    except (EnzymeError, ToolchainError):
+        raise  # Enzyme's own failure (diagnostics kept), or the toolchain's, already in words
     except RuntimeError as exc:
         raise EnzymeError(f"the differentiated module of {exported.name} does not load: {exc}") from exc
     return Built(exported=exported, driver=driver, activities=activities, library=library)
@@ -564,6 +564,9 @@ class Compiled:
         caller = self._callers.get((len(args), len(shadows))) or self._caller(len(args), len(shadows))
         try:
             status, value, dret, *adjoints = caller(*args, *shadows, seed)
+        except NotImplementedError:
+            numba_argtypes(args)  # Numba's bare NotImplementedError for a dtype it lacks (float16)
+            raise
         except nberrors.TypingError:
             error = getattr(self._pending, "error", None)
             if error is not None:
