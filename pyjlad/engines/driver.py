@@ -204,8 +204,12 @@ def _arg_markers(abi, params, names, activities, mode, shadow_name) -> list[str]
     return out
 
 
-def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noalias: bool = True) -> Driver:
+def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noalias: bool = True,
+              salt: str = "") -> Driver:
     """Driver for one reverse or forward sweep with the given per-argument activities.
+
+    ``salt`` (the module's text) makes the driver's symbol unique to the function: two
+    functions with the same name and ABI get different symbols in the one JIT.
 
     ``activities`` must be valid for ``abi`` (checked by the engine): ``active``
     only on float scalars in reverse mode, ``dup``/``dupnoneed`` on float arrays,
@@ -214,7 +218,7 @@ def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noali
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     params, names = _names(abi)
-    tag = _digest(abi.to_dict(), mode, activities)
+    tag = _digest(abi.to_dict(), mode, activities, salt)
     symbol = f"{abi.entry}_{mode}_{tag}"
     primal = f"{abi.entry}_status_{tag}"
     active = tuple(i for i, a in enumerate(activities) if a == "active")
@@ -284,7 +288,7 @@ def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noali
     return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=active, shadow_args=shadowed)
 
 
-def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True) -> Driver:
+def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = "") -> Driver:
     """Forward-over-reverse driver: Hessian-vector product with respect to argument ``wrt``.
 
     An inner function computes the reverse-mode gradient with respect to
@@ -295,7 +299,7 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True) -> Driver:
     buffer (pointers; one element for a scalar).
     """
     params, names = _names(abi)
-    tag = _digest(abi.to_dict(), "hvp", wrt)
+    tag = _digest(abi.to_dict(), "hvp", wrt, salt)
     symbol = f"{abi.entry}_hvp_{tag}"
     primal = f"{abi.entry}_status_{tag}"
     inner = f"{abi.entry}_gradient_{tag}"

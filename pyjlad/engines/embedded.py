@@ -36,6 +36,7 @@ from llvmlite import ir
 from numba import types as nbtypes
 from numba.core import cgutils
 from numba.core import errors as nberrors
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
@@ -44,6 +45,7 @@ from ..abi import ArrayArg, FunctionABI
 from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
+from ..memo import cached_for
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
 from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
@@ -203,6 +205,15 @@ def _load_into_numba(bitcode: bytes, name: str) -> tuple[Any, list[str]]:
     """A Numba code library of ``bitcode`` (optimized and compiled for this CPU), with its declarations."""
     module = llvm.parse_bitcode(bitcode)
     module.verify()
+    # Only the driver is looked up from outside: every other definition (the exported entry
+    # `pyjlad_<name>`, Numba's functions) becomes internal, so two libraries that define the
+    # same name for different code (two functions called f) never resolve to each other's.
+    for function in module.functions:
+        if not function.is_declaration and function.name != name:
+            function.linkage = "internal"
+    for variable in module.global_variables:
+        if not variable.is_declaration and not variable.name.startswith("enzyme_"):
+            variable.linkage = "internal"
     use_pool(module)
     declared = [f.name for f in module.functions if f.is_declaration]
     resolve_pool_symbols(declared)
@@ -215,7 +226,7 @@ def _load_into_numba(bitcode: bytes, name: str) -> tuple[Any, list[str]]:
     return library, declared
 
 
-_OBJECT_FORMAT = "pyjlad-object/3"  # 3: malloc/calloc/free renamed to the pool's
+_OBJECT_FORMAT = "pyjlad-object/4"  # 4: every definition but the driver internal
 
 
 def _object_key(key: str) -> str:
@@ -259,11 +270,13 @@ def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str) -> An
     payload = cache.get(object_key)
     if payload is not None:
         try:
-            return _unpack_object(payload)
+            with global_compiler_lock:  # Numba's code generator is not thread-safe
+                return _unpack_object(payload)
         except (ValueError, KeyError, RuntimeError):
             pass  # an unreadable entry: rebuild it below
-    bitcode = cache.get_or_build(key, build_bitcode)
-    library, declared = _load_into_numba(bitcode, name)
+    bitcode = cache.get_or_build(key, build_bitcode)  # Enzyme runs here, with no Numba lock held
+    with global_compiler_lock:
+        library, declared = _load_into_numba(bitcode, name)
     try:
         cache.put(object_key, _pack_object(library, declared))
     except (OSError, RuntimeError):
@@ -350,9 +363,9 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     _check_result(exported, sweep)
     noalias = not any(is_rule_symbol(name) for name in exported.module.external_functions)  # see the driver
     if sweep.kind == "hvp":
-        driver = hvp_driver(exported.abi, sweep.wrt, noalias=noalias)
+        driver = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text)
     else:
-        driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias)
+        driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text)
     toolchain = locate()
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
@@ -549,21 +562,50 @@ class Compiled:
             caller = self._callers.get((nargs, nshadows))
             if caller is None:
                 caller = self._callers[nargs, nshadows] = self._make(nargs, nshadows)
+                # Compiled only by _compile_for: the Enzyme build runs before Numba compiles
+                # the caller, not inside it under Numba's global compiler lock. (What
+                # Dispatcher.disable_compile sets, which refuses a dispatcher with no signature yet.)
+                caller._can_compile = False
             return caller
 
     def _build(self, argtypes: tuple[nbtypes.Type, ...]) -> Built:
         try:
-            return build(self.func, argtypes, self.sweep)
+            return cached_for(self, ("built", argtypes), lambda: build(self.func, argtypes, self.sweep))
         except PyjladError as exc:
             # Numba wraps exceptions raised while typing; keep ours to re-raise it clean.
             self._pending.error = exc
             raise
 
+    def _compile_for(self, caller: Any, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: Any) -> None:
+        """Build the sweep for these argument types (export, Enzyme; no Numba lock held across
+        ``opt``), then compile the caller for them (its typing finds the build done)."""
+        argtypes = numba_argtypes(args)
+        build_error = None
+        try:
+            cached_for(self, ("built", argtypes), lambda: build(self.func, argtypes, self.sweep))
+        except PyjladError as exc:
+            build_error = exc
+        if build_error is not None:
+            raise build_error.with_traceback(None)
+        signature = (*argtypes, *map(numba.typeof, shadows), numba.typeof(seed))
+        with self._lock:
+            caller._can_compile = True
+            try:
+                caller.compile(signature)
+            finally:
+                caller._can_compile = False
+
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
         self._pending.error = None
         caller = self._callers.get((len(args), len(shadows))) or self._caller(len(args), len(shadows))
         try:
-            status, value, dret, *adjoints = caller(*args, *shadows, seed)
+            try:
+                status, value, dret, *adjoints = caller(*args, *shadows, seed)
+            except TypeError as exc:
+                if "No matching definition" not in str(exc):
+                    raise
+                self._compile_for(caller, args, shadows, seed)
+                status, value, dret, *adjoints = caller(*args, *shadows, seed)
         except NotImplementedError:
             numba_argtypes(args)  # Numba's bare NotImplementedError for a dtype it lacks (float16)
             raise
