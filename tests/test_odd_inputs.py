@@ -163,3 +163,38 @@ def test_read_only_memmap_cotangent():
     proc = subprocess.run([sys.executable, "-c", _READ_ONLY_COTANGENT], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("ok")
+
+
+_OUT_OF_MEMORY = textwrap.dedent("""
+    import resource, numpy as np, pyjlad
+    from numba import njit
+
+    @njit
+    def f(x):
+        return np.sum(np.sin(x) * x * x)   # temporaries allocated inside the differentiated code
+
+    small = np.linspace(0.0, 1.0, 1000)
+    expected = np.cos(small) * small ** 2 + 2 * np.sin(small) * small
+    np.testing.assert_allclose(pyjlad.gradient(f, small), expected, rtol=1e-13)
+    big = np.linspace(0.0, 1.0, 30_000_000)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    in_use = int(open("/proc/self/statm").read().split()[0]) * 4096
+    resource.setrlimit(resource.RLIMIT_AS, (in_use + big.nbytes + (64 << 20), hard))  # room for the shadow only
+    try:
+        pyjlad.gradient(f, big)
+        print("no MemoryError")
+    except MemoryError as exc:
+        print("MemoryError:", exc)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    np.testing.assert_allclose(pyjlad.gradient(f, small), expected, rtol=1e-13)  # and the process goes on
+    print("alive")
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
+def test_out_of_memory_inside_the_derivative_is_a_memory_error():
+    """A failed malloc in differentiated code was a SIGSEGV; now the driver's exit raises MemoryError."""
+    proc = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MemoryError: out of memory while differentiating f" in proc.stdout
+    assert proc.stdout.strip().endswith("alive")

@@ -84,8 +84,12 @@ def test_capacity_setting(monkeypatch) -> None:
     module = llvm.parse_assembly("declare ptr @malloc(i64)\ndeclare void @free(ptr)\n"
                                  "define ptr @f() {\n  %p = call ptr @malloc(i64 8)\n  ret ptr %p\n}\n")
     monkeypatch.setenv("PYJLAD_POOL_BYTES", "0")
-    assert not pool.use_pool(module)
-    assert module.get_function("malloc").name == "malloc"
+    assert pool.capacity() == 0
+    # Allocations still go through the pool's malloc (its out-of-memory exit); it keeps nothing.
+    assert pool.use_pool(module)
+    assert module.get_function(pool.POOL_MALLOC).name == pool.POOL_MALLOC
+    module = llvm.parse_assembly("declare ptr @malloc(i64)\ndeclare void @free(ptr)\n"
+                                 "define ptr @f() {\n  %p = call ptr @malloc(i64 8)\n  ret ptr %p\n}\n")
     monkeypatch.setenv("PYJLAD_POOL_BYTES", "lots")
     with pytest.raises(ValueError, match="PYJLAD_POOL_BYTES"):
         pool.capacity()

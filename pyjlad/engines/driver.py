@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from ..abi import ArrayArg, FunctionABI
 
-__all__ = ["Driver", "ad_driver", "hvp_driver", "MODES", "ACTIVITIES"]
+__all__ = ["Driver", "ad_driver", "hvp_driver", "MODES", "ACTIVITIES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
 
 MODES = ("reverse", "forward")
 #: Concrete per-argument activities a driver accepts.
@@ -103,6 +103,50 @@ def _status_wrapper(abi: FunctionABI, name: str, params, names, noalias: bool = 
         "  ret void",
         "}",
         "",
+    ]
+
+
+#: Status a driver returns when an allocation of the differentiated code failed
+#: (not one of Numba's statuses, which are small); the engine raises ``MemoryError``.
+OUT_OF_MEMORY = -909
+#: The block pool's functions (see :mod:`pyjlad.engines.pool`) that arm and disarm the
+#: out-of-memory exit for the calling thread.
+OOM_ENTER, OOM_LEAVE = "pyjlad_oom_enter", "pyjlad_oom_leave"
+
+
+def _guard_out_of_memory(lines: list[str], symbol: str) -> list[str]:
+    """Make the driver ``symbol`` return :data:`OUT_OF_MEMORY` when an allocation fails.
+
+    Enzyme's generated code writes to what ``malloc`` returns without a check, so a
+    failed allocation (tape, shadows, temporaries) would be a segfault. The driver
+    registers a ``jmp_buf`` for its thread (:data:`OOM_ENTER`) and calls ``_setjmp``;
+    the pool's ``malloc``/``calloc`` ``longjmp`` there on failure. Memory allocated by
+    the sweep before the failure is not freed on that path.
+    """
+    start = next(k for k, line in enumerate(lines) if line.startswith(f"define i32 @{symbol}("))
+    entry = lines.index("entry:", start)
+    call = next(k for k in range(entry, len(lines)) if "@__enzyme_" in lines[k])
+    end = max(k for k in range(call, len(lines)) if lines[k] == "  ret i32 %st")
+    return [
+        f"declare ptr @{OOM_ENTER}(ptr)",
+        f"declare void @{OOM_LEAVE}(ptr)",
+        "declare i32 @_setjmp(ptr) returns_twice",
+        "",
+        *lines[:entry + 1],
+        "  %oom.jb = alloca [32 x i64], align 16",  # glibc's jmp_buf is 200 bytes
+        *lines[entry + 1:call],
+        f"  %oom.prev = call ptr @{OOM_ENTER}(ptr %oom.jb)",
+        "  %oom.jumped = call i32 @_setjmp(ptr %oom.jb) returns_twice",
+        "  %oom.failed = icmp ne i32 %oom.jumped, 0",
+        "  br i1 %oom.failed, label %oom, label %oom.run",
+        "oom.run:",
+        *lines[call:end - 1],
+        f"  call void @{OOM_LEAVE}(ptr %oom.prev)",
+        *lines[end - 1:end + 1],
+        "oom:",
+        f"  call void @{OOM_LEAVE}(ptr %oom.prev)",
+        f"  ret i32 {OUT_OF_MEMORY}",
+        *lines[end + 1:],
     ]
 
 
@@ -205,7 +249,7 @@ def _arg_markers(abi, params, names, activities, mode, shadow_name) -> list[str]
 
 
 def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noalias: bool = True,
-              salt: str = "") -> Driver:
+              salt: str = "", oom_guard: bool = True) -> Driver:
     """Driver for one reverse or forward sweep with the given per-argument activities.
 
     ``salt`` (the module's text) makes the driver's symbol unique to the function: two
@@ -285,10 +329,13 @@ def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noali
             lines += [f"  %tangent = load {res_ty}, ptr %dretslot, align 8",
                       f"  store {res_ty} %tangent, ptr %dret, align 8"]
     lines += ["  %st = load i32, ptr %status, align 4", "  ret i32 %st", "}"]
+    if oom_guard:
+        lines = _guard_out_of_memory(lines, symbol)
     return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=active, shadow_args=shadowed)
 
 
-def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = "") -> Driver:
+def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = "",
+               oom_guard: bool = True) -> Driver:
     """Forward-over-reverse driver: Hessian-vector product with respect to argument ``wrt``.
 
     An inner function computes the reverse-mode gradient with respect to
@@ -364,4 +411,6 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
         "  ret i32 %st",
         "}",
     ]
+    if oom_guard:
+        lines = _guard_out_of_memory(lines, symbol)
     return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt))

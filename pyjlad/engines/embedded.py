@@ -51,7 +51,7 @@ from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
-from .driver import ACTIVITIES, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
+from .driver import ACTIVITIES, OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
 from .pool import capacity, resolve_pool_symbols, use_pool
 
 __all__ = [
@@ -226,7 +226,7 @@ def _load_into_numba(bitcode: bytes, name: str) -> tuple[Any, list[str]]:
     return library, declared
 
 
-_OBJECT_FORMAT = "pyjlad-object/4"  # 4: every definition but the driver internal
+_OBJECT_FORMAT = "pyjlad-object/5"  # 5: out-of-memory exit; every definition but the driver internal
 
 
 def _object_key(key: str) -> str:
@@ -617,6 +617,12 @@ class Compiled:
             numba_argtypes(args)  # raises a clear error for an argument Numba cannot type
             raise
         if status != 0:
+            if status == OUT_OF_MEMORY:
+                raise MemoryError(
+                    f"out of memory while differentiating {describe_function(self.func)}: Enzyme's tape, "
+                    "the shadows or the temporaries did not fit; use smaller inputs or free memory "
+                    "(the memory the sweep had taken before the failure is not returned)"
+                )
             reraise_from_function(self.func, args)
         return value, dret, adjoints
 

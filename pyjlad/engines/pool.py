@@ -29,6 +29,8 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
+from .driver import OOM_ENTER, OOM_LEAVE
+
 __all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "kept_bytes",
            "capacity", "MIN_BYTES", "SLOTS"]
 
@@ -52,7 +54,7 @@ def capacity() -> int:
         raise ValueError(f"{_CAPACITY_ENV} must be a number of bytes, got {value!r}") from None
 
 
-def _pool_ir(cap: int) -> str:
+def _pool_ir(cap: int, key: int) -> str:
     n = _MAX_CLASS - _MIN_CLASS + 1
     return f"""
 @pool = internal global [{n} x [{SLOTS} x ptr]] zeroinitializer
@@ -66,6 +68,39 @@ declare {{ i64, i1 }} @llvm.umul.with.overflow.i64(i64, i64)
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 declare i64 @malloc_usable_size(ptr)
 declare i64 @llvm.ctlz.i64(i64, i1)
+declare ptr @pthread_getspecific(i32)
+declare i32 @pthread_setspecific(i32, ptr)
+declare void @longjmp(ptr, i32) noreturn
+
+; The out-of-memory exit (see driver._guard_out_of_memory): each thread's armed jmp_buf.
+define ptr @{OOM_ENTER}(ptr %jb) {{
+entry:
+  %prev = call ptr @pthread_getspecific(i32 {key})
+  %r = call i32 @pthread_setspecific(i32 {key}, ptr %jb)
+  ret ptr %prev
+}}
+
+define void @{OOM_LEAVE}(ptr %prev) {{
+entry:
+  %r = call i32 @pthread_setspecific(i32 {key}, ptr %prev)
+  ret void
+}}
+
+; %p, unless it is null (the allocation failed) and a driver armed the exit: then jump there.
+define internal ptr @pool_checked(ptr %p) {{
+entry:
+  %failed = icmp eq ptr %p, null
+  br i1 %failed, label %check, label %ok
+ok:
+  ret ptr %p
+check:
+  %jb = call ptr @pthread_getspecific(i32 {key})
+  %armed = icmp ne ptr %jb, null
+  br i1 %armed, label %jump, label %ok
+jump:
+  call void @longjmp(ptr %jb, i32 1)
+  unreachable
+}}
 
 define internal void @pool_lock() {{
 entry:
@@ -126,7 +161,8 @@ entry:
   %small = icmp ult i64 %size, {MIN_BYTES}
   br i1 %small, label %direct, label %classify
 direct:
-  %p = call ptr @malloc(i64 %size)
+  %p0 = call ptr @malloc(i64 %size)
+  %p = call ptr @pool_checked(ptr %p0)
   ret ptr %p
 classify:
   %m1 = sub i64 %size, 1
@@ -151,7 +187,8 @@ take:
   ret ptr %block
 fresh:
   call void @pool_unlock()
-  %new = call ptr @malloc(i64 %bytes)
+  %new0 = call ptr @malloc(i64 %bytes)
+  %new = call ptr @pool_checked(ptr %new0)
   ret ptr %new
 }}
 
@@ -164,7 +201,8 @@ entry:
   %direct = or i1 %overflow, %small
   br i1 %direct, label %libc, label %pooled
 libc:
-  %c = call ptr @calloc(i64 %n, i64 %size)
+  %c0 = call ptr @calloc(i64 %n, i64 %size)
+  %c = call ptr @pool_checked(ptr %c0)
   ret ptr %c
 pooled:
   %p = call ptr @{POOL_MALLOC}(i64 %bytes)
@@ -259,9 +297,9 @@ def _install() -> Any:
         library = _state.get("library")
         if library is None:
             library = cpu_target.target_context.codegen().create_library("pyjlad_pool")
-            library.add_llvm_module(llvm.parse_assembly(_pool_ir(capacity())))
+            library.add_llvm_module(llvm.parse_assembly(_pool_ir(capacity(), _thread_key())))
             library.finalize()
-            for name in _RENAMED.values():
+            for name in (*_RENAMED.values(), OOM_ENTER, OOM_LEAVE):
                 llvm.add_symbol(name, library.get_pointer_to_function(name))
             _state["library"] = library
             _state["release"] = ctypes.CFUNCTYPE(None)(library.get_pointer_to_function("pyjlad_pool_release"))
@@ -269,14 +307,22 @@ def _install() -> Any:
         return library
 
 
+def _thread_key() -> int:
+    """A ``pthread_key_t`` for the per-thread out-of-memory ``jmp_buf`` (made once per process)."""
+    libc = ctypes.CDLL(None)
+    key = ctypes.c_uint(0)
+    if libc.pthread_key_create(ctypes.byref(key), None) != 0:
+        raise MemoryError("pthread_key_create failed")
+    return key.value
+
+
 def use_pool(module: llvm.ModuleRef) -> bool:
     """Route ``module``'s ``malloc``, ``calloc`` and ``free`` through the pool (renames their declarations).
 
-    Returns whether the module allocates (and so uses the pool). Nothing is
-    renamed when :func:`capacity` is 0.
+    Returns whether the module allocates (and so uses the pool). With
+    :func:`capacity` 0 the pool keeps nothing, but allocations still go through
+    it: its ``malloc`` turns a failed allocation into the driver's out-of-memory exit.
     """
-    if capacity() == 0:
-        return False
     renamed = False
     for name, pooled in _RENAMED.items():
         try:
@@ -291,7 +337,7 @@ def use_pool(module: llvm.ModuleRef) -> bool:
 
 def resolve_pool_symbols(names: list[str]) -> None:
     """Make the pool's functions resolvable if ``names`` (a module's declarations) use them."""
-    if set(_RENAMED.values()) & set(names):
+    if {*_RENAMED.values(), OOM_ENTER, OOM_LEAVE} & set(names):
         _install()
 
 
