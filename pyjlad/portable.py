@@ -849,3 +849,25 @@ def dedupe_declarations(text: str) -> str:
                 seen.add(match.group(1))
         out.append(line)
     return "\n".join(out) + "\n"
+
+
+def has_recursion(text: str) -> bool:
+    """Whether a function defined in module ``text`` can call itself (directly or through others).
+
+    Deep recursion needs a deep stack; the engine runs such sweeps on a thread with a large one.
+    """
+    _, entities, _ = split_module(text)
+    defined = {e.name: e for e in entities if e.kind == "define"}
+    calls = {name: {s for s in _SYMBOL_RE.findall(_STRING_LITERAL_RE.sub('c""', e.text.split("\n", 1)[-1]))
+                    if s in defined} for name, e in defined.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+
+    def cycle_from(name: str) -> bool:
+        state[name] = 1
+        for callee in calls[name]:
+            if state.get(callee) == 1 or (callee not in state and cycle_from(callee)):
+                return True
+        state[name] = 2
+        return False
+
+    return any(name not in state and cycle_from(name) for name in defined)

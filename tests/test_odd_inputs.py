@@ -198,3 +198,38 @@ def test_out_of_memory_inside_the_derivative_is_a_memory_error():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MemoryError: out of memory while differentiating f" in proc.stdout
     assert proc.stdout.strip().endswith("alive")
+
+
+_DEEP_RECURSION = textwrap.dedent("""
+    import math, pyjlad
+    from numba import njit
+
+    @njit
+    def damped(x, n):
+        if n <= 0:
+            return x
+        return 0.999 * damped(x, n - 1) + 0.001 * math.sin(x)
+
+    n = 300_000   # deeper than the main thread's 8 MiB stack holds (the plain call would segfault)
+    expected = 0.999 ** n + math.cos(0.5) * (1 - 0.999 ** n)   # d_n = 0.999 d_(n-1) + 0.001 cos x, d_0 = 1
+    g = pyjlad.gradient(damped, 0.5, n)
+    assert abs(g - expected) < 1e-12, (g, expected)
+    print("ok")
+""")
+
+
+def test_deep_recursion_runs_on_a_deep_stack():
+    proc = subprocess.run([sys.executable, "-c", _DEEP_RECURSION], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("ok")
+
+
+def test_recursion_is_found_in_the_call_graph():
+    from pyjlad.portable import has_recursion
+
+    direct = "define i32 @f(i32 %n) {\nentry:\n  %r = call i32 @f(i32 %n)\n  ret i32 %r\n}\n"
+    mutual = ("define void @a() {\nentry:\n  call void @b()\n  ret void\n}\n"
+              "define void @b() {\nentry:\n  call void @a()\n  ret void\n}\n")
+    chain = ("define void @a() {\nentry:\n  call void @b()\n  ret void\n}\n"
+             "define void @b() {\nentry:\n  call void @c()\n  ret void\n}\ndeclare void @c()\n")
+    assert has_recursion(direct) and has_recursion(mutual) and not has_recursion(chain)

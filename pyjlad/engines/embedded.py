@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFuncti
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
 from ..memo import cached_for
-from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
+from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inactive_helper
 from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
 from ..toolchain import locate
@@ -552,6 +553,7 @@ class Compiled:
     def __init__(self, func: Any, sweep: Sweep) -> None:
         self.func = func
         self.sweep = sweep
+        self._recursive = False  # set when a build of func recurses: then run on a deep stack
         self._pending = threading.local()
         self._make = _make_caller(self._build)
         self._callers: dict[tuple[int, int], Any] = {}
@@ -568,9 +570,15 @@ class Compiled:
                 caller._can_compile = False
             return caller
 
+    def _build_once(self, argtypes: tuple[nbtypes.Type, ...]) -> Built:
+        built = cached_for(self, ("built", argtypes), lambda: build(self.func, argtypes, self.sweep))
+        if not self._recursive and has_recursion(built.exported.module.text):
+            self._recursive = True
+        return built
+
     def _build(self, argtypes: tuple[nbtypes.Type, ...]) -> Built:
         try:
-            return cached_for(self, ("built", argtypes), lambda: build(self.func, argtypes, self.sweep))
+            return self._build_once(argtypes)
         except PyjladError as exc:
             # Numba wraps exceptions raised while typing; keep ours to re-raise it clean.
             self._pending.error = exc
@@ -582,7 +590,7 @@ class Compiled:
         argtypes = numba_argtypes(args)
         build_error = None
         try:
-            cached_for(self, ("built", argtypes), lambda: build(self.func, argtypes, self.sweep))
+            self._build_once(argtypes)
         except PyjladError as exc:
             build_error = exc
         if build_error is not None:
@@ -598,14 +606,16 @@ class Compiled:
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
         self._pending.error = None
         caller = self._callers.get((len(args), len(shadows))) or self._caller(len(args), len(shadows))
+        call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
         try:
             try:
-                status, value, dret, *adjoints = caller(*args, *shadows, seed)
+                status, value, dret, *adjoints = call(*args, *shadows, seed)
             except TypeError as exc:
                 if "No matching definition" not in str(exc):
                     raise
                 self._compile_for(caller, args, shadows, seed)
-                status, value, dret, *adjoints = caller(*args, *shadows, seed)
+                call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
+                status, value, dret, *adjoints = call(*args, *shadows, seed)
         except NotImplementedError:
             numba_argtypes(args)  # Numba's bare NotImplementedError for a dtype it lacks (float16)
             raise
@@ -625,6 +635,44 @@ class Compiled:
                 )
             reraise_from_function(self.func, args)
         return value, dret, adjoints
+
+
+#: Stack of the thread that runs sweeps of recursive functions (``PYJLAD_STACK_BYTES``).
+_DEEP_STACK_DEFAULT = 1 << 30
+_stack_lock = threading.Lock()
+
+
+def _deep_stack_bytes() -> int:
+    text = os.environ.get("PYJLAD_STACK_BYTES", "")
+    try:
+        return int(text) if text.strip() else _DEEP_STACK_DEFAULT
+    except ValueError:
+        raise UnsupportedFunctionError(f"PYJLAD_STACK_BYTES must be a number of bytes, got {text!r}") from None
+
+
+def on_deep_stack(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a new thread with a large stack (1 GiB of address space by default,
+    committed only as used): a recursive function's sweep nests as deep as the function
+    does, with bigger frames, and the main thread's 8 MiB would overflow into a segfault."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            outcome["error"] = exc
+
+    with _stack_lock:
+        previous = threading.stack_size(_deep_stack_bytes())
+        try:
+            thread = threading.Thread(target=run, name="pyjlad-deep-stack")
+            thread.start()
+        finally:
+            threading.stack_size(previous)
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def reraise_from_function(func: Any, args: tuple[Any, ...]) -> None:
