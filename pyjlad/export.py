@@ -11,9 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import threading
 import types as pytypes
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +36,6 @@ __all__ = [
 ]
 
 _LLVM_INT = {8: "i8", 16: "i16", 32: "i32", 64: "i64"}
-_jitted_plain: weakref.WeakKeyDictionary[Callable[..., Any], Dispatcher] = weakref.WeakKeyDictionary()
-_lock = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -126,12 +122,7 @@ def as_numba_function(func: Any) -> Dispatcher | CFunc:
             f"cannot differentiate {func!r}: pass a Python function, a @numba.njit "
             "dispatcher or a @numba.cfunc"
         )
-    with _lock:
-        dispatcher = _jitted_plain.get(func)
-        if dispatcher is None:
-            dispatcher = numba.njit(func)
-            _jitted_plain[func] = dispatcher
-    return dispatcher
+    return cached_for(func, ("njit",), lambda: numba.njit(func))
 
 
 def numba_argtypes(args: Sequence[Any]) -> tuple[nbtypes.Type, ...]:

@@ -16,9 +16,26 @@ from typing import Any
 
 __all__ = ["cached_for"]
 
-_by_function: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
+_ATTRIBUTE = "__pyjlad_memo__"
 _by_id: dict[int, tuple[Any, dict[tuple, Any]]] = {}
+_tables: weakref.WeakValueDictionary[int, _Table] = weakref.WeakValueDictionary()  # for fork
 _lock = threading.Lock()
+
+
+class _Table(dict):
+    """One function's entries, kept in the function's own ``__dict__``.
+
+    Its entries refer back to the function (a compiled sweep calls it), so a table
+    held outside the function (a ``WeakKeyDictionary``) would keep every
+    differentiated function alive for ever; inside it, function and table are an
+    ordinary cycle that the garbage collector frees together. Pickled empty: a
+    function sent to another process (cloudpickle sends ``__dict__``) rebuilds there.
+    """
+
+    __slots__ = ("__weakref__",)
+
+    def __reduce__(self):
+        return (_Table, ())
 
 
 class _Building:
@@ -32,15 +49,20 @@ class _Building:
 
 def _table(func: Any) -> dict[tuple, Any]:
     try:
-        return _by_function.setdefault(func, {})
-    except TypeError:
+        namespace = vars(func)
+    except TypeError:  # no __dict__ (a builtin, a slotted object): kept alive with its entry
         return _by_id.setdefault(id(func), (func, {}))[1]
+    table = namespace.get(_ATTRIBUTE)
+    if not isinstance(table, _Table):
+        table = namespace[_ATTRIBUTE] = _Table()
+        _tables[id(table)] = table
+    return table
 
 
 def cached_for(func: Any, key: tuple, factory: Callable[[], Any]) -> Any:
     """``factory()`` once per (``func``, ``key``), remembered while ``func`` lives.
 
-    Functions that cannot be weakly referenced are kept alive with their entry.
+    Objects without a ``__dict__`` are kept alive with their entry.
     Concurrent callers of the same entry wait for its one build; a factory may
     call ``cached_for`` (also for the same entry: it then builds it itself).
     """
@@ -72,7 +94,7 @@ def _renew_locks_in_child() -> None:
     """After ``fork()``: locks another parent thread held would never be released in the child."""
     global _lock
     _lock = threading.Lock()
-    for table in [*_by_function.values(), *(t for _, t in _by_id.values())]:
+    for table in [*_tables.values(), *(t for _, t in _by_id.values())]:
         for key, entry in list(table.items()):
             if isinstance(entry, _Building):
                 del table[key]

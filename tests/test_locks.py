@@ -100,3 +100,27 @@ def test_fork_during_a_build_gives_a_working_child(parked_build):
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child deadlocked")
+
+
+def test_a_differentiated_function_is_released_when_the_user_drops_it():
+    """pyjlad's caches live in the function's own __dict__ and hold compiled sweeps weakly from
+    Numba's registries, so nothing of pyjlad's keeps a dropped function (and its arrays) alive."""
+    import gc
+    import weakref
+
+    def make():
+        @njit
+        def f(x):
+            return np.sum(x * x)
+
+        return f
+
+    f = make()
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(pyjlad.gradient(f, x), 2 * x)
+    np.testing.assert_array_equal(pyjlad.jvp(f, (x,), (x,))[1], 2 * x @ x)
+    np.testing.assert_array_equal(pyjlad.hvp(f, (x,), x), 2 * x)
+    alive = weakref.ref(f)
+    del f
+    gc.collect()
+    assert alive() is None

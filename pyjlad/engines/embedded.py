@@ -26,6 +26,7 @@ import functools
 import json
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -388,18 +389,23 @@ def _value_type(abi: FunctionABI) -> nbtypes.Type:
     return nbtypes.float32 if abi.result.dtype == "float32" else nbtypes.float64
 
 
-def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], Built]) -> Callable[[int, int], Any]:
+def _make_caller(builder: Callable[[], Callable[[tuple[nbtypes.Type, ...]], Built] | None]) -> Callable[[int, int], Any]:
     """A factory of ``@njit`` functions ``caller(*args, *shadows, seed) -> (status, value, dret, *adjoints)``.
 
     ``factory(nargs, nshadows)`` makes the caller for that many arguments and shadows.
+    ``builder`` is a weak reference to the build method: Numba keeps intrinsics for the
+    life of the process, and a strong one would keep the user's function alive with them.
     """
 
-    loaded: list[Built] = []
+    loaded: list[Any] = []
 
     @intrinsic
     def _invoke(typingctx, args_ty, shadows_ty, seed_ty):
         argtypes = tuple(args_ty)
-        built = builder(argtypes)
+        build_for = builder()
+        if build_for is None:
+            raise UnsupportedFunctionError("this compiled sweep was released")
+        built = build_for(argtypes)
         exported, driver = built.exported, built.driver
         targets = exported.argtypes
         if len(argtypes) != len(targets):
@@ -426,7 +432,7 @@ def _make_caller(builder: Callable[[tuple[nbtypes.Type, ...]], Built]) -> Callab
         # whole differentiated module into the caller, to be optimized and
         # compiled a second time (most of a warm process's first call).
         address = built.library.get_pointer_to_function(driver.symbol)
-        loaded.append(built)  # the caller holds the address: keep the library alive with it
+        loaded.append(built.library)  # the caller holds the address: keep the library alive with it
 
         def codegen(context, builder_, signature, llargs):
             values = cgutils.unpack_tuple(builder_, llargs[0], len(argtypes))
@@ -555,7 +561,7 @@ class Compiled:
         self.sweep = sweep
         self._recursive = False  # set when a build of func recurses: then run on a deep stack
         self._pending = threading.local()
-        self._make = _make_caller(self._build)
+        self._make = _make_caller(weakref.WeakMethod(self._build))
         self._callers: dict[tuple[int, int], Any] = {}
         self._lock = threading.Lock()
 
