@@ -88,6 +88,33 @@ def _result_slot_type(abi: FunctionABI) -> str:
     return abi.result.llvm_type if abi.result.llvm_type in ("double", "float") else "i64"
 
 
+#: Enzyme's type annotations: ``__enzyme_double(p, n)`` says ``p`` points to doubles in its first
+#: ``n`` bytes (``__enzyme_float`` likewise for floats). Removed by the optimizer afterwards.
+_TYPE_HINT = {"double": ("__enzyme_double", 8), "float": ("__enzyme_float", 4)}
+_TYPE_HINT_DECLS = [f"declare void @{fn}(ptr nocapture readnone, i64) readnone nounwind willreturn"
+                    for fn, _ in _TYPE_HINT.values()]
+
+
+def _type_hints(abi: FunctionABI, params, names) -> list[str]:
+    """Calls telling Enzyme's type analysis what the result slot and the float arrays hold.
+
+    Without them a value that is only loaded, compared and selected (a running
+    maximum, ``np.max``, ``np.sort(x)[k]``) and then stored to the result has no
+    type Enzyme can deduce: it retries with loose types, which take it for an
+    integer and give a zero gradient. The slot's type is pyjlad's to state.
+    """
+    hints = []
+    if abi.result.llvm_type in _TYPE_HINT:
+        fn, size = _TYPE_HINT[abi.result.llvm_type]
+        hints.append(f"  call void @{fn}(ptr %retptr, i64 {size})")
+    for (index, role, _), name in zip(params, names):
+        arg = abi.args[index]
+        if role == "data" and isinstance(arg, ArrayArg) and arg.llvm_element in _TYPE_HINT:
+            fn, size = _TYPE_HINT[arg.llvm_element]
+            hints.append(f"  call void @{fn}(ptr {name}, i64 {size})")
+    return hints
+
+
 def _status_wrapper(abi: FunctionABI, name: str, params, names, noalias: bool = True) -> list[str]:
     typed = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
     # noalias: the slots are the driver's own, so Enzyme need not cache reads of the
@@ -98,6 +125,7 @@ def _status_wrapper(abi: FunctionABI, name: str, params, names, noalias: bool = 
     return [
         f"define internal void @{name}(ptr {attrs}%retptr, ptr {attrs}%status, ptr {attrs}%excinfo{typed}) {{",
         "entry:",
+        *_type_hints(abi, params, names),
         f"  %s = call i32 @{abi.entry}(ptr %retptr, ptr %excinfo{typed})",
         "  store i32 %s, ptr %status, align 4",
         "  ret void",
@@ -155,6 +183,7 @@ def _guard_out_of_memory(lines: list[str], symbol: str) -> list[str]:
 ZEROED, RELEASE = "pyjlad_zeroed", "pyjlad_release"
 
 _MARKERS = [
+    *_TYPE_HINT_DECLS,
     "@enzyme_dup = external global i32",
     "@enzyme_dupnoneed = external global i32",
     "@enzyme_const = external global i32",
