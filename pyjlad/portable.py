@@ -147,7 +147,11 @@ init:
 }"""
 
 PORTABLE_RUNTIME = {
-    "@NRT_incref": """define linkonce_odr void @NRT_incref(ptr %mi) {
+    # Inactive: a reference count is an integer no derivative flows through; without the
+    # attribute Enzyme may take the meminfo (reached through an array struct it shadows)
+    # for active memory and refuse the atomic add ("Active atomic inst not yet handled").
+    # NRT_decref stays visible: it frees, and Enzyme must defer frees to the reverse sweep.
+    "@NRT_incref": """define linkonce_odr void @NRT_incref(ptr %mi) nofree nounwind "enzyme_inactive" {
 entry:
   %isnull = icmp eq ptr %mi, null
   br i1 %isnull, label %done, label %inc
@@ -345,6 +349,32 @@ ERROR_PATH_STUBS = frozenset({
     "PyErr_SetString", "PyErr_SetNone", "PyErr_Clear", "Py_DecRef", "Py_IncRef",
 })
 _ZERO = {"ptr": "null", "void": "", "float": "0.0", "double": "0.0"}
+
+
+#: Numba's builder of a dynamic exception's arguments (``raise E(f"... {value}")``, shape checks
+#: of axis reductions): its address is stored in the exception info, which makes Enzyme process
+#: it (its vararg PyTuple_Pack call trips Enzyme's preprocessing). Like the other error-path
+#: code it is never needed in a differentiated module (the status still says an exception was
+#: raised, and pyjlad re-runs the function for the message): an inactive stub returning null.
+_EXCINFO_UNWRAP = "@__excinfo_unwrap_args"
+
+
+#: Numba's string implementations (numba.cpython.unicode, unicode_support, charseq): reached
+#: from the messages of exceptions raised with run-time values (np.sum's axis check). Text
+#: carries no derivative, and Enzyme's type analysis cannot type their byte arithmetic.
+_STRING_CODE = ("@_ZN5numba7cpython7unicode", "@_ZN5numba7cpython15unicode_support", "@_ZN5numba7cpython7charseq")
+
+
+def _inactive_definition(text: str) -> str:
+    """``text`` (a definition) with the ``"enzyme_inactive"`` function attribute."""
+    header, rest = text.split("\n", 1)
+    if "enzyme_inactive" in header:
+        return text
+    return header[:header.rindex("{")].rstrip() + ' "enzyme_inactive" {\n' + rest
+
+
+def _excinfo_unwrap_stub(symbol: str) -> str:
+    return f'define linkonce_odr ptr {symbol}(ptr %args) nounwind "enzyme_inactive" {{\nentry:\n  ret ptr null\n}}'
 
 
 def _stub(declaration: str) -> str:
@@ -782,6 +812,10 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
             raise PortabilityError(f"symbol {symbol} is referenced but not declared")
         if entity.kind == "global":
             globals_.append(_clean_global(entity.text))
+        elif entity.kind == "define" and symbol.startswith(_EXCINFO_UNWRAP):
+            defines.append(_excinfo_unwrap_stub(symbol))
+        elif entity.kind == "define" and symbol.startswith(_STRING_CODE):
+            defines.append(_inactive_definition(entity.text))
         elif entity.kind == "define":
             defines.append(_split_shared_excinfo_slots(entity.text, numba_functions))
         elif symbol.lstrip("@") in ERROR_PATH_STUBS:

@@ -54,7 +54,7 @@ from ..rules import is_rule_symbol, rule_modules
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
-from .pool import capacity, resolve_pool_symbols, use_pool
+from .pool import capacity, failed_bytes, resolve_pool_symbols, use_pool
 
 __all__ = [
     "EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like", "resolve_activities",
@@ -635,9 +635,9 @@ class Compiled:
         if status != 0:
             if status == OUT_OF_MEMORY:
                 raise MemoryError(
-                    f"out of memory while differentiating {describe_function(self.func)}: Enzyme's tape, "
-                    "the shadows or the temporaries did not fit; use smaller inputs or free memory "
-                    "(the memory the sweep had taken before the failure is not returned)"
+                    f"out of memory while differentiating {describe_function(self.func)}: an allocation of "
+                    f"{failed_bytes():,} bytes (Enzyme's tape, a shadow or a temporary) failed; use smaller "
+                    "inputs or free memory (the memory the sweep had taken before the failure is not returned)"
                 )
             reraise_from_function(self.func, args)
         return value, dret, adjoints

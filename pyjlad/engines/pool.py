@@ -32,6 +32,7 @@ import llvmlite.binding as llvm
 from .driver import OOM_ENTER, OOM_LEAVE
 
 __all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "kept_bytes",
+           "failed_bytes",
            "capacity", "MIN_BYTES", "SLOTS"]
 
 POOL_MALLOC, POOL_CALLOC, POOL_FREE = "pyjlad_pool_malloc", "pyjlad_pool_calloc", "pyjlad_pool_free"
@@ -86,14 +87,22 @@ entry:
   ret void
 }}
 
-; %p, unless it is null (the allocation failed) and a driver armed the exit: then jump there.
-define internal ptr @pool_checked(ptr %p) {{
+@pool_failed_bytes = internal global i64 0
+
+; %p, unless it is null (the allocation of %bytes failed) and a driver armed the exit: then
+; jump there. A request beyond any address space (2^47 bytes and more) is let through as null:
+; Enzyme sizes the cache of a loop before knowing the loop runs, and such a request comes from
+; a trip count that is never used.
+define internal ptr @pool_checked(ptr %p, i64 %bytes) {{
 entry:
   %failed = icmp eq ptr %p, null
-  br i1 %failed, label %check, label %ok
+  %possible = icmp ult i64 %bytes, 140737488355328
+  %fatal = and i1 %failed, %possible
+  br i1 %fatal, label %check, label %ok
 ok:
   ret ptr %p
 check:
+  store atomic i64 %bytes, ptr @pool_failed_bytes monotonic, align 8
   %jb = call ptr @pthread_getspecific(i32 {key})
   %armed = icmp ne ptr %jb, null
   br i1 %armed, label %jump, label %ok
@@ -162,7 +171,7 @@ entry:
   br i1 %small, label %direct, label %classify
 direct:
   %p0 = call ptr @malloc(i64 %size)
-  %p = call ptr @pool_checked(ptr %p0)
+  %p = call ptr @pool_checked(ptr %p0, i64 %size)
   ret ptr %p
 classify:
   %m1 = sub i64 %size, 1
@@ -188,7 +197,7 @@ take:
 fresh:
   call void @pool_unlock()
   %new0 = call ptr @malloc(i64 %bytes)
-  %new = call ptr @pool_checked(ptr %new0)
+  %new = call ptr @pool_checked(ptr %new0, i64 %bytes)
   ret ptr %new
 }}
 
@@ -202,7 +211,7 @@ entry:
   br i1 %direct, label %libc, label %pooled
 libc:
   %c0 = call ptr @calloc(i64 %n, i64 %size)
-  %c = call ptr @pool_checked(ptr %c0)
+  %c = call ptr @pool_checked(ptr %c0, i64 %bytes)
   ret ptr %c
 pooled:
   %p = call ptr @{POOL_MALLOC}(i64 %bytes)
@@ -251,6 +260,12 @@ release:
   call void @pool_unlock()
   call void @free(ptr %p)
   ret void
+}}
+
+define i64 @pyjlad_pool_failed_bytes() {{
+entry:
+  %b = load atomic i64, ptr @pool_failed_bytes monotonic, align 8
+  ret i64 %b
 }}
 
 define i64 @pyjlad_pool_kept() {{
@@ -304,6 +319,8 @@ def _install() -> Any:
             _state["library"] = library
             _state["release"] = ctypes.CFUNCTYPE(None)(library.get_pointer_to_function("pyjlad_pool_release"))
             _state["kept"] = ctypes.CFUNCTYPE(ctypes.c_int64)(library.get_pointer_to_function("pyjlad_pool_kept"))
+            _state["failed"] = ctypes.CFUNCTYPE(ctypes.c_int64)(
+                library.get_pointer_to_function("pyjlad_pool_failed_bytes"))
         return library
 
 
@@ -345,6 +362,11 @@ def release() -> None:
     """Return every block the pool keeps to the C library."""
     if "release" in _state:
         _state["release"]()
+
+
+def failed_bytes() -> int:
+    """Size of the last allocation that failed in differentiated code (0 if none)."""
+    return int(_state["failed"]()) if "failed" in _state else 0
 
 
 def kept_bytes() -> int:
