@@ -48,6 +48,7 @@ from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFuncti
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
 from ..memo import cached_for
+from ..objcheck import InvalidObject, check_elf, check_llvm_module
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inactive_helper
 from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
@@ -245,19 +246,41 @@ def _pack_object(library: Any, declared: list[str]) -> bytes:
     return len(header).to_bytes(8, "little") + header + obj + shared
 
 
-def _unpack_object(payload: bytes) -> Any:
+def _split_object(payload: bytes) -> tuple[dict[str, Any], bytes, bytes]:
+    """The header, ELF object and linking bitcode of an object entry (raises InvalidObject)."""
     size = int.from_bytes(payload[:8], "little")
-    header = json.loads(payload[8:8 + size])
+    try:
+        header = json.loads(payload[8:8 + size])
+        n_obj, n_shared = header["sizes"]
+        name, kind, declared = header["name"], header["kind"], header["declared"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidObject(f"unreadable object-entry header ({exc})") from None
     if header.get("format") != _OBJECT_FORMAT:
-        raise ValueError("unknown object format")
-    n_obj, n_shared = header["sizes"]
+        raise InvalidObject(f"object format {header.get('format')!r}, expected {_OBJECT_FORMAT!r}")
+    if not (isinstance(name, str) and kind == "object" and isinstance(declared, list)
+            and all(isinstance(d, str) for d in declared)):
+        raise InvalidObject("malformed object-entry header")
     body = payload[8 + size:]
-    if len(body) != n_obj + n_shared:
-        raise ValueError("truncated object entry")
+    if not (isinstance(n_obj, int) and isinstance(n_shared, int) and n_obj >= 0 and n_shared >= 0
+            and len(body) == n_obj + n_shared):
+        raise InvalidObject(f"object entry of {len(body)} bytes, its header says {n_obj} + {n_shared}")
+    return header, body[:n_obj], body[n_obj:]
+
+
+def _check_object(payload: bytes) -> None:
+    """Check an object entry before it is stored or loaded: an ELF object for this machine, and bitcode."""
+    _, obj, shared = _split_object(payload)
+    check_elf(obj)
+    if shared[:4] != b"BC\xc0\xde" or len(shared) % 4:
+        raise InvalidObject(f"the linking module ({len(shared)} bytes) is not LLVM bitcode")
+
+
+def _unpack_object(payload: bytes) -> Any:
+    header, obj, shared = _split_object(payload)
     resolve_blas_symbols(header["declared"])
     resolve_pool_symbols(header["declared"])
     codegen = cpu_target.target_context.codegen()
-    return codegen.unserialize_library((header["name"], header["kind"], (body[:n_obj], body[n_obj:])))
+    return codegen.unserialize_library((header["name"], header["kind"], (obj, shared)))
 
 
 def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str) -> Any:
@@ -269,20 +292,28 @@ def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str) -> An
     and its machine code stored for the next process.
     """
     object_key = _object_key(key)
-    payload = cache.get(object_key)
+    payload = cache.get(object_key, check=_check_object)  # checked: a damaged ELF object could crash the JIT
     if payload is not None:
         try:
             with global_compiler_lock:  # Numba's code generator is not thread-safe
                 return _unpack_object(payload)
         except (ValueError, KeyError, RuntimeError):
-            pass  # an unreadable entry: rebuild it below
-    bitcode = cache.get_or_build(key, build_bitcode)  # Enzyme runs here, with no Numba lock held
+            pass  # an unreadable entry: rebuilt below, and replaced
+    try:
+        # Enzyme runs here, with no Numba lock held; its output is parsed before it is stored or used.
+        bitcode = cache.get_or_build(key, build_bitcode, check=check_llvm_module)
+    except InvalidObject as exc:
+        raise EnzymeError(
+            f"opt reported success twice but its output for {name} is not a valid LLVM module ({exc}); "
+            f"the toolchain is broken: reinstall it with python -m pyjlad toolchain install --force",
+            diagnostics=str(exc),
+        ) from None
     with global_compiler_lock:
         library, declared = _load_into_numba(bitcode, name)
     try:
-        cache.put(object_key, _pack_object(library, declared))
-    except (OSError, RuntimeError):
-        pass  # the machine code is an optimization; the bitcode entry is enough
+        cache.put(object_key, _pack_object(library, declared), check=_check_object)
+    except (OSError, RuntimeError, InvalidObject):
+        pass  # the machine code is an optimization (a lock held too long, say); the bitcode entry is enough
     return library
 
 
