@@ -83,7 +83,7 @@ _TEMP = re.compile(r"^\.[0-9a-f]{16}\.(?P<host>[0-9a-f]{8})\.(?P<pid>\d+)\..*\.t
 _state_lock = threading.Lock()
 _read_only: set[Path] = set()  # directories this process no longer writes to (see _degrade)
 _warned: set[tuple[str, str]] = set()
-_secrets: dict[Path, tuple[tuple[int, int, int, int], bytes]] = {}
+_secrets: dict[Path, tuple[tuple[int, int, int, int], bytes]] = {}  # by (dev, inode, mtime, ctime)
 
 
 def cache_dir() -> Path:
@@ -239,7 +239,7 @@ def _read_secret(path: Path) -> tuple[tuple[int, int, int, int], bytes] | None:
         os.close(fd)
     if len(data) != _SECRET_BYTES:
         return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), data
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns), data
 
 
 def _secret(directory: Path, create: bool) -> bytes | None:
@@ -247,7 +247,7 @@ def _secret(directory: Path, create: bool) -> bytes | None:
     path = directory / _SECRET_NAME
     try:
         st = os.lstat(path)
-        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
         cached = _secrets.get(directory)
         if cached is not None and cached[0] == identity:
             return cached[1]
