@@ -173,6 +173,8 @@ def _degrade(directory: Path, exc: OSError) -> None:
 
 def _foreign(st: os.stat_result) -> str | None:
     """Why a file or directory with status ``st`` must not be trusted, or None."""
+    if not hasattr(os, "geteuid"):  # no POSIX owners (Windows): the signature is the only check
+        return None
     uid = os.geteuid()
     if st.st_uid != uid:
         return f"it is owned by uid {st.st_uid}, not by this user (uid {uid})"
@@ -184,8 +186,8 @@ def _foreign(st: os.stat_result) -> str | None:
 def _refuse(directory: Path, why: str) -> None:
     _warn_once("refused", directory,
                f"pyjlad does not use the disk cache {directory}: {why}, and its entries are machine code this "
-               f"process would run. Compiled gradients are kept in memory only. Fix: chown/chmod go-w {directory}, "
-               "or set PYJLAD_GRADIENT_CACHE_DIR to a directory of your own")
+               f"process would run. Compiled gradients are kept in memory only. Fix: chmod go-w {directory} (or "
+               "chown it), or set PYJLAD_GRADIENT_CACHE_DIR to a directory of your own")
 
 
 def _directory(create: bool) -> Path | None:
@@ -232,7 +234,7 @@ def _read_secret(path: Path) -> tuple[tuple[int, int, int, int], bytes] | None:
         return None  # missing, or a symlink (ELOOP): replaced by _secret
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        if not stat.S_ISREG(st.st_mode) or _foreign(st) is not None or st.st_mode & 0o077:
             return None  # someone else may know it: entries signed with it prove nothing
         data = os.read(fd, _SECRET_BYTES + 1)
     finally:
