@@ -374,17 +374,28 @@ def _enzyme_ir(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> tu
         return numba.njit(**options)(clone)
 
     copy = cached_for(dispatcher, ("unvectorized",), build)
-    captured: list[tuple[Any, str]] = []
-    with _ir_before_codegen(captured):
+    with global_compiler_lock:
         saved = config.LOOP_VECTORIZE, config.SLP_VECTORIZE
         config.LOOP_VECTORIZE = config.SLP_VECTORIZE = 0
         try:
-            copy.compile(argtypes)
+            return _compile_before_codegen(copy, argtypes)
         except Exception:
             return None
         finally:
             config.LOOP_VECTORIZE, config.SLP_VECTORIZE = saved
-    cres = copy.overloads.get(argtypes)
+
+
+def _compile_before_codegen(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> tuple[Any, str] | None:
+    """Compile ``dispatcher`` for ``argtypes``: its compile result and its IR before code generation.
+
+    The IR is taken as LLVM's optimizer left it (see :func:`_ir_before_codegen`),
+    or read back from the library if ``dispatcher`` was compiled for
+    ``argtypes`` already. ``None`` if no compile result matches ``argtypes``.
+    """
+    captured: list[tuple[Any, str]] = []
+    with _ir_before_codegen(captured):
+        dispatcher.compile(argtypes)
+    cres = dispatcher.overloads.get(tuple(argtypes))
     if cres is None:
         return None
     text = next((ir for library, ir in captured if library is cres.library), None)
