@@ -104,7 +104,7 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
 
 
 #: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
-_ENZYME_INPUT = "unvectorized-copy/1"
+_ENZYME_INPUT = "unvectorized-copy/2"  # 2: IR before code generation
 
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
 
