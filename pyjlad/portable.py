@@ -404,7 +404,7 @@ def _libm_declaration(line: str, groups: dict[str, str]) -> str:
 
     Numba declares every libm function it calls "pure" (``readonly``); LLVM
     strengthens that to ``readnone`` for most (``erf``, ``tan``) but not all
-    (``erfc``, ``lgamma``, ``ldexp``). Enzyme marks the functions it knows
+    (``erfc``, ``lgamma``). Enzyme marks the functions it knows
     ``readnone`` itself, and a declaration that is both is invalid ("Attributes
     'readnone and readonly' are incompatible", ``math.erfc``). Dropping
     ``readonly`` is always safe; its other attributes are kept inline.

@@ -187,7 +187,8 @@ def _derivative_lines(rule: _Rule, x: str, out: str) -> list[str]:
     lines.append(f"  %{out}.psi = call double @pyjlad.digamma(double %{xd})")
     value = f"{out}.psi"
     if rule.derivative == "gamma":
-        lines.append(f"  %{out}.g = call {rule.ty} @{rule.callee}({rule.ty} %{x})")
+        # through the wrapper: a derivative of this derivative (Hessians) uses the registered rules
+        lines.append(f"  %{out}.g = call {rule.ty} @pyjlad.special.{rule.callee}({rule.ty} %{x})")
         if rule.ty == "float":
             lines.append(f"  %{out}.gd = fpext float %{out}.g to double")
             lines.append(f"  %{out}.d = fmul double %{out}.gd, %{out}.psi")
@@ -214,7 +215,7 @@ def _rule_ir(rule: _Rule) -> str:
         # argument again); the reverse pass returns the argument's adjoint.
         f"define linkonce_odr {T} @{name}.aug({T} %x) {{",
         "entry:",
-        f"  %r = call {T} @{rule.callee}({T} %x)",
+        f"  %r = call {T} @{name}({T} %x)",  # the wrapper: forward over reverse (Hessians) uses its rules
         f"  ret {T} %r",
         "}",
         f"define linkonce_odr {T} @{name}.rev({T} %x, {T} %dret) {{",
@@ -226,7 +227,7 @@ def _rule_ir(rule: _Rule) -> str:
         # forward: (value, tangent) from the argument and its tangent.
         f"define linkonce_odr {{ {T}, {T} }} @{name}.fwd({T} %x, {T} %dx) {{",
         "entry:",
-        f"  %v = call {T} @{rule.callee}({T} %x)",
+        f"  %v = call {T} @{name}({T} %x)",
         *_derivative_lines(rule, "x", "d"),
         f"  %t = fmul {T} %dx, %d",
         f"  %o0 = insertvalue {{ {T}, {T} }} undef, {T} %v, 0",
@@ -299,11 +300,14 @@ def _helper_ir(name: str) -> str:
     ]
     if libm.startswith("frexp"):  # !isfinite(x) || !x: *exp = 0, x unchanged
         return "\n".join([
-            f"define linkonce_odr {T} @{name}({T} %x, ptr %e) {{", "entry:", *checks,
+            # the exponent slot holds an integer (Enzyme's forward mode cannot tell from `store i32 0`)
+            f"define linkonce_odr {T} @{name}({T} %x, ptr %e) {{", "entry:",
+            "  call void @__enzyme_integer(ptr %e, i64 4)", *checks,
             "  br i1 %ok0, label %call, label %keep",
             "call:", f"  %m = call {T} @{libm}({T} %x, ptr %e)", f"  ret {T} %m",
             "keep:", "  store i32 0, ptr %e, align 4", f"  ret {T} %x", "}",
             f"declare {T} @{libm}({T}, ptr)",
+            "declare void @__enzyme_integer(ptr nocapture readnone, i64) readnone nounwind willreturn",
             f"declare {T} @llvm.fabs.{'f64' if T == 'double' else 'f32'}({T})",
         ])
     return "\n".join([  # isfinite(x) && x && exp: ldexp(x, exp), else x
