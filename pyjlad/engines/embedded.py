@@ -53,7 +53,6 @@ from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inac
 from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
 from ..special import HANDLED as SPECIAL_FUNCTIONS
-from ..special import VERSION as SPECIAL_VERSION
 from ..special import prepare as prepare_special
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
@@ -112,6 +111,14 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
 _ENZYME_INPUT = "unvectorized-copy/1"
 
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
+
+
+@functools.cache
+def _special_source_hash() -> str:
+    """Identifies the derivatives pyjlad.special adds (part of every cache key: any module may call them)."""
+    from pathlib import Path
+
+    return cache.cache_key((Path(__file__).resolve().parent.parent / "special.py").read_text())
 
 
 @functools.cache
@@ -410,7 +417,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
     # identified by their source (compiled only on a miss); rules by their IR.
-    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, SPECIAL_VERSION, toolchain.identity,
+    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, _special_source_hash(), toolchain.identity,
                           exported.module.text, driver.text, *custom_rule_modules(exported),
                           *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
     try:
