@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import ctypes
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numba
 import numpy as np
 import pytest
-from special_table import NOT_IN_NUMBA, SPECIALS, Special, by_name
+from special_table import NOT_IN_NUMBA, SPECIALS, Special, by_name, markdown
 
 import pyjlad
 
@@ -254,3 +255,9 @@ def test_nextafter_keeps_its_value_at_edges() -> None:
         with np.errstate(over="ignore"):
             want = np.nextafter(a, b)
         assert (np.isnan(value) and np.isnan(want)) or (value == want and np.signbit(value) == np.signbit(want))
+
+
+def test_docs_table_is_current() -> None:
+    """docs/functions.md is the table of this list (python tools/special_functions_doc.py rewrites it)."""
+    doc = Path(__file__).resolve().parent.parent / "docs" / "functions.md"
+    assert doc.read_text() == markdown()
