@@ -231,9 +231,11 @@ def _rule_ir(rule: _Rule) -> str:
         f"  %o = insertvalue {{ {T}, {T} }} %o0, {T} %t, 1",
         f"  ret {{ {T}, {T} }} %o",
         "}",
-        f"@__enzyme_register_gradient_{name} = linkonce_odr global [3 x ptr] "
+        # weak_odr: llvm-link drops unreferenced linkonce globals (a rule module linked with the
+        # function's would lose its registration); weak_odr ones merge and stay.
+        f"@__enzyme_register_gradient_{name} = weak_odr global [3 x ptr] "
         f"[ptr @{name}, ptr @{name}.aug, ptr @{name}.rev]",
-        f"@__enzyme_register_derivative_{name} = linkonce_odr global [2 x ptr] [ptr @{name}, ptr @{name}.fwd]",
+        f"@__enzyme_register_derivative_{name} = weak_odr global [2 x ptr] [ptr @{name}, ptr @{name}.fwd]",
         f"declare {T} @{rule.callee}({T})",
     ])
 

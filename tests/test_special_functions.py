@@ -261,3 +261,34 @@ def test_docs_table_is_current() -> None:
     """docs/functions.md is the table of this list (python tools/special_functions_doc.py rewrites it)."""
     doc = Path(__file__).resolve().parent.parent / "docs" / "functions.md"
     assert doc.read_text() == markdown()
+
+
+@pyjlad.custom_derivative
+@numba.njit
+def _twice_lgamma(x):
+    return 2.0 * math.lgamma(x)
+
+
+@_twice_lgamma.defjvp
+@numba.njit
+def _twice_lgamma_jvp(x, dx):
+    return _twice_lgamma(x), 0.0  # deliberately wrong: shows the forward rule is the one used
+
+
+def test_special_function_inside_a_custom_derivative() -> None:
+    """lgamma in the body of a pyjlad.custom_derivative (a module linked with the caller's) differentiates."""
+
+    @numba.njit
+    def f(x):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += _twice_lgamma(x[i]) + math.lgamma(x[i])
+        return s
+
+    x = np.array([0.3, 2.5, 7.0])
+    digamma = np.asarray(jax.vmap(jax.scipy.special.digamma)(jnp.asarray(x)))
+    # reverse mode has no rule: the body is differentiated (2 lgamma + lgamma)
+    np.testing.assert_allclose(pyjlad.gradient(f, x), 3.0 * digamma, rtol=1e-12)
+    # forward mode uses the (zero) rule: only the direct lgamma contributes
+    _, tangent = pyjlad.jvp(f, (x,), (np.ones(3),))
+    np.testing.assert_allclose(tangent, digamma.sum(), rtol=1e-12)
