@@ -391,6 +391,35 @@ def _stub(declaration: str) -> str:
     return f"define linkonce_odr {ret} {name}({', '.join(names)}) {{\nentry:\n  {body}\n}}"
 
 
+_TRAILING_GROUP_RE = re.compile(r"\s+(#\d+)\s*$")
+
+
+def is_libm_function(name: str) -> bool:
+    """Whether ``name`` is a libm function of :data:`LIBM_FUNCTIONS` (double, or float with an ``f``)."""
+    return name in LIBM_FUNCTIONS or (name.endswith("f") and name[:-1] in LIBM_FUNCTIONS)
+
+
+def _libm_declaration(line: str, groups: dict[str, str]) -> str:
+    """A libm declaration without Numba's ``readonly``.
+
+    Numba declares every libm function it calls "pure" (``readonly``); LLVM
+    strengthens that to ``readnone`` for most (``erf``, ``tan``) but not all
+    (``erfc``, ``lgamma``). Enzyme marks the functions it knows
+    ``readnone`` itself, and a declaration that is both is invalid ("Attributes
+    'readnone and readonly' are incompatible", ``math.erfc``). Dropping
+    ``readonly`` is always safe; its other attributes are kept inline.
+    """
+    match = _DEFINE_NAME_RE.match(line)
+    group = _TRAILING_GROUP_RE.search(line)
+    if match is None or group is None or not is_libm_function(match.group(1).lstrip("@")):
+        return line
+    attrs = _translate_attr_group(groups.get(group.group(1), "")).split()
+    if "readonly" not in attrs:
+        return line
+    kept = " ".join(a for a in attrs if a != "readonly")
+    return line[:group.start()] + (" " + kept if kept else "")
+
+
 def is_inactive_helper(name: str) -> bool:
     """Whether ``name`` is a runtime helper that never carries derivatives.
 
@@ -891,7 +920,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
         elif symbol.lstrip("@") in ERROR_PATH_STUBS:
             defines.append(_stub(entity.text))
         else:
-            declares.append(_mark_inactive(entity.text))
+            declares.append(_libm_declaration(_mark_inactive(entity.text), groups))
             externals.append(symbol.lstrip("@").strip('"'))
 
     used_groups: set[str] = set()

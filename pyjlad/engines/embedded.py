@@ -52,6 +52,8 @@ from ..objcheck import InvalidObject, check_elf, check_llvm_module
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inactive_helper
 from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
+from ..special import HANDLED as SPECIAL_FUNCTIONS
+from ..special import prepare as prepare_special
 from ..toolchain import locate
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
@@ -77,7 +79,9 @@ SCALARIZED_PASSES = ("function(scalarize-masked-mem-intrin,scalarizer),preserve-
 
 # External functions Enzyme differentiates by itself: libm, LLVM intrinsics and
 # Numba's reference-counting/allocation runtime (inactive memory management).
-_KNOWN_EXTERNALS = LIBM_FUNCTIONS | {name + "f" for name in LIBM_FUNCTIONS} | {"malloc", "free", RUNTIME_CALL_DTOR}
+# Numba's special-function helpers get their derivatives from pyjlad.special.
+_KNOWN_EXTERNALS = (LIBM_FUNCTIONS | {name + "f" for name in LIBM_FUNCTIONS} | SPECIAL_FUNCTIONS
+                    | {"malloc", "free", RUNTIME_CALL_DTOR})
 
 
 def _register_runtime_symbols() -> None:
@@ -110,6 +114,14 @@ _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary o
 
 
 @functools.cache
+def _special_source_hash() -> str:
+    """Identifies the derivatives pyjlad.special adds (part of every cache key: any module may call them)."""
+    from pathlib import Path
+
+    return cache.cache_key((Path(__file__).resolve().parent.parent / "special.py").read_text())
+
+
+@functools.cache
 def _lapack_source_hash() -> str:
     """Identifies pyjlad's LAPACK implementations in cache keys (they are compiled only when needed)."""
     from pathlib import Path
@@ -131,8 +143,10 @@ def linked_modules(exported: ExportedFunction) -> list[str]:
 
 def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     toolchain = locate()
+    # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
+    module_text = prepare_special(module_text)
     module: str | bytes = module_text
-    extra = linked_modules(exported)
+    extra = [prepare_special(m) for m in linked_modules(exported)]
     if extra:
         module = toolchain.link([module_text, *extra], what=exported.name)
     try:
@@ -403,7 +417,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
     # identified by their source (compiled only on a miss); rules by their IR.
-    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, toolchain.identity,
+    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, _special_source_hash(), toolchain.identity,
                           exported.module.text, driver.text, *custom_rule_modules(exported),
                           *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
     try:
