@@ -54,7 +54,7 @@ from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
-from ..toolchain import locate
+from ..toolchain import Toolchain, locate
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
 from .pool import capacity, failed_bytes, resolve_pool_symbols, use_pool
@@ -141,6 +141,36 @@ def linked_modules(exported: ExportedFunction) -> list[str]:
     return [*custom_rule_modules(exported), *(lapack_module(h, k) for h, k in exported.module.links)]
 
 
+#: Enzyme v0.0.289's assertion when its min-cut cache planner picked a value it cannot recompute.
+_MIN_CUT_FAILURE = "computeMinCache(): Assertion `legalRecompute("
+#: Makes Enzyme cache every primal value its reverse pass needs and cannot recompute, without the min cut.
+_NO_MIN_CUT = "-enzyme-mincut-cache=false"
+
+
+def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
+                   options: tuple[str, ...] = ()) -> bytes:
+    """Run Enzyme over ``module``; without its min-cut cache planner where that planner fails.
+
+    Enzyme v0.0.289's planner (``GradientUtils::computeMinCache``) adds the
+    value a loop-carried reduction starts from (the preheader operand of a
+    loop-header PHI: ``m`` of a running max ``m = x[i] if x[i] > m else m``)
+    to the values it may recompute in the reverse pass without checking that
+    it can. When that start value is itself a PHI, i.e. the join of a previous
+    loop that may not have run (``m`` of an earlier running max, or of the
+    unrolled body of the same loop before its remainder loop), the planner
+    chooses to recompute it and then aborts on its own check that every value
+    it chose is recomputable. Without the planner, Enzyme caches each value the
+    reverse pass needs and cannot recompute, which is correct; only those
+    functions pay for it (the planner saves tape memory, not correctness).
+    """
+    try:
+        return toolchain.run(module, passes, what=what, options=options)
+    except EnzymeError as exc:
+        if _MIN_CUT_FAILURE not in exc.diagnostics:
+            raise
+    return toolchain.run(module, passes, what=what, options=(*options, _NO_MIN_CUT))
+
+
 def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     toolchain = locate()
     # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
@@ -151,7 +181,7 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
         module = toolchain.link([module_text, *extra], what=exported.name)
     try:
         try:
-            return toolchain.run(module, PASSES, what=exported.name)
+            return _differentiate(toolchain, module, PASSES, exported.name)
         except EnzymeError as exc:
             # Enzyme's type analysis gives up on some untyped operations of Numba's
             # runtime (a memset zeroing the pointer fields of an array struct; index
@@ -161,7 +191,7 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
             if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
                 raise
         try:
-            return toolchain.run(module, PASSES, what=exported.name, options=("-enzyme-loose-types",))
+            return _differentiate(toolchain, module, PASSES, exported.name, ("-enzyme-loose-types",))
         except EnzymeError as exc:
             # A vectorized copy (`load/store <4 x double>`) through a pointer whose
             # element type Enzyme knows only at offset 0 (Numba's array-data
@@ -172,8 +202,8 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
             # only: the first attempts keep the code as Numba vectorized it.
             if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
                 raise
-            return toolchain.run(module, SCALARIZED_PASSES, what=exported.name,
-                                 options=("-enzyme-loose-types", "-scalarize-load-store"))
+            return _differentiate(toolchain, module, SCALARIZED_PASSES, exported.name,
+                                  ("-enzyme-loose-types", "-scalarize-load-store"))
     except EnzymeError as exc:
         # In the user's terms: the construct, where it is used, what to write instead.
         raise explain(exported, exc, unknown_externals(exported)) from None
