@@ -39,11 +39,12 @@ forward mode). The return value is Numba's status.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from ..abi import ArrayArg, FunctionABI
 
-__all__ = ["Driver", "ad_driver", "hvp_driver", "MODES", "ACTIVITIES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
+__all__ = ["Driver", "ad_driver", "hvp_driver", "status_by_pointer", "MODES", "ACTIVITIES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
 
 MODES = ("reverse", "forward")
 #: Concrete per-argument activities a driver accepts.
@@ -71,6 +72,18 @@ class Driver:
     symbol: str
     active_scalars: tuple[int, ...]
     shadow_args: tuple[int, ...]
+    #: The entry the wrapper calls reports its status through a pointer (see :func:`status_by_pointer`).
+    entry: str = ""
+
+    def module(self, module_text: str) -> str:
+        """The module Enzyme differentiates: ``module_text`` (holding the entry) with this driver.
+
+        With ``entry`` set, ``module_text`` gains the copy of the entry that
+        stores its status through a pointer, which the driver's wrapper calls.
+        """
+        if self.entry:
+            module_text = status_by_pointer(module_text, self.entry)
+        return module_text + "\n" + self.text
 
 
 def _names(abi: FunctionABI) -> tuple[list[tuple[int, str, str]], list[str]]:
@@ -115,19 +128,86 @@ def _type_hints(abi: FunctionABI, params, names) -> list[str]:
     return hints
 
 
+#: Suffix of the entry's copy that stores its status through a pointer (:func:`status_by_pointer`).
+STATUS_ENTRY_SUFFIX = ".pyjlad.status"
+_DEFINE_RE = re.compile(r"^define [^@]*@(\S+)\((.*)\)([^)]*)\{$")
+_RET_I32_RE = re.compile(r"^(\s*)ret i32 ([^,\s]+)(.*)$")
+
+
+def status_by_pointer(module_text: str, entry: str) -> str:
+    """``module_text`` with an internal copy of ``entry`` that stores its status instead of returning it.
+
+    The copy, ``void @<entry>.pyjlad.status(<entry's parameters>, ptr %status)``,
+    stores the ``i32`` each ``ret`` returned through its last parameter. The
+    driver's wrapper differentiates a call to it in Enzyme's combined mode
+    (noalias slots), and there Enzyme mishandles a returned status: where it
+    runs a call of the function (a reference-count release on one error path)
+    forward and backward together in the reverse sweep, it moves the store of
+    the function's return value that follows the call into that reverse code,
+    even when the return block is the one every other path reaches. The
+    status of the other paths is then never written, and the optimizer takes
+    the one that is for all: an N-body integrator whose only such release is on
+    its division-by-zero path reported that error on every call. A status
+    stored in memory is an ordinary store, which Enzyme keeps where it is. The
+    original entry stays (a recursive function calls it).
+    """
+    lines = module_text.split("\n")
+    for start, line in enumerate(lines):
+        match = _DEFINE_RE.match(line)
+        if match and match.group(1) == entry:
+            break
+    else:
+        raise ValueError(f"no definition of {entry} in the module")
+    params, attrs = match.group(2), match.group(3)
+    if any(a in _attribute_groups(module_text, attrs) for a in ("readnone", "readonly")):
+        attrs = ""  # it would write memory now
+    body = []
+    for line in lines[start + 1:]:
+        body.append(line)
+        if line == "}":
+            break
+    copy = [f"define internal void @{entry}{STATUS_ENTRY_SUFFIX}({params}, "
+            f"ptr noalias nocapture writeonly %pyjlad.status){attrs}{{"]
+    for line in body:
+        ret = _RET_I32_RE.match(line)
+        if ret:
+            indent, value, rest = ret.groups()
+            copy += [f"{indent}store i32 {value}, ptr %pyjlad.status, align 4", f"{indent}ret void{rest}"]
+        else:
+            copy.append(line)
+    return module_text + "\n" + "\n".join(copy) + "\n"
+
+
+def _attribute_groups(module_text: str, attrs: str) -> str:
+    """The text of the attribute groups (``#N``) that ``attrs`` references, and ``attrs`` itself."""
+    groups = [attrs]
+    for ref in re.findall(r"#\d+", attrs):
+        found = re.search(rf"^attributes {ref} = \{{(.*)\}}$", module_text, re.MULTILINE)
+        if found:
+            groups.append(found.group(1))
+    return " ".join(groups)
+
+
 def _status_wrapper(abi: FunctionABI, name: str, params, names, noalias: bool = True) -> list[str]:
     typed = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
     # noalias: the slots are the driver's own, so Enzyme need not cache reads of the
     # inputs against the status store (without it, Rosenbrock at n=10^6 tapes every read of x).
+    # Enzyme then differentiates the call in combined mode, where the entry's copy must
+    # store its status itself (see status_by_pointer).
     # Off for modules calling custom rules: with it, Enzyme differentiates the call in
-    # combined mode, which this Enzyme's custom-gradient path asserts against.
+    # combined mode, which this Enzyme's custom-gradient path asserts against; the status
+    # store after the call (the slot may alias what the call reads) keeps the split mode.
     attrs = "noalias nocapture " if noalias else ""
+    if noalias:
+        call = [f"  call void @{abi.entry}{STATUS_ENTRY_SUFFIX}(ptr %retptr, ptr %excinfo{typed}, ptr %status)"]
+    else:
+        call = [f"  %s = call i32 @{abi.entry}(ptr %retptr, ptr %excinfo{typed})",
+                "  store i32 %s, ptr %status, align 4"]
     return [
         f"define internal void @{name}(ptr {attrs}%retptr, ptr {attrs}%status, ptr {attrs}%excinfo{typed}) {{",
         "entry:",
         *_type_hints(abi, params, names),
-        f"  %s = call i32 @{abi.entry}(ptr %retptr, ptr %excinfo{typed})",
-        "  store i32 %s, ptr %status, align 4",
+        *call,
         "  ret void",
         "}",
         "",
@@ -360,7 +440,8 @@ def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noali
     lines += ["  %st = load i32, ptr %status, align 4", "  ret i32 %st", "}"]
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
-    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=active, shadow_args=shadowed)
+    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=active, shadow_args=shadowed,
+                  entry=abi.entry if noalias else "")
 
 
 def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = "",
@@ -442,4 +523,5 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     ]
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
-    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt))
+    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt),
+                  entry=abi.entry if noalias else "")
