@@ -216,7 +216,7 @@ class Sweep:
     Attributes
     ----------
     kind : str
-        ``"ad"`` (one sweep of ``mode``) or ``"hvp"`` (forward over reverse).
+        ``"ad"`` (one sweep of ``mode``) or ``"hvp"`` (reverse over forward; forward over reverse through custom rules).
     mode : str
         ``"reverse"`` or ``"forward"`` (``kind="ad"``).
     activities : tuple of str
