@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 #: How a program is differentiated: reverse-mode gradient, forward/reverse products, Hessian.
 TRANSFORMS = ("gradient", "jvp", "vjp", "jacobian", "hvp")
+
+#: What a program's check is expected to give today.
+EXPECTATIONS = ("agree", "refused")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,12 @@ class Program:
         for array results, ``hvp`` for twice-differentiable scalar results).
     rtol, atol:
         Tolerances of the comparison with the oracle (float32 programs use looser ones).
+    expect:
+        The outcome :func:`corpus.check.check` gives today: ``"agree"``, or ``"refused"`` for a
+        program pyjlad is known to refuse (``notes`` says why). The suite fails when the outcome
+        changes either way, so expectations stay current.
+    notes:
+        Why a program is expected to be refused, or anything else worth knowing about it.
     """
 
     name: str
@@ -56,6 +66,7 @@ class Program:
     transforms: tuple[str, ...] = ("gradient",)
     rtol: float = 1e-9
     atol: float = 1e-11
+    expect: str = "agree"
     notes: str = field(default="", compare=False)
 
 
@@ -67,6 +78,8 @@ def program(family: str, name: str, numba: Callable[..., Any], oracle: Callable[
     """Register a corpus program (``family/name`` must be new) and return it."""
     entry = Program(name=f"{family}/{name}", family=family, numba=numba, oracle=oracle,
                     make_args=make_args, **options)
+    if entry.expect not in EXPECTATIONS:
+        raise ValueError(f"corpus program {entry.name}: expect must be one of {EXPECTATIONS}")
     if entry.name in _REGISTRY:
         raise ValueError(f"corpus program {entry.name} is declared twice")
     unknown = set(entry.transforms) - set(TRANSFORMS)
