@@ -15,6 +15,8 @@ Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
 
 from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse, autodiff
 from .errors import (
+    CacheLockTimeout,
+    CacheWarning,
     EngineUnavailableError,
     EnzymeError,
     ExportError,
@@ -35,5 +37,6 @@ __all__ = [
     "custom_derivative", "CustomDerivative",
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
-    "ToolchainError", "EnzymeError", "EngineUnavailableError", "__version__",
+    "ToolchainError", "EnzymeError", "EngineUnavailableError", "CacheWarning", "CacheLockTimeout",
+    "__version__",
 ]

@@ -1,4 +1,4 @@
-"""``python -m pyjlad``: doctor, toolchain install, export, bench.
+"""``python -m pyjlad``: doctor, toolchain install, export, cache, bench.
 
 Examples
 --------
@@ -10,6 +10,8 @@ Examples
     Write ``loss``'s portable IR (``.ll``, as Julia's ``llvmcall`` takes it) and ABI description (``.json``).
 ``python -m pyjlad bench``
     Run the benchmark scripts in ``benchmarks/``.
+``python -m pyjlad cache info`` / ``python -m pyjlad cache clear``
+    Show the compiled-gradient disk cache (path, entries, bytes, cap), or remove its entries.
 """
 
 from __future__ import annotations
@@ -124,6 +126,38 @@ def _export(args: argparse.Namespace) -> int:
 _BENCHMARKS = ("suite.py", "call_overhead.py", "euler_memory.py", "matmul_speed.py")
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n} ({n / scale:.1f} {unit})"
+    return str(n)
+
+
+def _cache_info(_: argparse.Namespace) -> int:
+    from .cache import info
+
+    report = info()
+    print(f"path: {report.path}")
+    print(f"entries: {report.entries}")
+    print(f"bytes: {_size(report.bytes)}")
+    print(f"cap: {_size(report.cap)} (PYJLAD_CACHE_MAX_BYTES)")
+    if report.problem is not None:
+        print(f"not used: {report.problem}")
+    return 0
+
+
+def _cache_clear(_: argparse.Namespace) -> int:
+    from .cache import cache_dir, clear
+
+    try:
+        removed = clear()
+    except PermissionError as exc:
+        print(f"error: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {cache_dir()}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     import subprocess
 
@@ -159,6 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--target", choices=("host", "nvptx"), default="host",
                      help="host (default) or nvptx: the module retargeted for CUDA.jl kernels")
     exp.set_defaults(run=_export)
+
+    cache = sub.add_parser("cache", help="the disk cache of compiled gradients")
+    csub = cache.add_subparsers(dest="action", required=True)
+    csub.add_parser("info", help="print its path, number of entries, their size and the size cap"
+                    ).set_defaults(run=_cache_info)
+    csub.add_parser("clear", help="remove its entries (those being written right now stay)"
+                    ).set_defaults(run=_cache_clear)
 
     bench = sub.add_parser("bench", help="run the benchmark scripts (benchmarks/) and print their figures")
     bench.set_defaults(run=_bench)

@@ -47,3 +47,22 @@ class EnzymeError(PyjladError, RuntimeError):
 
 class EngineUnavailableError(PyjladError, RuntimeError):
     """The requested engine cannot run here; the message says why and how to fix it."""
+
+
+class CacheLockTimeout(PyjladError, TimeoutError):
+    """Another process held a disk-cache entry's lock for longer than ``PYJLAD_LOCK_TIMEOUT`` seconds.
+
+    The message names the lock file (and its holder's process id where the
+    system shows it).
+    """
+
+
+class CacheWarning(UserWarning):
+    """pyjlad's disk cache cannot be used as it is; gradients still work.
+
+    Issued once per cause and directory: the cache directory cannot be written
+    (read-only, full, a file-size limit) or is not the user's own (owned by
+    someone else, writable by group or others), so gradients are kept in memory
+    only; or an entry was ignored (damaged, not signed by this user, invalid
+    contents) and is built again.
+    """

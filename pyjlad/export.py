@@ -8,11 +8,12 @@ use, once per function).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import re
 import types as pytypes
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from numba import types as nbtypes
 from numba.core import config
 from numba.core import errors as nberrors
 from numba.core.ccallback import CFunc
+from numba.core.codegen import JITCodeLibrary
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
@@ -70,7 +72,8 @@ class ExportedFunction:
 
     @functools.cached_property
     def enzyme_module(self) -> PortableModule:
-        """The module Enzyme differentiates: :attr:`module` compiled without Numba's vectorizers.
+        """The module Enzyme differentiates: :attr:`module` compiled again without Numba's vectorizers,
+        as LLVM's optimizer left it (before code generation rewrote it; see ``_ir_before_codegen``).
 
         Built on first use (a second Numba compile of the function), so a
         process that finds the gradient in the disk cache, keyed by
@@ -322,20 +325,46 @@ def _serial(dispatcher: Dispatcher) -> Dispatcher:
     return cached_for(dispatcher, ("serial",), build)
 
 
-def _unvectorized_result(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...], fallback: Any) -> Any:
-    """The compile result of a copy of ``dispatcher`` built without LLVM's loop and SLP vectorizers.
+@contextlib.contextmanager
+def _ir_before_codegen(captured: list[tuple[Any, str]]) -> Iterator[None]:
+    """Record ``(library, IR)`` for each Numba library finalized meanwhile, as it was before machine code.
 
-    Enzyme differentiates vectorized loops poorly: each vector body, scalar
-    remainder and peeled iteration caches its own copy of the values it
-    overwrites, with one cache allocation per outer iteration (the 2-D heat
-    stencil of the benchmarks). The differentiated module is optimized again
-    after Enzyme (vectorizers included), and the user's own
-    function keeps its vectorized code. Falls back to ``fallback`` (the
-    user's compile result) if the copy does not compile.
+    Numba emits a library's machine code with LLVM's MCJIT, whose code generator
+    rewrites the module in place (loop strength reduction: ``lsr.iv``, ``scevgep``;
+    CodeGenPrepare: ``sunkaddr``; stack slots of disjoint lifetimes sharing one
+    ``alloca``), so ``library.get_llvm_str()`` afterwards is no longer the
+    optimizer's output. Enzyme fails on that code: the ``np.linalg.det`` of a
+    product sees one ``alloca`` hold an array struct and then a pair of doubles
+    ("Illegal updateAnalysis"); ``np.cumsum(X, axis=0)`` has strength-reduced
+    induction variables it cannot recompute ("Illegal replace ficticious phi").
+    Held under Numba's compiler lock, which every finalization takes.
     """
-    if dispatcher.targetoptions.get("parallel") or not config.LOOP_VECTORIZE and not config.SLP_VECTORIZE:
-        return fallback
+    original = JITCodeLibrary._finalize_specific
 
+    def finalize_specific(library: Any) -> None:
+        captured.append((library, str(library._final_module)))
+        original(library)
+
+    with global_compiler_lock:
+        JITCodeLibrary._finalize_specific = finalize_specific
+        try:
+            yield
+        finally:
+            JITCodeLibrary._finalize_specific = original
+
+
+def _enzyme_ir(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> tuple[Any, str] | None:
+    """A fresh compile of ``dispatcher`` for Enzyme: its compile result and its IR before code generation.
+
+    A copy of the function, compiled without LLVM's loop and SLP vectorizers:
+    Enzyme differentiates vectorized loops poorly (each vector body, scalar
+    remainder and peeled iteration caches its own copy of the values it
+    overwrites, with one cache allocation per outer iteration: the 2-D heat
+    stencil of the benchmarks). The differentiated module is optimized again
+    after Enzyme (vectorizers included), and the user's own function keeps its
+    vectorized code. Its IR is taken before Numba generates machine code (see
+    :func:`_ir_before_codegen`). ``None`` if the copy does not compile.
+    """
     def build() -> Dispatcher:
         py = dispatcher.py_func
         clone = pytypes.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__, py.__closure__)
@@ -349,12 +378,28 @@ def _unvectorized_result(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, .
         saved = config.LOOP_VECTORIZE, config.SLP_VECTORIZE
         config.LOOP_VECTORIZE = config.SLP_VECTORIZE = 0
         try:
-            copy.compile(argtypes)
+            return _compile_before_codegen(copy, argtypes)
         except Exception:
-            return fallback
+            return None
         finally:
             config.LOOP_VECTORIZE, config.SLP_VECTORIZE = saved
-    return copy.overloads.get(argtypes, fallback)
+
+
+def _compile_before_codegen(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> tuple[Any, str] | None:
+    """Compile ``dispatcher`` for ``argtypes``: its compile result and its IR before code generation.
+
+    The IR is taken as LLVM's optimizer left it (see :func:`_ir_before_codegen`),
+    or read back from the library if ``dispatcher`` was compiled for
+    ``argtypes`` already. ``None`` if no compile result matches ``argtypes``.
+    """
+    captured: list[tuple[Any, str]] = []
+    with _ir_before_codegen(captured):
+        dispatcher.compile(argtypes)
+    cres = dispatcher.overloads.get(tuple(argtypes))
+    if cres is None:
+        return None
+    text = next((ir for library, ir in captured if library is cres.library), None)
+    return cres, text if text is not None else cres.library.get_llvm_str()
 
 
 def result_type(func: Any, argtypes: Sequence[nbtypes.Type]) -> nbtypes.Type:
@@ -388,10 +433,10 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         serial = _serial(target)
 
         def enzyme_module() -> PortableModule:
-            copy = _unvectorized_result(serial, argtypes, cres)
-            if copy is cres:
+            fresh = _enzyme_ir(serial, argtypes)
+            if fresh is None:
                 return module
-            return make_portable(copy.library.get_llvm_str(), copy.fndesc.mangled_name, name=entry)
+            return make_portable(fresh[1], fresh[0].fndesc.mangled_name, name=entry)
 
     args_abi = [_arg_abi(i, t) for i, t in enumerate(argtypes)]
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):

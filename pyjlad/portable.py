@@ -391,6 +391,35 @@ def _stub(declaration: str) -> str:
     return f"define linkonce_odr {ret} {name}({', '.join(names)}) {{\nentry:\n  {body}\n}}"
 
 
+_TRAILING_GROUP_RE = re.compile(r"\s+(#\d+)\s*$")
+
+
+def is_libm_function(name: str) -> bool:
+    """Whether ``name`` is a libm function of :data:`LIBM_FUNCTIONS` (double, or float with an ``f``)."""
+    return name in LIBM_FUNCTIONS or (name.endswith("f") and name[:-1] in LIBM_FUNCTIONS)
+
+
+def _libm_declaration(line: str, groups: dict[str, str]) -> str:
+    """A libm declaration without Numba's ``readonly``.
+
+    Numba declares every libm function it calls "pure" (``readonly``); LLVM
+    strengthens that to ``readnone`` for most (``erf``, ``tan``) but not all
+    (``erfc``, ``lgamma``). Enzyme marks the functions it knows
+    ``readnone`` itself, and a declaration that is both is invalid ("Attributes
+    'readnone and readonly' are incompatible", ``math.erfc``). Dropping
+    ``readonly`` is always safe; its other attributes are kept inline.
+    """
+    match = _DEFINE_NAME_RE.match(line)
+    group = _TRAILING_GROUP_RE.search(line)
+    if match is None or group is None or not is_libm_function(match.group(1).lstrip("@")):
+        return line
+    attrs = _translate_attr_group(groups.get(group.group(1), "")).split()
+    if "readonly" not in attrs:
+        return line
+    kept = " ".join(a for a in attrs if a != "readonly")
+    return line[:group.start()] + (" " + kept if kept else "")
+
+
 def is_inactive_helper(name: str) -> bool:
     """Whether ``name`` is a runtime helper that never carries derivatives.
 
@@ -680,6 +709,73 @@ def _split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
     return "\n".join(lines)
 
 
+#: The address of a pointer as an integer, for comparisons only (see :func:`_opaque_address_comparisons`).
+#: Enzyme neither analyzes its body (``enzyme_ta_norecur``) nor differentiates it; the
+#: optimizer after Enzyme inlines it back into a ``ptrtoint``.
+ADDRESS_FUNCTION = "@pyjlad_address"
+_ADDRESS_DEFINITION = (
+    f"define internal i64 {ADDRESS_FUNCTION}(ptr %p) nounwind readnone willreturn "
+    '"enzyme_inactive" "enzyme_ta_norecur" {\n'
+    "entry:\n  %a = ptrtoint ptr %p to i64\n  ret i64 %a\n}"
+)
+_PTRTOINT_RE = re.compile(r"^(\s*(" + _LOCAL + r") = )ptrtoint ptr (" + _LOCAL + r") to i64\s*$")
+_RESULT_RE = re.compile(r"^\s*(" + _LOCAL + r") = (\w+)")
+_LOCAL_RE = re.compile(_LOCAL + r"(?![-a-zA-Z$._0-9])")
+#: Integer operations through which an address may flow on its way to a comparison.
+_ADDRESS_ARITHMETIC = frozenset(
+    "add sub mul shl lshr ashr and or xor udiv sdiv trunc zext sext freeze select phi".split()
+)
+
+
+def _compared_only(name: str, lines: list[str], users: dict[str, list[int]]) -> bool:
+    """Whether the integer ``name`` flows, through integer arithmetic only, into comparisons only."""
+    pending, seen = [name], {name}
+    while pending:
+        for k in users.get(pending.pop(), ()):
+            match = _RESULT_RE.match(lines[k])
+            if match is None or match.group(2) not in _ADDRESS_ARITHMETIC | {"icmp"}:
+                return False
+            if match.group(2) != "icmp" and match.group(1) not in seen:
+                seen.add(match.group(1))
+                pending.append(match.group(1))
+    return True
+
+
+def _opaque_address_comparisons(define: str) -> tuple[str, bool]:
+    """Compute addresses that are only compared through :data:`ADDRESS_FUNCTION`; return the
+    function and whether it changed.
+
+    The runtime checks of LLVM's loop vectorizer compare addresses as integers:
+    ``ptrtoint`` of the source and destination, arithmetic, ``icmp`` ("do the two
+    ranges overlap?"), e.g. ``(dst - src) + 8 * n < 128`` in the copy loops of
+    ``np.concatenate`` and ``np.stack``. Enzyme's type analysis gives a
+    ``ptrtoint`` the type of its pointer, and an ``add`` whose result is compared
+    with a small constant (an integer) integers for both operands: the address is
+    then both a pointer and an integer, and Enzyme aborts ("Illegal orIn:
+    {[-1]:Integer} right: {[-1]:Pointer}"). Numba's own library functions are
+    compiled (and vectorized) once per process, so the unvectorized copy Enzyme
+    differentiates still links their vectorized loops. The same address, computed
+    by a function Enzyme does not look into, is an integer of no known origin
+    (and inactive: a comparison carries no derivative). Only ``ptrtoint`` whose
+    value reaches nothing but comparisons is replaced; the module computes the
+    same values.
+    """
+    lines = define.split("\n")
+    users: dict[str, list[int]] = {}
+    for k, line in enumerate(lines):
+        defined = _RESULT_RE.match(line)
+        operands = line[defined.end():] if defined else line
+        for token in set(_LOCAL_RE.findall(operands)):
+            users.setdefault(token, []).append(k)
+    changed = False
+    for k, line in enumerate(lines):
+        match = _PTRTOINT_RE.match(line)
+        if match and _compared_only(match.group(2), lines, users):
+            lines[k] = f"{match.group(1)}call i64 {ADDRESS_FUNCTION}(ptr {match.group(3)})"
+            changed = True
+    return ("\n".join(lines), True) if changed else (define, False)
+
+
 _MASKED_CALL_RE = re.compile(r"@llvm\.masked\.(load|gather|store|scatter)\.[\w.]+\(")
 #: The position of the pointer operand(s) of each masked memory intrinsic.
 _MASKED_POINTER_OPERAND = {"load": 0, "gather": 0, "store": 1, "scatter": 1}
@@ -817,11 +913,14 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
         elif entity.kind == "define" and symbol.startswith(_STRING_CODE):
             defines.append(_inactive_definition(entity.text))
         elif entity.kind == "define":
-            defines.append(_split_shared_excinfo_slots(entity.text, numba_functions))
+            text, compared = _opaque_address_comparisons(_split_shared_excinfo_slots(entity.text, numba_functions))
+            defines.append(text)
+            if compared and _ADDRESS_DEFINITION not in defines:
+                defines.append(_ADDRESS_DEFINITION)
         elif symbol.lstrip("@") in ERROR_PATH_STUBS:
             defines.append(_stub(entity.text))
         else:
-            declares.append(_mark_inactive(entity.text))
+            declares.append(_libm_declaration(_mark_inactive(entity.text), groups))
             externals.append(symbol.lstrip("@").strip('"'))
 
     used_groups: set[str] = set()

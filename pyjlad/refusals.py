@@ -262,7 +262,7 @@ _SUMMARY_RE = re.compile(r"Assertion `.*' failed|^Illegal \w+|^LLVM ERROR")
 
 def _summary(diagnostics: str) -> str:
     """Enzyme's one-line reason, for the end of the message (IR dumps skipped)."""
-    lines = [line.strip() for line in diagnostics.splitlines()]
+    lines = [line.strip() for line in diagnostics.splitlines() if not line.lstrip().startswith(";")]
     for line in lines:
         if "Enzyme:" in line and not line.startswith(("@", "%", "define ", "declare ")):
             reason = line.split("Enzyme:", 1)[1].strip()

@@ -97,12 +97,13 @@ class Toolchain:
 
     @property
     def identity(self) -> str:
-        """A string that changes whenever the toolchain's behaviour may change."""
-        stamp = self.plugin.with_suffix(".json")
-        plugin_hash = ""
-        if stamp.exists():
-            plugin_hash = json.loads(stamp.read_text()).get("sha256", "")
-        return f"opt={self.opt_version()};enzyme={ENZYME_VERSION};plugin={plugin_hash}"
+        """A string that changes whenever the toolchain's behaviour may change.
+
+        It names the SHA-256 of the plugin's bytes as they are now (hashed once
+        per process and file version), never the stamp written at install time:
+        a plugin replaced or modified since cannot reuse cached gradients.
+        """
+        return f"opt={self.opt_version()};enzyme={ENZYME_VERSION};plugin={_file_sha256(self.plugin)}"
 
     def opt_version(self) -> str:
         """The ``opt --version`` line naming the LLVM version."""
@@ -199,6 +200,29 @@ def _describe_failure(returncode: int, stderr: str, what: str) -> str:
     else:
         how = f"failed (exit status {returncode})"
     return f"Enzyme {how} while differentiating {what}:\n{summary}"
+
+
+_hashes: dict[tuple[str, int, int, int, int], str] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    """SHA-256 of the file at ``path``, remembered per (path, device, inode, size, mtime)."""
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            version = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            digest = _hashes.get(version)
+            if digest is None:
+                h = hashlib.sha256()
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+                digest = _hashes[version] = h.hexdigest()
+    except OSError as exc:
+        raise ToolchainError(
+            f"the Enzyme plugin {path} cannot be read ({exc.strerror}). Run: {sys.executable} -m pyjlad "
+            "toolchain install --force"
+        ) from None
+    return digest
 
 
 @functools.cache

@@ -133,6 +133,15 @@ def test_an_unidentified_failure_is_called_a_defect_and_names_the_numba_operatio
     assert error.diagnostics == diagnostics
 
 
+def test_enzyme_reason_skips_ir_comment_lines():
+    """An IR dump's ``; Function Attrs`` comment is not Enzyme's reason."""
+    from pyjlad.refusals import _summary
+
+    diagnostics = ("; Function Attrs: nounwind Enzyme: cached\n"
+                   "error: in function f: Enzyme: cannot handle unknown binary operator\n")
+    assert _summary(diagnostics) == "cannot handle unknown binary operator"
+
+
 def test_demangle_reads_numba_symbols():
     from numba.core.itanium_mangler import mangle
 

@@ -48,10 +48,13 @@ from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFuncti
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
 from ..memo import cached_for
+from ..objcheck import InvalidObject, check_elf, check_llvm_module
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inactive_helper
 from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
-from ..toolchain import locate
+from ..special import HANDLED as SPECIAL_FUNCTIONS
+from ..special import prepare as prepare_special
+from ..toolchain import Toolchain, locate
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
 from .pool import capacity, failed_bytes, resolve_pool_symbols, use_pool
@@ -76,7 +79,9 @@ SCALARIZED_PASSES = ("function(scalarize-masked-mem-intrin,scalarizer),preserve-
 
 # External functions Enzyme differentiates by itself: libm, LLVM intrinsics and
 # Numba's reference-counting/allocation runtime (inactive memory management).
-_KNOWN_EXTERNALS = LIBM_FUNCTIONS | {name + "f" for name in LIBM_FUNCTIONS} | {"malloc", "free", RUNTIME_CALL_DTOR}
+# Numba's special-function helpers get their derivatives from pyjlad.special.
+_KNOWN_EXTERNALS = (LIBM_FUNCTIONS | {name + "f" for name in LIBM_FUNCTIONS} | SPECIAL_FUNCTIONS
+                    | {"malloc", "free", RUNTIME_CALL_DTOR})
 
 
 def _register_runtime_symbols() -> None:
@@ -103,9 +108,17 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
 
 
 #: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
-_ENZYME_INPUT = "unvectorized-copy/1"
+_ENZYME_INPUT = "unvectorized-copy/2"  # 2: IR before code generation
 
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
+
+
+@functools.cache
+def _special_source_hash() -> str:
+    """Identifies the derivatives pyjlad.special adds (part of every cache key: any module may call them)."""
+    from pathlib import Path
+
+    return cache.cache_key((Path(__file__).resolve().parent.parent / "special.py").read_text())
 
 
 @functools.cache
@@ -128,15 +141,47 @@ def linked_modules(exported: ExportedFunction) -> list[str]:
     return [*custom_rule_modules(exported), *(lapack_module(h, k) for h, k in exported.module.links)]
 
 
+#: Enzyme v0.0.289's assertion when its min-cut cache planner picked a value it cannot recompute.
+_MIN_CUT_FAILURE = "computeMinCache(): Assertion `legalRecompute("
+#: Makes Enzyme cache every primal value its reverse pass needs and cannot recompute, without the min cut.
+_NO_MIN_CUT = "-enzyme-mincut-cache=false"
+
+
+def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
+                   options: tuple[str, ...] = ()) -> bytes:
+    """Run Enzyme over ``module``; without its min-cut cache planner where that planner fails.
+
+    Enzyme v0.0.289's planner (``GradientUtils::computeMinCache``) adds the
+    value a loop-carried reduction starts from (the preheader operand of a
+    loop-header PHI: ``m`` of a running max ``m = x[i] if x[i] > m else m``)
+    to the values it may recompute in the reverse pass without checking that
+    it can. When that start value is itself a PHI, i.e. the join of a previous
+    loop that may not have run (``m`` of an earlier running max, or of the
+    unrolled body of the same loop before its remainder loop), the planner
+    chooses to recompute it and then aborts on its own check that every value
+    it chose is recomputable. Without the planner, Enzyme caches each value the
+    reverse pass needs and cannot recompute, which is correct; only those
+    functions pay for it (the planner saves tape memory, not correctness).
+    """
+    try:
+        return toolchain.run(module, passes, what=what, options=options)
+    except EnzymeError as exc:
+        if _MIN_CUT_FAILURE not in exc.diagnostics:
+            raise
+    return toolchain.run(module, passes, what=what, options=(*options, _NO_MIN_CUT))
+
+
 def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     toolchain = locate()
+    # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
+    module_text = prepare_special(module_text)
     module: str | bytes = module_text
-    extra = linked_modules(exported)
+    extra = [prepare_special(m) for m in linked_modules(exported)]
     if extra:
         module = toolchain.link([module_text, *extra], what=exported.name)
     try:
         try:
-            return toolchain.run(module, PASSES, what=exported.name)
+            return _differentiate(toolchain, module, PASSES, exported.name)
         except EnzymeError as exc:
             # Enzyme's type analysis gives up on some untyped operations of Numba's
             # runtime (a memset zeroing the pointer fields of an array struct; index
@@ -146,7 +191,7 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
             if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
                 raise
         try:
-            return toolchain.run(module, PASSES, what=exported.name, options=("-enzyme-loose-types",))
+            return _differentiate(toolchain, module, PASSES, exported.name, ("-enzyme-loose-types",))
         except EnzymeError as exc:
             # A vectorized copy (`load/store <4 x double>`) through a pointer whose
             # element type Enzyme knows only at offset 0 (Numba's array-data
@@ -157,8 +202,8 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
             # only: the first attempts keep the code as Numba vectorized it.
             if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
                 raise
-            return toolchain.run(module, SCALARIZED_PASSES, what=exported.name,
-                                 options=("-enzyme-loose-types", "-scalarize-load-store"))
+            return _differentiate(toolchain, module, SCALARIZED_PASSES, exported.name,
+                                  ("-enzyme-loose-types", "-scalarize-load-store"))
     except EnzymeError as exc:
         # In the user's terms: the construct, where it is used, what to write instead.
         raise explain(exported, exc, unknown_externals(exported)) from None
@@ -245,19 +290,41 @@ def _pack_object(library: Any, declared: list[str]) -> bytes:
     return len(header).to_bytes(8, "little") + header + obj + shared
 
 
-def _unpack_object(payload: bytes) -> Any:
+def _split_object(payload: bytes) -> tuple[dict[str, Any], bytes, bytes]:
+    """The header, ELF object and linking bitcode of an object entry (raises InvalidObject)."""
     size = int.from_bytes(payload[:8], "little")
-    header = json.loads(payload[8:8 + size])
+    try:
+        header = json.loads(payload[8:8 + size])
+        n_obj, n_shared = header["sizes"]
+        name, kind, declared = header["name"], header["kind"], header["declared"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidObject(f"unreadable object-entry header ({exc})") from None
     if header.get("format") != _OBJECT_FORMAT:
-        raise ValueError("unknown object format")
-    n_obj, n_shared = header["sizes"]
+        raise InvalidObject(f"object format {header.get('format')!r}, expected {_OBJECT_FORMAT!r}")
+    if not (isinstance(name, str) and kind == "object" and isinstance(declared, list)
+            and all(isinstance(d, str) for d in declared)):
+        raise InvalidObject("malformed object-entry header")
     body = payload[8 + size:]
-    if len(body) != n_obj + n_shared:
-        raise ValueError("truncated object entry")
+    if not (isinstance(n_obj, int) and isinstance(n_shared, int) and n_obj >= 0 and n_shared >= 0
+            and len(body) == n_obj + n_shared):
+        raise InvalidObject(f"object entry of {len(body)} bytes, its header says {n_obj} + {n_shared}")
+    return header, body[:n_obj], body[n_obj:]
+
+
+def _check_object(payload: bytes) -> None:
+    """Check an object entry before it is stored or loaded: an ELF object for this machine, and bitcode."""
+    _, obj, shared = _split_object(payload)
+    check_elf(obj)
+    if shared[:4] != b"BC\xc0\xde" or len(shared) % 4:
+        raise InvalidObject(f"the linking module ({len(shared)} bytes) is not LLVM bitcode")
+
+
+def _unpack_object(payload: bytes) -> Any:
+    header, obj, shared = _split_object(payload)
     resolve_blas_symbols(header["declared"])
     resolve_pool_symbols(header["declared"])
     codegen = cpu_target.target_context.codegen()
-    return codegen.unserialize_library((header["name"], header["kind"], (body[:n_obj], body[n_obj:])))
+    return codegen.unserialize_library((header["name"], header["kind"], (obj, shared)))
 
 
 def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str) -> Any:
@@ -269,20 +336,28 @@ def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str) -> An
     and its machine code stored for the next process.
     """
     object_key = _object_key(key)
-    payload = cache.get(object_key)
+    payload = cache.get(object_key, check=_check_object)  # checked: a damaged ELF object could crash the JIT
     if payload is not None:
         try:
             with global_compiler_lock:  # Numba's code generator is not thread-safe
                 return _unpack_object(payload)
         except (ValueError, KeyError, RuntimeError):
-            pass  # an unreadable entry: rebuild it below
-    bitcode = cache.get_or_build(key, build_bitcode)  # Enzyme runs here, with no Numba lock held
+            pass  # an unreadable entry: rebuilt below, and replaced
+    try:
+        # Enzyme runs here, with no Numba lock held; its output is parsed before it is stored or used.
+        bitcode = cache.get_or_build(key, build_bitcode, check=check_llvm_module)
+    except InvalidObject as exc:
+        raise EnzymeError(
+            f"opt reported success twice but its output for {name} is not a valid LLVM module ({exc}); "
+            f"the toolchain is broken: reinstall it with python -m pyjlad toolchain install --force",
+            diagnostics=str(exc),
+        ) from None
     with global_compiler_lock:
         library, declared = _load_into_numba(bitcode, name)
     try:
-        cache.put(object_key, _pack_object(library, declared))
-    except (OSError, RuntimeError):
-        pass  # the machine code is an optimization; the bitcode entry is enough
+        cache.put(object_key, _pack_object(library, declared), check=_check_object)
+    except (OSError, RuntimeError, InvalidObject):
+        pass  # the machine code is an optimization (a lock held too long, say); the bitcode entry is enough
     return library
 
 
@@ -372,7 +447,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
     # identified by their source (compiled only on a miss); rules by their IR.
-    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, toolchain.identity,
+    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, _special_source_hash(), toolchain.identity,
                           exported.module.text, driver.text, *custom_rule_modules(exported),
                           *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
     try:

@@ -1,0 +1,365 @@
+"""Derivatives of the special functions Enzyme cannot differentiate by name.
+
+Enzyme differentiates the libm functions Numba calls for ``math``/NumPy
+scalar functions by name (``sin``, ``erf``, ``atan2``, ...). A few of the
+functions Numba calls are not among them, or Enzyme's rule is unusable:
+
+===================================  =============================================  ================================
+Numba calls (double / float)         for                                            here
+===================================  =============================================  ================================
+``lgamma`` / ``lgammaf``             ``math.lgamma``                                rule: ``digamma(x)``
+``numba_gamma`` / ``numba_gammaf``   ``math.gamma`` (Numba's helper around tgamma)  rule: ``gamma(x) * digamma(x)``
+``nextafter``, ``numba_nextafter``   ``math.nextafter``, ``np.nextafter``,          rule: ``(1, 0)``
+(and ``...f``)                       ``np.spacing``
+``numba_frexp`` / ``numba_frexpf``   ``math.frexp``                                 defined in IR around libm
+                                                                                    ``frexp`` (Enzyme's rule)
+``numba_ldexp`` / ``numba_ldexpf``   ``math.ldexp``, ``np.ldexp``                   defined in IR around libm
+                                                                                    ``ldexp`` (Enzyme's rule)
+===================================  =============================================  ================================
+
+Enzyme aborts on ``lgamma`` (its rule expects another signature), and sees
+Numba's ``numba_*`` helpers as opaque external functions. :func:`prepare`
+rewrites a module before Enzyme runs: calls to the functions with a rule go
+to ``pyjlad.special.<name>``, which calls the original function and carries
+a derivative registered with Enzyme (``__enzyme_register_gradient_*`` for
+reverse mode, ``__enzyme_register_derivative_*`` for forward mode, read by the
+``preserve-nvvm`` pass as for :mod:`pyjlad.rules`); Numba's ``frexp``/``ldexp``
+helpers are replaced by definitions with their exact semantics (see Numba's
+``_helperlib.c``) around the libm functions Enzyme knows. Values are those
+of the functions Numba calls: only derivatives are added.
+
+``nextafter(x, y)`` moves ``x`` by one unit in the last place: its derivative
+is taken as ``(1, 0)``, so ``np.spacing(x) = nextafter(x, inf) - x`` has
+derivative 0, as a step function should.
+
+The digamma function (the derivative of ``lgamma``) is written here in LLVM IR
+(:func:`digamma_ir`): reflection ``psi(x) = psi(1 - x) - pi / tan(pi x)`` for
+``x <= 0``, the recurrence ``psi(x) = psi(x + 1) - 1/x`` up to ``x >= 10``, then
+the asymptotic series ``log x - 1/(2x) - sum B_2k / (2k x^2k)``. Enzyme
+differentiates that code itself when a derivative of the derivative is needed
+(Hessians: the derivative of the series is the series of the trigamma function).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .portable import dedupe_declarations
+
+__all__ = ["prepare", "digamma_ir", "HANDLED"]
+
+_PI = "0x400921FB54442D18"
+_INF = "0x7FF0000000000000"
+# Bernoulli numbers B_2k, k = 1..8: psi(x) ~ log x - 1/(2x) - sum_k B_2k / (2k x^2k).
+_BERNOULLI = (Fraction(1, 6), Fraction(-1, 30), Fraction(1, 42), Fraction(-1, 30), Fraction(5, 66),
+              Fraction(-691, 2730), Fraction(7, 6), Fraction(-3617, 510))
+#: The recurrence shifts x up to this value before the asymptotic series (its 9th term is then < 1e-17).
+_SERIES_FROM = 10.0
+#: The positive zero of psi (x0 = 1.4616...) as a sum of two doubles, and the Taylor coefficients there,
+#: psi^(k)(x0) / k! = (-1)^(k+1) zeta(k+1, x0), k = 1..13 (mpmath at 50 digits; the tests recompute
+#: them). Near x0 the recurrence's absolute error (~1e-16) would be a large relative error.
+_ROOT = (float.fromhex("0x1.762d86356be3fp+0"), float.fromhex("0x1.b86a722197829p-54"))
+_ROOT_TAYLOR = tuple(float.fromhex(h) for h in (
+    "0x1.ef72bc8ee38acp-1", "-0x1.c563b54aa1a35p-2", "0x1.08b4294d50381p-2", "-0x1.4fc1317257da8p-3",
+    "0x1.b9a5b6370f3abp-4", "-0x1.27baba261cc2cp-4", "0x1.8fce02b239ca7p-5", "-0x1.0fa7ec36a7d8fp-5",
+    "0x1.723d6807edcc0p-6", "-0x1.f970508e1b6a2p-7", "0x1.5955caaa962f3p-7", "-0x1.d828079282eb8p-8",
+    "0x1.42e1acf81d8dcp-8",
+))
+#: The Taylor series is used for |x - x0| below this (its 14th term is then < 1e-18 of the first).
+_ROOT_RADIUS = 0.05
+
+
+def _hex(value: float) -> str:
+    """An LLVM IR double constant (hexadecimal: exact)."""
+    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+
+def digamma_ir() -> str:
+    """``double @pyjlad.digamma(double)``: the digamma function (psi), in LLVM IR.
+
+    NaN for NaN, -inf and the poles (0, -1, -2, ...); +inf for +inf.
+    """
+    # Horner form of sum_k c_k t^k with t = 1/x^2 and c_k = B_2k / (2k).
+    coefficients = [float(b / (2 * (k + 1))) for k, b in enumerate(_BERNOULLI)]
+    horner = [f"  %h{len(coefficients)} = fmul double %t, {_hex(coefficients[-1])}"]
+    for k in range(len(coefficients) - 1, 0, -1):
+        horner.append(f"  %s{k} = fadd double %h{k + 1}, {_hex(coefficients[k - 1])}")
+        horner.append(f"  %h{k} = fmul double %t, %s{k}")
+    root = [f"  %p{len(_ROOT_TAYLOR)} = fadd double {_hex(_ROOT_TAYLOR[-1])}, 0.0"]
+    for k in range(len(_ROOT_TAYLOR) - 1, 0, -1):
+        root.append(f"  %q{k} = fmul double %p{k + 1}, %u")
+        root.append(f"  %p{k} = fadd double %q{k}, {_hex(_ROOT_TAYLOR[k - 1])}")
+    return "\n".join([
+        "define linkonce_odr double @pyjlad.digamma(double %x) nounwind {",
+        "entry:",
+        "  %nan = fcmp uno double %x, 0.0",
+        f"  %pinf = fcmp oeq double %x, {_INF}",
+        "  %same = or i1 %nan, %pinf",
+        "  br i1 %same, label %identity, label %sign",
+        "identity:",
+        "  ret double %x",
+        "sign:",
+        "  %nonpositive = fcmp ole double %x, 0.0",
+        "  br i1 %nonpositive, label %negative, label %positive",
+        "positive:",
+        f"  %u0 = fsub double %x, {_hex(_ROOT[0])}",  # exact (Sterbenz)
+        f"  %u = fsub double %u0, {_hex(_ROOT[1])}",
+        "  %du = call double @llvm.fabs.f64(double %u)",
+        f"  %near = fcmp olt double %du, {_hex(_ROOT_RADIUS)}",
+        "  br i1 %near, label %root, label %loop",
+        "root:",
+        *root,
+        "  %rootpsi = fmul double %p1, %u",
+        "  ret double %rootpsi",
+        "negative:",
+        "  %floor = call double @llvm.floor.f64(double %x)",
+        "  %pole = fcmp oeq double %floor, %x",  # 0, negative integers and -inf
+        "  br i1 %pole, label %poles, label %reflect",
+        "poles:",
+        "  ret double 0x7FF8000000000000",
+        "reflect:",
+        # tan(pi x) = tan(pi r) with r = x - rint(x) in [-1/2, 1/2], computed exactly.
+        "  %nearest = call double @llvm.rint.f64(double %x)",
+        "  %r = fsub double %x, %nearest",
+        f"  %pir = fmul double %r, {_PI}",
+        "  %tan = call double @tan(double %pir)",
+        f"  %cot = fdiv double {_PI}, %tan",
+        "  %start = fneg double %cot",
+        "  %mirror = fsub double 1.0, %x",
+        "  br label %loop",
+        "loop:",
+        "  %v = phi double [ %x, %positive ], [ %mirror, %reflect ], [ %next, %step ]",
+        "  %acc = phi double [ 0.0, %positive ], [ %start, %reflect ], [ %accnext, %step ]",
+        f"  %small = fcmp olt double %v, {_hex(_SERIES_FROM)}",
+        "  br i1 %small, label %step, label %series",
+        "step:",
+        "  %inv = fdiv double 1.0, %v",
+        "  %accnext = fsub double %acc, %inv",
+        "  %next = fadd double %v, 1.0",
+        "  br label %loop",
+        "series:",
+        "  %log = call double @llvm.log.f64(double %v)",
+        "  %iv = fdiv double 1.0, %v",
+        "  %t = fmul double %iv, %iv",
+        *horner,
+        "  %half = fmul double %iv, 0.5",
+        "  %a1 = fsub double %log, %half",
+        "  %a2 = fsub double %a1, %h1",
+        "  %psi = fadd double %acc, %a2",
+        "  ret double %psi",
+        "}",
+    ])
+
+
+_DIGAMMA_DECLS = ("declare double @llvm.floor.f64(double)", "declare double @llvm.rint.f64(double)",
+                  "declare double @llvm.fabs.f64(double)",
+                  "declare double @tan(double)", "declare double @llvm.log.f64(double)")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """A function given a derivative: ``callee`` (libm or Numba's helper) of one float type."""
+
+    callee: str
+    ty: str  # "double" or "float"
+    derivative: str  # "digamma" (d/dx = digamma(x)) or "gamma" (d/dx = callee(x) * digamma(x))
+
+
+_RULES = {rule.callee: rule for rule in (
+    _Rule("lgamma", "double", "digamma"), _Rule("lgammaf", "float", "digamma"),
+    _Rule("numba_gamma", "double", "gamma"), _Rule("numba_gammaf", "float", "gamma"),
+)}
+
+
+def _derivative_lines(rule: _Rule, x: str, out: str) -> list[str]:
+    """IR computing ``%<out>`` = d callee / dx at ``%<x>``."""
+    lines = []
+    xd = x
+    if rule.ty == "float":
+        lines.append(f"  %{x}.d = fpext float %{x} to double")
+        xd = f"{x}.d"
+    lines.append(f"  %{out}.psi = call double @pyjlad.digamma(double %{xd})")
+    value = f"{out}.psi"
+    if rule.derivative == "gamma":
+        # through the wrapper: a derivative of this derivative (Hessians) uses the registered rules
+        lines.append(f"  %{out}.g = call {rule.ty} @pyjlad.special.{rule.callee}({rule.ty} %{x})")
+        if rule.ty == "float":
+            lines.append(f"  %{out}.gd = fpext float %{out}.g to double")
+            lines.append(f"  %{out}.d = fmul double %{out}.gd, %{out}.psi")
+        else:
+            lines.append(f"  %{out}.d = fmul double %{out}.g, %{out}.psi")
+        value = f"{out}.d"
+    if rule.ty == "float":
+        lines.append(f"  %{out} = fptrunc double %{value} to float")
+    else:
+        lines.append(f"  %{out} = fadd double %{value}, 0.0")
+    return lines
+
+
+def _rule_ir(rule: _Rule) -> str:
+    """``pyjlad.special.<callee>``: calls the function; its derivatives are registered with Enzyme."""
+    T, name = rule.ty, f"pyjlad.special.{rule.callee}"
+    return "\n".join([
+        f"define linkonce_odr {T} @{name}({T} %x) noinline nounwind {{",
+        "entry:",
+        f"  %r = call {T} @{rule.callee}({T} %x)",
+        f"  ret {T} %r",
+        "}",
+        # reverse: the augmented forward pass returns the value (no tape: the reverse pass gets the
+        # argument again); the reverse pass returns the argument's adjoint.
+        f"define linkonce_odr {T} @{name}.aug({T} %x) {{",
+        "entry:",
+        f"  %r = call {T} @{name}({T} %x)",  # the wrapper: forward over reverse (Hessians) uses its rules
+        f"  ret {T} %r",
+        "}",
+        f"define linkonce_odr {T} @{name}.rev({T} %x, {T} %dret) {{",
+        "entry:",
+        *_derivative_lines(rule, "x", "d"),
+        f"  %g = fmul {T} %dret, %d",
+        f"  ret {T} %g",
+        "}",
+        # forward: (value, tangent) from the argument and its tangent.
+        f"define linkonce_odr {{ {T}, {T} }} @{name}.fwd({T} %x, {T} %dx) {{",
+        "entry:",
+        f"  %v = call {T} @{name}({T} %x)",
+        *_derivative_lines(rule, "x", "d"),
+        f"  %t = fmul {T} %dx, %d",
+        f"  %o0 = insertvalue {{ {T}, {T} }} undef, {T} %v, 0",
+        f"  %o = insertvalue {{ {T}, {T} }} %o0, {T} %t, 1",
+        f"  ret {{ {T}, {T} }} %o",
+        "}",
+        # weak_odr: llvm-link drops unreferenced linkonce globals (a rule module linked with the
+        # function's would lose its registration); weak_odr ones merge and stay.
+        f"@__enzyme_register_gradient_{name} = weak_odr global [3 x ptr] "
+        f"[ptr @{name}, ptr @{name}.aug, ptr @{name}.rev]",
+        f"@__enzyme_register_derivative_{name} = weak_odr global [2 x ptr] [ptr @{name}, ptr @{name}.fwd]",
+        f"declare {T} @{rule.callee}({T})",
+    ])
+
+
+def _step_ir(callee: str, ty: str) -> str:
+    """``pyjlad.special.<callee>(x, y)``: ``nextafter``'s value, with derivative 1 in x and 0 in y.
+
+    The value is ``x + s`` with the step ``s = nextafter(x, y) - x`` (exact: adjacent
+    floats) computed by an inactive call, so Enzyme differentiates ``x + constant``.
+    Where that sum is not bitwise the function's value (an infinite ``x``, signed
+    zeros, NaN), the value itself is returned (derivative 0 there).
+    """
+    T, name = ty, f"pyjlad.special.{callee}"
+    bits = "i64" if T == "double" else "i32"
+    return "\n".join([
+        f"define linkonce_odr {T} @{name}({T} %x, {T} %y) {{",
+        "entry:",
+        f"  %n = call {T} @{name}.value({T} %x, {T} %y)",
+        f"  %s = call {T} @{name}.step({T} %x, {T} %y)",
+        f"  %moved = fadd {T} %x, %s",
+        f"  %mb = bitcast {T} %moved to {bits}",
+        f"  %nb = bitcast {T} %n to {bits}",
+        f"  %exact = icmp eq {bits} %mb, %nb",
+        f"  %r = select i1 %exact, {T} %moved, {T} %n",
+        f"  ret {T} %r",
+        "}",
+        f'define linkonce_odr {T} @{name}.value({T} %x, {T} %y) nounwind "enzyme_inactive" {{',
+        "entry:",
+        f"  %n = call {T} @{callee}({T} %x, {T} %y)",
+        f"  ret {T} %n",
+        "}",
+        f'define linkonce_odr {T} @{name}.step({T} %x, {T} %y) nounwind "enzyme_inactive" {{',
+        "entry:",
+        f"  %n = call {T} @{callee}({T} %x, {T} %y)",
+        f"  %s = fsub {T} %n, %x",
+        f"  ret {T} %s",
+        "}",
+        f"declare {T} @{callee}({T}, {T})",
+    ])
+
+
+#: nextafter: libm's (math.nextafter) and Numba's helper (np.nextafter, np.spacing).
+_STEPS = {"nextafter": "double", "nextafterf": "float", "numba_nextafter": "double", "numba_nextafterf": "float"}
+
+
+# Numba's frexp/ldexp helpers (numba/_helperlib.c), with their exact semantics, around libm's.
+_HELPERS = {
+    "numba_frexp": ("double", "frexp"), "numba_frexpf": ("float", "frexpf"),
+    "numba_ldexp": ("double", "ldexp"), "numba_ldexpf": ("float", "ldexpf"),
+}
+_FLOAT_INF = {"double": _INF, "float": _INF}  # LLVM writes float constants as doubles
+
+
+def _helper_ir(name: str) -> str:
+    T, libm = _HELPERS[name]
+    checks = [
+        f"  %abs = call {T} @llvm.fabs.{'f64' if T == 'double' else 'f32'}({T} %x)",
+        f"  %finite = fcmp olt {T} %abs, {_FLOAT_INF[T]}",
+        f"  %nonzero = fcmp une {T} %x, 0.0",
+        "  %ok0 = and i1 %finite, %nonzero",
+    ]
+    if libm.startswith("frexp"):  # !isfinite(x) || !x: *exp = 0, x unchanged
+        return "\n".join([
+            # the exponent slot holds an integer (Enzyme's forward mode cannot tell from `store i32 0`)
+            f"define linkonce_odr {T} @{name}({T} %x, ptr %e) {{", "entry:",
+            "  call void @__enzyme_integer(ptr %e, i64 4)", *checks,
+            "  br i1 %ok0, label %call, label %keep",
+            "call:", f"  %m = call {T} @{libm}({T} %x, ptr %e)", f"  ret {T} %m",
+            "keep:", "  store i32 0, ptr %e, align 4", f"  ret {T} %x", "}",
+            f"declare {T} @{libm}({T}, ptr)",
+            "declare void @__enzyme_integer(ptr nocapture readnone, i64) readnone nounwind willreturn",
+            f"declare {T} @llvm.fabs.{'f64' if T == 'double' else 'f32'}({T})",
+        ])
+    return "\n".join([  # isfinite(x) && x && exp: ldexp(x, exp), else x
+        f"define linkonce_odr {T} @{name}({T} %x, i32 signext %n) {{", "entry:", *checks,
+        "  %shift = icmp ne i32 %n, 0",
+        "  %ok = and i1 %ok0, %shift",
+        "  br i1 %ok, label %call, label %keep",
+        "call:", f"  %m = call {T} @{libm}({T} %x, i32 signext %n)", f"  ret {T} %m",
+        "keep:", f"  ret {T} %x", "}",
+        f"declare {T} @{libm}({T}, i32 signext)",
+        f"declare {T} @llvm.fabs.{'f64' if T == 'double' else 'f32'}({T})",
+    ])
+
+
+#: The external functions this module gives derivatives (callees of rules and Numba's helpers it defines).
+HANDLED = frozenset(_RULES) | frozenset(_STEPS) | frozenset(_HELPERS)
+
+_CALLEE_RE = re.compile(r"@(" + "|".join(sorted(HANDLED, key=len, reverse=True)) + r")\(")
+_DECLARE_RE = re.compile(r"^declare\b[^@]*@(" + "|".join(sorted(HANDLED, key=len, reverse=True)) + r")\(")
+
+
+def prepare(text: str) -> str:
+    """``text`` (a module given to Enzyme) with derivatives for the functions of :data:`HANDLED`.
+
+    Calls to functions with a rule are redirected to their ``pyjlad.special.*``
+    wrappers, Numba's helpers are defined; the definitions needed are appended
+    (``linkonce_odr``: modules prepared separately link together). A module
+    calling none of them is returned unchanged.
+    """
+    used: set[str] = set()
+    out = []
+    for line in text.splitlines():
+        declared = _DECLARE_RE.match(line)
+        if declared:
+            if declared.group(1) in _HELPERS:
+                continue  # defined below
+            out.append(line)
+            continue
+        if not line.startswith("define") and "@" in line and _CALLEE_RE.search(line):
+            def redirect(match: re.Match[str]) -> str:
+                used.add(match.group(1))
+                redirected = match.group(1) in _RULES or match.group(1) in _STEPS
+                return f"@pyjlad.special.{match.group(1)}(" if redirected else match.group(0)
+
+            line = _CALLEE_RE.sub(redirect, line)
+        out.append(line)
+    if not used:
+        return text
+    extra: list[str] = []
+    rules = [_RULES[name] for name in sorted(used) if name in _RULES]
+    if rules:
+        extra += [digamma_ir(), *_DIGAMMA_DECLS]
+    extra += [_rule_ir(rule) for rule in rules]
+    extra += [_step_ir(name, _STEPS[name]) for name in sorted(used) if name in _STEPS]
+    extra += [_helper_ir(name) for name in sorted(used) if name in _HELPERS]
+    return dedupe_declarations("\n".join([*out, *extra]) + "\n")
