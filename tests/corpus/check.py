@@ -157,17 +157,32 @@ _ENZYME_RE = re.compile(r"Enzyme's message: (.*)")
 
 
 def refusal_reason(exc: BaseException) -> str:
-    """A short reason for pyjlad's refusal: the construct it names and Enzyme's kind of failure."""
+    """A short reason for pyjlad's refusal: the construct it names and Enzyme's kind of failure.
+
+    A construct that is one of the user's own functions is called ``user function`` (programs
+    are tallied by reason, and the function's name would make every reason unique).
+    """
     text = str(exc)
     first = text.splitlines()[0] if text else ""
     construct = _CONSTRUCT_RE.search(first + " ")
     what = construct.group(1) if construct else ("unidentified construct" if "Enzyme failed" in first else
                                                  first[:60])
+    if what.startswith("your function"):
+        what = "user function"
     enzyme = _ENZYME_RE.search(text)
     if enzyme:
-        words = re.sub(r"[^\w ]+", " ", enzyme.group(1)).split()[:3]
-        what += f" [{' '.join(words)}]"
+        what += f" [{_enzyme_kind(enzyme.group(1))}]"
     return what
+
+
+def _enzyme_kind(message: str) -> str:
+    """The first words of Enzyme's message, without paths, assertion boilerplate or LLVM prefixes."""
+    asserted = re.search(r'Assertion `(?:0 && )?"?([^"`\']+)', message)
+    if asserted:
+        message = asserted.group(1)
+    message = message.replace("LLVM ERROR:", "")
+    words = [w for w in re.sub(r"[^\w./ -]+", " ", message).split() if not w.startswith(("/", "opt-")) and ".cpp" not in w]
+    return " ".join(words[:4])
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
