@@ -22,13 +22,6 @@ FAMILY = "control"
 SMOOTH = ("gradient", "hvp")
 ARRAY = ("jacobian", "jvp", "vjp")
 
-#: Running extrema feeding later arithmetic: Enzyme aborts while minimising its cache.
-_LEGAL_RECOMPUTE = {
-    "expect": "refused",
-    "notes": "running max/min (if x[i] > m: m = x[i], or m = max(m, x[i])) used after its loop: Enzyme "
-             "aborts in GradientUtils::computeMinCache (Assertion legalRecompute); another branch fixes it",
-}
-
 
 # ------------------------------------------------------------------ running extrema
 @njit
@@ -49,7 +42,7 @@ def running_max_if_jax(x):
 
 
 program(FAMILY, "running-max-if", running_max_if, running_max_if_jax,
-        lambda rng: (distinct(rng, 12),), transforms=SMOOTH, **_LEGAL_RECOMPUTE)
+        lambda rng: (distinct(rng, 12),), transforms=SMOOTH)
 
 
 @njit
@@ -85,7 +78,7 @@ def running_min_if_jax(x):
 
 
 program(FAMILY, "running-min-if", running_min_if, running_min_if_jax,
-        lambda rng: (distinct(rng, 10),), transforms=SMOOTH, **_LEGAL_RECOMPUTE)
+        lambda rng: (distinct(rng, 10),), transforms=SMOOTH)
 
 
 @njit
@@ -138,7 +131,7 @@ def _max_abs_args(rng):
 
 
 program(FAMILY, "running-max-abs-2d", running_max_abs_2d, running_max_abs_2d_jax,
-        _max_abs_args, transforms=SMOOTH, **_LEGAL_RECOMPUTE)
+        _max_abs_args, transforms=SMOOTH)
 
 
 # ------------------------------------------------------------------ argmax / argmin loops
@@ -185,7 +178,7 @@ def _argmin_args(rng):
 
 
 program(FAMILY, "argmin-distance", argmin_distance, argmin_distance_jax, _argmin_args,
-        wrt=(0, 1), **_LEGAL_RECOMPUTE)
+        wrt=(0, 1))
 
 
 @njit
@@ -683,7 +676,7 @@ def running_max_prefix_sum_jax(x, w):
 
 
 program(FAMILY, "running-max-prefix-sum", running_max_prefix_sum, running_max_prefix_sum_jax,
-        lambda rng: (distinct(rng, 10), rng.uniform(0.5, 2.0, 10)), wrt=(0, 1), **_LEGAL_RECOMPUTE)
+        lambda rng: (distinct(rng, 10), rng.uniform(0.5, 2.0, 10)), wrt=(0, 1))
 
 
 @njit
@@ -731,8 +724,7 @@ def running_min_builtin_prefix_jax(x):
 
 
 program(FAMILY, "running-min-builtin-prefix", running_min_builtin_prefix,
-        running_min_builtin_prefix_jax, lambda rng: (distinct(rng, 10),), transforms=SMOOTH,
-        **_LEGAL_RECOMPUTE)
+        running_min_builtin_prefix_jax, lambda rng: (distinct(rng, 10),), transforms=SMOOTH)
 
 
 @njit
@@ -844,7 +836,7 @@ def running_max_if_f32_jax(x):
 
 
 program(FAMILY, "running-max-if-f32", running_max_if_f32, running_max_if_f32_jax,
-        lambda rng: (distinct(rng, 12).astype(np.float32),), rtol=1e-5, atol=1e-5, **_LEGAL_RECOMPUTE)
+        lambda rng: (distinct(rng, 12).astype(np.float32),), rtol=1e-5, atol=1e-5)
 
 
 @njit

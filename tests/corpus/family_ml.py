@@ -20,13 +20,6 @@ FAMILY = "ml"
 SMOOTH = ("gradient", "hvp")
 ARRAY = ("jacobian", "jvp", "vjp")
 
-#: Running extrema feeding later arithmetic: Enzyme aborts while minimising its cache.
-_LEGAL_RECOMPUTE = {
-    "expect": "refused",
-    "notes": "running max/min (if x[i] > m: m = x[i], or m = max(m, x[i])) used after its loop: Enzyme "
-             "aborts in GradientUtils::computeMinCache (Assertion legalRecompute); another branch fixes it",
-}
-
 
 def _mlp_args(rng, n=6, d=3, h=4, margin=0.0):
     """Inputs, weights and targets; with ``margin``, every pre-activation is that far from 0."""
@@ -224,7 +217,7 @@ def softmax_xent_jax(logits, labels):
 
 
 program(FAMILY, "softmax-xent-stable", softmax_xent_stable, softmax_xent_jax, _logits_args,
-        transforms=SMOOTH, **_LEGAL_RECOMPUTE)
+        transforms=SMOOTH)
 
 
 @njit
@@ -541,7 +534,7 @@ def maxpool_loss(x, width):
 
 
 program(FAMILY, "maxpool-loss", maxpool_loss, lambda x, w: jnp.sum(maxpool1d_jax(x, w) ** 2),
-        lambda rng: (distinct(rng, 12), 4), transforms=SMOOTH, **_LEGAL_RECOMPUTE)
+        lambda rng: (distinct(rng, 12), 4), transforms=SMOOTH)
 
 
 @njit

@@ -20,29 +20,7 @@ from corpus.program import program
 FAMILY = "statistics"
 SMOOTH = ("gradient", "hvp")
 ARRAY = ("jacobian", "jvp", "vjp")
-
-#: lgamma of a constant next to exp of an active value: Enzyme emits an invalid module.
-_BROKEN_MODULE = {
-    "expect": "refused",
-    "notes": "math.lgamma(counts[i] + 1.0) (inactive) in the same loop as exp(eta) (active): "
-             "'LLVM ERROR: Broken module found' after Enzyme",
-}
-
-#: math.lgamma of a differentiated value: Enzyme's derivative of lgamma is unreachable.
-_LGAMMA = {
-    "expect": "refused",
-    "notes": "math.lgamma of an active value: Enzyme hits UNREACHABLE 'unknown subtype' (getSubType in "
-             "handleKnownCallDerivatives); pyjlad names no construct (the smallest case is "
-             "njit(lambda a: math.lgamma(a)))",
-}
 LOG_2PI = math.log(2.0 * math.pi)
-
-#: Running maxima feeding ``exp(x[i] - m)``: Enzyme aborts in its cache minimisation.
-_LEGAL_RECOMPUTE = {
-    "expect": "refused",
-    "notes": "running max feeding exp(x[i] - m): Enzyme aborts in computeMinCache "
-             "(Assertion legalRecompute); another branch fixes it",
-}
 
 
 # ------------------------------------------------------------------ Gaussian
@@ -173,7 +151,7 @@ def _glm_args(rng, n=20, p=3):
     return beta, features, counts
 
 
-program(FAMILY, "poisson-glm", poisson_glm, poisson_glm_jax, _glm_args, transforms=SMOOTH, **_BROKEN_MODULE)
+program(FAMILY, "poisson-glm", poisson_glm, poisson_glm_jax, _glm_args, transforms=SMOOTH)
 
 
 @njit
@@ -231,10 +209,9 @@ def student_t_loglik_jax(theta, x):
 
 
 program(FAMILY, "student-t-loglik", student_t_loglik, student_t_loglik_jax,
-        lambda rng: (np.array([0.1, 0.2, 1.2]), rng.standard_t(4.0, 18)), wrt=(0, 1), rtol=1e-8, **_LGAMMA)
+        lambda rng: (np.array([0.1, 0.2, 1.2]), rng.standard_t(4.0, 18)), wrt=(0, 1), rtol=1e-8)
 program(FAMILY, "student-t-loglik-hvp", student_t_loglik, student_t_loglik_jax,
-        lambda rng: (np.array([0.1, 0.2, 1.2]), rng.standard_t(4.0, 18)), transforms=SMOOTH, rtol=1e-8,
-        **_LGAMMA)
+        lambda rng: (np.array([0.1, 0.2, 1.2]), rng.standard_t(4.0, 18)), transforms=SMOOTH, rtol=1e-8)
 
 
 @njit
@@ -257,7 +234,7 @@ def negative_binomial_loglik_jax(theta, counts):
 
 program(FAMILY, "negative-binomial-loglik", negative_binomial_loglik, negative_binomial_loglik_jax,
         lambda rng: (np.array([1.0, 0.5]), rng.negative_binomial(2, 0.4, 15).astype(np.float64)),
-        transforms=SMOOTH, rtol=1e-8, **_LGAMMA)
+        transforms=SMOOTH, rtol=1e-8)
 
 
 @njit
@@ -278,7 +255,7 @@ def beta_loglik_jax(theta, x):
 
 
 program(FAMILY, "beta-loglik", beta_loglik, beta_loglik_jax,
-        lambda rng: (np.array([0.7, 0.3]), rng.beta(2.0, 1.5, 14)), transforms=SMOOTH, rtol=1e-8, **_LGAMMA)
+        lambda rng: (np.array([0.7, 0.3]), rng.beta(2.0, 1.5, 14)), transforms=SMOOTH, rtol=1e-8)
 
 
 @njit
@@ -451,7 +428,7 @@ def logsumexp_running_max_if(x):
 
 program(FAMILY, "logsumexp-running-max-if", logsumexp_running_max_if,
         lambda x: jax.scipy.special.logsumexp(x), lambda rng: (distinct(rng, 10, -3.0, 3.0),),
-        transforms=SMOOTH, **_LEGAL_RECOMPUTE)
+        transforms=SMOOTH)
 
 
 @njit
@@ -467,7 +444,7 @@ def logsumexp_running_max_builtin(x):
 
 program(FAMILY, "logsumexp-running-max-builtin", logsumexp_running_max_builtin,
         lambda x: jax.scipy.special.logsumexp(x), lambda rng: (distinct(rng, 10, -3.0, 3.0),),
-        transforms=SMOOTH, **_LEGAL_RECOMPUTE)
+        transforms=SMOOTH)
 
 
 @njit
