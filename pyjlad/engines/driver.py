@@ -186,8 +186,22 @@ def _attribute_groups(module_text: str, attrs: str) -> str:
     return " ".join(groups)
 
 
+#: Enzyme's type tree of a pointer to floats at every offset (``__enzyme_double`` states one
+#: element; loads at run-time offsets need the whole array typed).
+_FLOAT_MEMORY = {"double": '"enzyme_type"="{[-1]:Pointer, [-1,-1]:Float@double}"',
+                 "float": '"enzyme_type"="{[-1]:Pointer, [-1,-1]:Float@float}"'}
+
+
+def _param_attributes(abi: FunctionABI, index: int, role: str) -> str:
+    """Attributes of a wrapper parameter: float array data is typed for Enzyme at every offset."""
+    arg = abi.args[index]
+    if role == "data" and isinstance(arg, ArrayArg) and arg.llvm_element in _FLOAT_MEMORY:
+        return _FLOAT_MEMORY[arg.llvm_element] + " "
+    return ""
+
+
 def _status_wrapper(abi: FunctionABI, name: str, params, names, noalias: bool = True) -> list[str]:
-    typed = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
+    typed = _joined([f"{ty} {_param_attributes(abi, i, role)}{n}" for (i, role, ty), n in zip(params, names)])
     # noalias: the slots are the driver's own, so Enzyme need not cache reads of the
     # inputs against the status store (without it, Rosenbrock at n=10^6 tapes every read of x).
     # Enzyme then differentiates the call in combined mode, where the entry's copy must
