@@ -51,8 +51,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
     mismatches: list[str] = []
+    done: dict[str, tuple[str, str, float]] = {}
+
+    def write_json() -> None:
+        if args.json:
+            args.json.write_text(json.dumps(
+                [{"name": name, "family": programs[name].family, "expect": programs[name].expect,
+                  "outcome": outcome, "detail": detail, "seconds": round(seconds, 2)}
+                 for name, (outcome, detail, seconds) in sorted(done.items())], indent=1))
 
     def report(name: str, outcome: str, detail: str, seconds: float) -> None:
+        done[name] = (outcome, detail, seconds)
+        write_json()  # after every program: a run that is stopped keeps what it found
         expect = programs[name].expect
         unexpected = not matches(outcome, expect)
         if unexpected:
@@ -76,11 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     for outcome in sorted(k for k in tally if k.startswith("error:")):
         print(f"    {tally[outcome]:4d}  {outcome.split(':', 1)[1]}")
     print(f"  outcome differs from expect: {len(mismatches)}")
-    if args.json:
-        args.json.write_text(json.dumps(
-            [{"name": name, "family": programs[name].family, "expect": programs[name].expect,
-              "outcome": outcome, "detail": detail, "seconds": round(seconds, 2)}
-             for name, (outcome, detail, seconds) in sorted(results.items())], indent=1))
     failed = any(kinds[kind] for kind in FAILURES) or mismatches
     return 1 if failed else 0
 
