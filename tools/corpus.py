@@ -1,6 +1,6 @@
 """The differential corpus: every program's derivatives by pyjlad against JAX's, in float64.
 
-Usage: ``.venv/bin/python tools/corpus.py [--filter SUBSTR] [--workers 2] [--json out.json]``
+Usage: ``.venv/bin/python tools/corpus.py [--filter SUBSTR ...] [--workers 2] [--json out.json]``
 
 Prints one line per program that does not agree, then the tally: programs tried, agreeing,
 refused (by reason), wrong, mutated, crashed, timed out, invalid. Exits with status 1 when any
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,7 +35,8 @@ from corpus.runner import FAILURES, matches, run  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--filter", default="", help="only programs whose name contains this")
+    parser.add_argument("--filter", action="append", default=[],
+                        help="only programs whose name contains this (may be given several times: any of them)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per program")
     parser.add_argument("--recycle", type=int, default=40, help="programs per worker process")
@@ -44,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from corpus.program import all_programs
 
-    programs = {p.name: p for p in all_programs() if args.filter in p.name}
+    programs = {p.name: p for p in all_programs() if not args.filter or any(f in p.name for f in args.filter)}
+    # A terminated run stops its workers (the runner's cleanup runs on SystemExit).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.list:
         for p in programs.values():
             print(f"{p.name}  expect={p.expect}  transforms={','.join(p.transforms)}")
