@@ -1,6 +1,6 @@
 """The differential corpus: every program's derivatives by pyjlad against JAX's, in float64.
 
-Usage: ``.venv/bin/python tools/corpus.py [--filter SUBSTR] [--workers 2] [--json out.json]``
+Usage: ``.venv/bin/python tools/corpus.py [--filter SUBSTR ...] [--workers 2] [--json out.json]``
 
 Prints one line per program that does not agree, then the tally: programs tried, agreeing,
 refused (by reason), wrong, mutated, crashed, timed out, invalid. Exits with status 1 when any
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,7 +35,8 @@ from corpus.runner import FAILURES, matches, run  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--filter", default="", help="only programs whose name contains this")
+    parser.add_argument("--filter", action="append", default=[],
+                        help="only programs whose name contains this (may be given several times: any of them)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per program")
     parser.add_argument("--recycle", type=int, default=40, help="programs per worker process")
@@ -44,15 +46,27 @@ def main(argv: list[str] | None = None) -> int:
 
     from corpus.program import all_programs
 
-    programs = {p.name: p for p in all_programs() if args.filter in p.name}
+    programs = {p.name: p for p in all_programs() if not args.filter or any(f in p.name for f in args.filter)}
+    # A terminated run stops its workers (the runner's cleanup runs on SystemExit).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.list:
         for p in programs.values():
             print(f"{p.name}  expect={p.expect}  transforms={','.join(p.transforms)}")
         return 0
     start = time.perf_counter()
     mismatches: list[str] = []
+    done: dict[str, tuple[str, str, float]] = {}
+
+    def write_json() -> None:
+        if args.json:
+            args.json.write_text(json.dumps(
+                [{"name": name, "family": programs[name].family, "expect": programs[name].expect,
+                  "outcome": outcome, "detail": detail, "seconds": round(seconds, 2)}
+                 for name, (outcome, detail, seconds) in sorted(done.items())], indent=1))
 
     def report(name: str, outcome: str, detail: str, seconds: float) -> None:
+        done[name] = (outcome, detail, seconds)
+        write_json()  # after every program: a run that is stopped keeps what it found
         expect = programs[name].expect
         unexpected = not matches(outcome, expect)
         if unexpected:
@@ -76,11 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     for outcome in sorted(k for k in tally if k.startswith("error:")):
         print(f"    {tally[outcome]:4d}  {outcome.split(':', 1)[1]}")
     print(f"  outcome differs from expect: {len(mismatches)}")
-    if args.json:
-        args.json.write_text(json.dumps(
-            [{"name": name, "family": programs[name].family, "expect": programs[name].expect,
-              "outcome": outcome, "detail": detail, "seconds": round(seconds, 2)}
-             for name, (outcome, detail, seconds) in sorted(results.items())], indent=1))
     failed = any(kinds[kind] for kind in FAILURES) or mismatches
     return 1 if failed else 0
 

@@ -16,10 +16,6 @@ from corpus.program import program
 
 FAMILY = "cumulative"
 
-#: A known failure being fixed on another branch.
-_ORIN = {"expect": "refused",
-         "notes": "a loss of np.cumsum(x, axis=...) of a 2-D array: Enzyme fails with 'Illegal replace ficticious "
-                  "phi' (np.cumsum with axis alone differentiates; another branch fixes the reduction of it)"}
 _DIFF2D = {"expect": "refused",
            "notes": "np.diff of a 2-D array in forward mode: Enzyme asserts 'found != gutils->invertedPointers' "
                     "(reverse mode works); the refusal does not name np.diff"}
@@ -132,9 +128,9 @@ program(FAMILY, "cumsum_axis1/2d", cumsum_axis1, lambda x: jnp.cumsum(x, axis=1)
 program(FAMILY, "cumsum_axis1/3d", cumsum_axis1, lambda x: jnp.cumsum(x, axis=1), args(normal(2, 3, 2)),
         transforms=ARRAY)
 program(FAMILY, "cumsum_axis_loss/2d", cumsum_axis_loss, lambda x: jnp.sum(jnp.cumsum(x, axis=0) ** 2),
-        args(normal(3, 4)), **_ORIN)
+        args(normal(3, 4)), transforms=("gradient", "hvp"))
 program(FAMILY, "cumsum_axis_loss/2d-f32", cumsum_axis_loss, lambda x: jnp.sum(jnp.cumsum(x, axis=0) ** 2),
-        args(normal(3, 4, dtype=np.float32)), **F32, **_ORIN)
+        args(normal(3, 4, dtype=np.float32)), **F32)
 program(FAMILY, "cumsum_axis0/1d", cumsum_axis0, lambda x: jnp.cumsum(x, axis=0), args(normal(4)),
         transforms=ARRAY)
 program(FAMILY, "cumsum_loss/1d", cumsum_loss, lambda x: jnp.sum(jnp.cumsum(x) ** 2), args(normal(6)),

@@ -32,7 +32,10 @@ def _serve(conn: Connection) -> None:
     from corpus.check import check
 
     while True:
-        name = conn.recv()
+        try:
+            name = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
         if name is None:
             return
         start = time.perf_counter()
