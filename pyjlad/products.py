@@ -348,7 +348,11 @@ def _unit(shape: tuple[int, ...], index: tuple[int, ...], dtype: Any) -> np.ndar
 
 
 def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | None = None) -> Any:
-    """Hessian-vector product ``H @ v`` by forward-over-reverse, without forming ``H``.
+    """Hessian-vector product ``H @ v`` without forming ``H``.
+
+    By reverse over forward: the gradient of the directional derivative
+    ``f'(x) v`` (forward over reverse for functions calling custom rules, whose
+    Hessian is that of their reverse rules).
 
     Parameters
     ----------
@@ -394,7 +398,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
 def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None) -> Any:
     """The Hessian of the scalar function ``f`` with respect to argument ``wrt``.
 
-    Computed column by column with :func:`hvp` (forward over reverse).
+    Computed column by column with :func:`hvp` (reverse over forward).
 
     Returns
     -------

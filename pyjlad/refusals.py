@@ -226,6 +226,8 @@ def uses(dispatcher: Any, argtypes: tuple, *, depth: int = 3, seen: set | None =
                     yield here(symbol)
             elif expr.op == "getitem" and type(typemap.get(expr.index.name)).__name__ == "Array":
                 yield here("getitem[array]")
+            elif expr.op in ("build_map", "build_list", "list_comprehension"):
+                yield here("dict" if expr.op == "build_map" else "list")
 
 
 def _constructs_from_helpers(helpers: list[str]) -> list[tuple[str, Construct]]:
@@ -291,7 +293,12 @@ def explain(exported: Any, error: EnzymeError, helpers: list[str]) -> EnzymeErro
         return error  # the plugin itself did not load: a toolchain problem, already said so
     all_uses = list(uses(exported.run, exported.argtypes))
     user_functions = {u.function for u in all_uses}
-    found = _constructs_from_helpers(helpers)
+    # A helper names its construct only where the function really uses it: Numba's own code
+    # reaches the same helpers (numba_gil_ensure from an error path), and blaming print() or
+    # a typed container the user never wrote would send them looking for the wrong thing.
+    used = {u.label for u in all_uses}
+    found = [(symbol, construct) for symbol, construct in _constructs_from_helpers(helpers)
+             if used.intersection(construct.labels)]
     if not found:
         from_report = _construct_from_report(diagnostics, user_functions)
         found = [from_report] if from_report else []

@@ -150,7 +150,7 @@ def test_gradient_of_a_determinant_of_a_product(body, jbody, args):
 # Jacobians and vector-Jacobian products of array results, in both sweep directions: the
 # loose-types retry of cumsum along an axis must neither drop adjoints nor leave tangents unset.
 JACOBIAN_IDS = ["concatenate 2 1-D", "stack 3 1-D axis 1", "vstack 2 1-D", "hstack 2 2-D", "cumsum 2-D axis 0",
-                "cumsum 2-D axis 1", "cumsum 3-D axis 1", "inv(B @ C)", "solve(A.T @ A, v)"]
+                "cumsum 2-D axis 1", "cumsum 3-D axis 1", "solve(A.T @ A, v)"]
 
 
 @pytest.mark.parametrize("body, jbody, args", [c for c in ARRAY_CASES if c.id in JACOBIAN_IDS])
@@ -175,7 +175,7 @@ def test_jacobian_and_vjp_of_an_array_result(body, jbody, args):
     _assert_unchanged(args, before)
 
 
-FLOAT32_IDS = ["concatenate 2 1-D", "stack 2 2-D", "cumsum 2-D axis 0", "inv(B @ C)"]
+FLOAT32_IDS = ["concatenate 2 1-D", "stack 2 2-D", "cumsum 2-D axis 0", "vstack 3 2-D"]
 
 
 @pytest.mark.parametrize("body, jbody, args", [c for c in ARRAY_CASES if c.id in FLOAT32_IDS])

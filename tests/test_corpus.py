@@ -57,9 +57,19 @@ def outcomes() -> dict[str, tuple[str, str, float]]:
     return run([p.name for p in SUBSET], workers=2, timeout=300.0, recycle=40)
 
 
-@pytest.mark.parametrize("prog", SUBSET, ids=[p.name for p in SUBSET])
+def _param(p: Program) -> object:
+    """A known wrong gradient (``expect="wrong"``, a defect being fixed) is a strict xfail: it is
+    reported as such, never counted as a pass, and the suite fails once it starts agreeing."""
+    marks = [pytest.mark.xfail(strict=True, reason=f"known wrong gradient: {p.notes}")] if p.expect == "wrong" else []
+    return pytest.param(p, marks=marks, id=p.name)
+
+
+@pytest.mark.parametrize("prog", [_param(p) for p in SUBSET])
 def test_program(prog: Program, outcomes: dict[str, tuple[str, str, float]]) -> None:
     outcome, detail, _ = outcomes[prog.name]
+    if prog.expect == "wrong":  # the xfail: wrong today, as declared
+        assert outcome == "agree", f"{prog.name}: {outcome}: {detail}"
+        return
     assert matches(outcome, prog.expect), (
         f"{prog.name}: expected {prog.expect}, got {outcome}: {detail}"
         + (f" (notes: {prog.notes})" if prog.notes else "")

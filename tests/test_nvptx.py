@@ -89,7 +89,7 @@ def test_retargeted_gradient_compiles_to_ptx_and_assembles(tmp_path: Path) -> No
     device = device_module(exported.module.text, exported.module.external_functions)
     driver = ad_driver(exported.abi, "reverse", ("active", "active"), oom_guard=False)  # no setjmp on a GPU
     # Enzyme differentiates the device module (it knows libdevice's math functions)...
-    differentiated = locate().run(device + "\n" + driver.text, PASSES, what="per_sample", options=("-S",)).decode()
+    differentiated = locate().run(driver.module(device), PASSES, what="per_sample", options=("-S",)).decode()
     # ...whose derivative calls (cos from sin) are mapped to libdevice again, then compiled in a kernel.
     kernel_module = device_module(differentiated) + "\n" + _kernel(driver.symbol) + "\n"
     report = _ptx(kernel_module, tmp_path)

@@ -154,3 +154,20 @@ def test_uses_labels_calls_operators_and_statements():
     uses_eig_in_a_helper(x)
     labels = {u.label for u in uses(uses_eig_in_a_helper, numba_argtypes((x,)))}
     assert {"np.outer", "np.eye", "call eig_helper", "np.linalg.eigvalsh", "np.sum"} <= labels
+
+
+def test_helpers_reached_only_by_numba_are_not_blamed():
+    """numba_gil_ensure in the module (Numba's error path) without a print() in the user's code."""
+
+    @njit
+    def product(b, c):
+        return np.sum(b @ c)
+
+    b = np.ones((2, 2))
+    exported = export(product, numba_argtypes((b, b)))
+    diagnostics = ("error: in function preprocess__ZN5numba2np6linalg8dot_2_mm12_3clocals_3e8dot_implB3v99E5Arr"
+                   "ayIdLi2E1C7mutable7alignedE: Enzyme: Illegal updateAnalysis\n")
+    message = str(explain(exported, EnzymeError("Enzyme failed", diagnostics=diagnostics),
+                          ["numba_gil_ensure", "numba_dict_new_sized"]))
+    assert "print()" not in message and "typed" not in message
+    assert "a matrix product (@ / np.dot)" in message.splitlines()[0]

@@ -110,3 +110,39 @@ def test_selected_element_inside_a_tuple_result_and_hessian():
     hess = pyjlad.hessian(njit(lambda x: np.max(x * x)), x)
     np.testing.assert_array_equal(hess, np.asarray(jax.hessian(lambda x: jnp.max(x * x))(jnp.asarray(x))))
     assert x.tobytes() == X1.tobytes()
+
+
+@njit
+def row_max(a):
+    out = np.empty(a.shape[0])
+    for i in range(a.shape[0]):
+        m = a[i, 0]
+        for j in range(1, a.shape[1]):
+            if a[i, j] > m:
+                m = a[i, j]
+        out[i] = m
+    return out
+
+
+@njit
+def row_argmax_pick(a):
+    out = np.empty(a.shape[0], dtype=a.dtype)
+    for i in range(a.shape[0]):
+        out[i] = a[i, np.argmax(a[i])]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("f", [row_max, row_argmax_pick], ids=["running", "argmax"])
+def test_selected_elements_written_into_an_array_result(f, dtype):
+    """Selected elements stored into an allocated result: the reverse modes got zeros (the
+    elements' type was stated for one element only, and loads at run-time offsets of a 2-D
+    array stayed untyped); the driver now types float array data at every offset."""
+    a = np.array([[2.0, 11.0, 3.0, 10.0, 0.0], [4.0, 7.0, 5.0, 14.0, 12.0], [6.0, 9.0, 13.0, 8.0, 1.0]], dtype=dtype)
+    before = a.copy()
+    expected = np.asarray(jax.jacrev(lambda a: jnp.max(a, axis=1))(jnp.asarray(a, dtype=jnp.float64)))
+    for mode in ("reverse", "forward"):
+        np.testing.assert_array_equal(pyjlad.jacobian(f, a, mode=mode), expected)
+    ct = np.array([1.0, -2.0, 0.5], dtype=dtype)
+    np.testing.assert_array_equal(pyjlad.vjp(f, (a,), ct)[1][0], np.tensordot(ct.astype(np.float64), expected, axes=1))
+    assert a.tobytes() == before.tobytes()

@@ -39,11 +39,12 @@ forward mode). The return value is Numba's status.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from ..abi import ArrayArg, FunctionABI
 
-__all__ = ["Driver", "ad_driver", "hvp_driver", "MODES", "ACTIVITIES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
+__all__ = ["Driver", "ad_driver", "hvp_driver", "status_by_pointer", "MODES", "ACTIVITIES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
 
 MODES = ("reverse", "forward")
 #: Concrete per-argument activities a driver accepts.
@@ -71,6 +72,18 @@ class Driver:
     symbol: str
     active_scalars: tuple[int, ...]
     shadow_args: tuple[int, ...]
+    #: The entry the wrapper calls reports its status through a pointer (see :func:`status_by_pointer`).
+    entry: str = ""
+
+    def module(self, module_text: str) -> str:
+        """The module Enzyme differentiates: ``module_text`` (holding the entry) with this driver.
+
+        With ``entry`` set, ``module_text`` gains the copy of the entry that
+        stores its status through a pointer, which the driver's wrapper calls.
+        """
+        if self.entry:
+            module_text = status_by_pointer(module_text, self.entry)
+        return module_text + "\n" + self.text
 
 
 def _names(abi: FunctionABI) -> tuple[list[tuple[int, str, str]], list[str]]:
@@ -115,19 +128,98 @@ def _type_hints(abi: FunctionABI, params, names) -> list[str]:
     return hints
 
 
+#: Suffix of the entry's copy that stores its status through a pointer (:func:`status_by_pointer`).
+STATUS_ENTRY_SUFFIX = ".pyjlad.status"
+_DEFINE_RE = re.compile(r"^define [^@]*@(\S+)\((.*)\)([^)]*)\{$")
+_RET_I32_RE = re.compile(r"^(\s*)ret i32 ([^,\s]+)(.*)$")
+
+
+def status_by_pointer(module_text: str, entry: str) -> str:
+    """``module_text`` with an internal copy of ``entry`` that stores its status instead of returning it.
+
+    The copy, ``void @<entry>.pyjlad.status(<entry's parameters>, ptr %status)``,
+    stores the ``i32`` each ``ret`` returned through its last parameter. The
+    driver's wrapper differentiates a call to it in Enzyme's combined mode
+    (noalias slots), and there Enzyme mishandles a returned status: where it
+    runs a call of the function (a reference-count release on one error path)
+    forward and backward together in the reverse sweep, it moves the store of
+    the function's return value that follows the call into that reverse code,
+    even when the return block is the one every other path reaches. The
+    status of the other paths is then never written, and the optimizer takes
+    the one that is for all: an N-body integrator whose only such release is on
+    its division-by-zero path reported that error on every call. A status
+    stored in memory is an ordinary store, which Enzyme keeps where it is. The
+    original entry stays (a recursive function calls it).
+    """
+    lines = module_text.split("\n")
+    found = next(((k, m) for k, m in enumerate(map(_DEFINE_RE.match, lines)) if m and m.group(1) == entry), None)
+    if found is None:
+        raise ValueError(f"no definition of {entry} in the module")
+    start, match = found
+    params, attrs = match.group(2), match.group(3)
+    if any(a in _attribute_groups(module_text, attrs) for a in ("readnone", "readonly")):
+        attrs = ""  # it would write memory now
+    body = []
+    for line in lines[start + 1:]:
+        body.append(line)
+        if line == "}":
+            break
+    copy = [f"define internal void @{entry}{STATUS_ENTRY_SUFFIX}({params}, "
+            f"ptr noalias nocapture writeonly %pyjlad.status){attrs}{{"]
+    for line in body:
+        ret = _RET_I32_RE.match(line)
+        if ret:
+            indent, value, rest = ret.groups()
+            copy += [f"{indent}store i32 {value}, ptr %pyjlad.status, align 4", f"{indent}ret void{rest}"]
+        else:
+            copy.append(line)
+    return module_text + "\n" + "\n".join(copy) + "\n"
+
+
+def _attribute_groups(module_text: str, attrs: str) -> str:
+    """The text of the attribute groups (``#N``) that ``attrs`` references, and ``attrs`` itself."""
+    groups = [attrs]
+    for ref in re.findall(r"#\d+", attrs):
+        found = re.search(rf"^attributes {ref} = \{{(.*)\}}$", module_text, re.MULTILINE)
+        if found:
+            groups.append(found.group(1))
+    return " ".join(groups)
+
+
+#: Enzyme's type tree of a pointer to floats at every offset (``__enzyme_double`` states one
+#: element; loads at run-time offsets need the whole array typed).
+_FLOAT_MEMORY = {"double": '"enzyme_type"="{[-1]:Pointer, [-1,-1]:Float@double}"',
+                 "float": '"enzyme_type"="{[-1]:Pointer, [-1,-1]:Float@float}"'}
+
+
+def _param_attributes(abi: FunctionABI, index: int, role: str) -> str:
+    """Attributes of a wrapper parameter: float array data is typed for Enzyme at every offset."""
+    arg = abi.args[index]
+    if role == "data" and isinstance(arg, ArrayArg) and arg.llvm_element in _FLOAT_MEMORY:
+        return _FLOAT_MEMORY[arg.llvm_element] + " "
+    return ""
+
+
 def _status_wrapper(abi: FunctionABI, name: str, params, names, noalias: bool = True) -> list[str]:
-    typed = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
+    typed = _joined([f"{ty} {_param_attributes(abi, i, role)}{n}" for (i, role, ty), n in zip(params, names)])
     # noalias: the slots are the driver's own, so Enzyme need not cache reads of the
     # inputs against the status store (without it, Rosenbrock at n=10^6 tapes every read of x).
+    # Enzyme then differentiates the call in combined mode, where the entry's copy must
+    # store its status itself (see status_by_pointer).
     # Off for modules calling custom rules: with it, Enzyme differentiates the call in
-    # combined mode, which this Enzyme's custom-gradient path asserts against.
+    # combined mode, which this Enzyme's custom-gradient path asserts against; the status
+    # store after the call (the slot may alias what the call reads) keeps the split mode.
     attrs = "noalias nocapture " if noalias else ""
+    if noalias:
+        call = [f"  call void @{abi.entry}{STATUS_ENTRY_SUFFIX}(ptr %retptr, ptr %excinfo{typed}, ptr %status)"]
+    else:
+        call = [f"  %s = call i32 @{abi.entry}(ptr %retptr, ptr %excinfo{typed})",
+                "  store i32 %s, ptr %status, align 4"]
     return [
         f"define internal void @{name}(ptr {attrs}%retptr, ptr {attrs}%status, ptr {attrs}%excinfo{typed}) {{",
         "entry:",
         *_type_hints(abi, params, names),
-        f"  %s = call i32 @{abi.entry}(ptr %retptr, ptr %excinfo{typed})",
-        "  store i32 %s, ptr %status, align 4",
+        *call,
         "  ret void",
         "}",
         "",
@@ -360,12 +452,113 @@ def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noali
     lines += ["  %st = load i32, ptr %status, align 4", "  ret i32 %st", "}"]
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
-    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=active, shadow_args=shadowed)
+    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=active, shadow_args=shadowed,
+                  entry=abi.entry if noalias else "")
 
 
 def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = "",
                oom_guard: bool = True) -> Driver:
-    """Forward-over-reverse driver: Hessian-vector product with respect to argument ``wrt``.
+    """Reverse-over-forward driver: Hessian-vector product with respect to argument ``wrt``.
+
+    An inner function computes the directional derivative ``f'(x) v`` with
+    ``__enzyme_fwddiff`` (tangent ``v`` on ``wrt``) into a slot;
+    ``__enzyme_autodiff`` of that inner function, seeded 1 on the slot, gives
+    its gradient with respect to ``wrt``: ``H @ v`` (``H`` is symmetric).
+    Shadows (``shadow_args == (wrt, wrt, wrt)``): the tangent ``v`` (pointer
+    for an array, value for a scalar), a buffer the driver leaves as it is
+    (the gradient's, in the calling convention), and the ``H @ v`` buffer
+    (pointers; one element for a scalar).
+
+    Not forward over reverse: there Enzyme's forward mode differentiates the
+    gradient's reverse sweep, whose integers (array shapes, indices) it
+    reloads from its own tape, where its type analysis cannot see they are
+    integers; it then gave up on index arithmetic or aborted
+    (``forwardModeInvertedPointerFallback``) for loops that allocate
+    temporaries (``vel += 0.5 * dt * acc``). Here the reverse sweep runs over
+    forward-mode code, which has no tape of its own.
+
+    Except for modules calling custom rules (``noalias=False``): a rule gives
+    a reverse derivative, and the Hessian is that of the rule, so those keep
+    forward over reverse, which differentiates the reverse sweep.
+    """
+    if not noalias:
+        return _forward_over_reverse(abi, wrt, noalias=noalias, salt=salt, oom_guard=oom_guard)
+    params, names = _names(abi)
+    tag = _digest(abi.to_dict(), "hvp-rof", wrt, salt)
+    symbol = f"{abi.entry}_hvp_{tag}"
+    primal = f"{abi.entry}_status_{tag}"
+    inner = f"{abi.entry}_jvp_{tag}"
+    res_ty = abi.result.llvm_type
+    arg = abi.args[wrt]
+    is_array = isinstance(arg, ArrayArg)
+    w_ty = "ptr" if is_array else arg.llvm_type  # type: ignore[union-attr]
+    typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
+    inner_activities = tuple("dup" if i == wrt else "const" for i in range(len(abi.args)))
+    # Constant arrays Numba merges with other memory need zeroed shadows: their forward
+    # tangents in the inner sweep (%ztangent), and in the outer reverse sweep the
+    # adjoints of the arrays (%zero) and of those tangents (%zzero).
+    zeroed = _zero_shadowed(abi, inner_activities)
+    inner_markers = _arg_markers(abi, params, names, inner_activities, "forward", lambda i: "%v")
+    inner_markers = [m.replace("%zero", "%ztangent") for m in inner_markers]
+    ztangent_params = _joined([f"ptr %ztangent{i}" for i in zeroed])
+    inner_lines = [
+        f"define internal void @{inner}(ptr %excinfo, ptr %status{typed_params}, {w_ty} %v, ptr %dslot"
+        f"{ztangent_params}) {{",
+        "entry:",
+        f"  %ret = alloca {res_ty}, align 8",
+        f"  %tangent = alloca {res_ty}, align 8",
+        f"  store {res_ty} 0.000000e+00, ptr %ret, align 8",
+        f"  store {res_ty} 0.000000e+00, ptr %tangent, align 8",
+        f"  call void (...) @__enzyme_fwddiff(ptr @{primal}, ptr @enzyme_dup, ptr %ret, ptr %tangent, "
+        f"ptr @enzyme_const, ptr %status, ptr @enzyme_const, ptr %excinfo, {', '.join(inner_markers)})",
+        f"  %d = load {res_ty}, ptr %tangent, align 8",
+        f"  store {res_ty} %d, ptr %dslot, align 8",
+        "  ret void",
+        "}",
+        "",
+    ]
+    outer_activities = tuple("active" if i == wrt and not is_array else "dup" if i == wrt else "const"
+                             for i in range(len(abi.args)))
+    outer_markers = _arg_markers(abi, params, names, outer_activities, "reverse", lambda i: "%hv")
+    outer_markers += ["ptr @enzyme_const", f"{w_ty} %v", "ptr @enzyme_dup", "ptr %dslot", "ptr %dseed"]
+    for i in zeroed:
+        outer_markers += ["ptr @enzyme_dup", f"ptr %ztangent{i}", f"ptr %zzero{i}"]
+    buffers = [_zero_buffers(abi, params, names, zeroed, prefix) for prefix in ("zero", "ztangent", "zzero")]
+    g_ret = "void" if is_array else arg.llvm_type  # type: ignore[union-attr]
+    call = (f"call {g_ret} (...) @__enzyme_autodiff(ptr @{inner}, ptr @enzyme_const, ptr %excinfo, "
+            f"ptr @enzyme_const, ptr %status, {', '.join(outer_markers)})")
+    lines = [
+        *_MARKERS,
+        f"declare {g_ret} @__enzyme_autodiff(...)",
+        "declare void @__enzyme_fwddiff(...)",
+        "",
+        *_status_wrapper(abi, primal, params, names, noalias),
+        *inner_lines,
+        f"define i32 @{symbol}(ptr %value_out, ptr %dret, ptr %excinfo{typed_params}, "
+        f"{w_ty} %v, ptr %gbuf, ptr %hv) {{",
+        "entry:",
+        "  %status = alloca i32, align 4",
+        f"  %dslot = alloca {res_ty}, align 8",
+        f"  %dseed = alloca {res_ty}, align 8",
+        "  store i32 0, ptr %status, align 4",
+        f"  store {res_ty} 0.000000e+00, ptr %dslot, align 8",
+        f"  store {res_ty} 1.000000e+00, ptr %dseed, align 8",
+        *[line for alloc, _ in buffers for line in alloc],
+        f"  {call}" if is_array else f"  %g = {call}",
+        *([] if is_array else [f"  store {g_ret} %g, ptr %hv, align 8"]),
+        *[line for _, release in buffers for line in release],
+        "  %st = load i32, ptr %status, align 4",
+        "  ret i32 %st",
+        "}",
+    ]
+    if oom_guard:
+        lines = _guard_out_of_memory(lines, symbol)
+    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt),
+                  entry=abi.entry)
+
+
+def _forward_over_reverse(abi: FunctionABI, wrt: int, *, noalias: bool, salt: str, oom_guard: bool) -> Driver:
+    """Forward-over-reverse Hessian-vector product (see :func:`hvp_driver`).
 
     An inner function computes the reverse-mode gradient with respect to
     ``wrt`` into a buffer; ``__enzyme_fwddiff`` of that inner function with
@@ -442,4 +635,5 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     ]
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
-    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt))
+    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt),
+                  entry=abi.entry if noalias else "")

@@ -216,7 +216,7 @@ class Sweep:
     Attributes
     ----------
     kind : str
-        ``"ad"`` (one sweep of ``mode``) or ``"hvp"`` (forward over reverse).
+        ``"ad"`` (one sweep of ``mode``) or ``"hvp"`` (reverse over forward; forward over reverse through custom rules).
     mode : str
         ``"reverse"`` or ``"forward"`` (``kind="ad"``).
     activities : tuple of str
@@ -452,7 +452,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
                           *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
     try:
         library = _load_library(
-            key, lambda: _run_enzyme(exported, exported.enzyme_module.text + "\n" + driver.text), driver.symbol)
+            key, lambda: _run_enzyme(exported, driver.module(exported.enzyme_module.text)), driver.symbol)
     except (EnzymeError, ToolchainError):
         raise  # Enzyme's own failure (diagnostics kept), or the toolchain's, already in words
     except RuntimeError as exc:

@@ -269,7 +269,10 @@ program(FAMILY, "hypot/2d", hypot_, jnp.hypot, args(normal(2, 3), normal(2, 3)),
 program(FAMILY, "logaddexp/1d", logaddexp_, lambda x, y: jnp.logaddexp(x, y) + jnp.logaddexp2(x, 0.5 * y),
         args(normal(4), normal(4)), wrt=(0, 1), transforms=ARRAY)
 program(FAMILY, "where_two_arrays/1d", where_two_arrays, lambda x, y: jnp.where(x > y, jnp.sin(x), y * x),
-        lambda r: _apart(r, (6,)), wrt=(0, 1), transforms=ARRAY, **_WHERE)
+        lambda r: _apart(r, (6,)), wrt=(0, 1), transforms=("jvp",))
+program(FAMILY, "where_two_arrays/1d-reverse", where_two_arrays,
+        lambda x, y: jnp.where(x > y, jnp.sin(x), y * x), lambda r: _apart(r, (6,)), wrt=(0, 1),
+        transforms=("jacobian", "vjp"), **_WHERE)
 program(FAMILY, "clip_array_bounds/1d", clip_array_bounds, lambda x, lo: jnp.clip(x, lo, 1.0),
         args(normal(6, thresholds=(-0.5, 1.0)), np.full(6, -0.5)), wrt=(0, 1), transforms=ARRAY,
         expect="refused", notes="np.clip with an array bound: Numba broadcasts the operands with "

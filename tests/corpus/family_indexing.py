@@ -17,6 +17,11 @@ from corpus.program import program
 
 FAMILY = "indexing"
 
+_MASK_ASSIGN = {"expect": "refused",
+                "notes": "boolean-mask assignment y[mask] = ... in a function returning an array: reverse mode "
+                         "asserts in Enzyme's invertPointerM ('cannot find deal with ptr that isnt arg'), forward "
+                         "mode fails verification (as np.where with an array result)"}
+
 
 @njit
 def gather(x, idx):
@@ -233,10 +238,13 @@ program(FAMILY, "mask_sum/1d-f32", mask_sum, lambda x: jnp.sum(jnp.where(x > 0.0
 program(FAMILY, "mask_argument/1d", mask_argument, lambda x, m: jnp.sum(jnp.where(m, jnp.exp(x), 0.0)),
         args(normal(6), np.array([True, False, True, True, False, True])))
 program(FAMILY, "mask_assign/1d", mask_assign, lambda x: jnp.where(x < 0.0, 0.0, x) * x,
-        args(normal(6, thresholds=(0.0,))), transforms=ARRAY)
+        args(normal(6, thresholds=(0.0,))), transforms=ARRAY, **_MASK_ASSIGN)
 program(FAMILY, "mask_assign_array/1d", mask_assign_array, lambda x, y: jnp.where(x > y, y, x),
         lambda r: (r.standard_normal(6), r.standard_normal(6) + np.array([0.5, -0.5] * 3)), wrt=(0, 1),
-        transforms=ARRAY)
+        transforms=("jvp",))
+program(FAMILY, "mask_assign_array/1d-reverse", mask_assign_array, lambda x, y: jnp.where(x > y, y, x),
+        lambda r: (r.standard_normal(6), r.standard_normal(6) + np.array([0.5, -0.5] * 3)), wrt=(0, 1),
+        transforms=("jacobian", "vjp"), **_MASK_ASSIGN)
 program(FAMILY, "mask_mean/1d", mask_mean, _mask_mean, args(normal(9, gap=0.1)))
 program(FAMILY, "slices/1d", slices, lambda x: x[1:-1] * x[2:] - x[:-2], args(normal(6)), transforms=ARRAY)
 program(FAMILY, "slices/1d-strided", slices, lambda x: x[1:-1] * x[2:] - x[:-2], args(normal(6, kind="strided")),
@@ -262,7 +270,11 @@ program(FAMILY, "slice_3d/3d", slice_3d, lambda x: x[:, 1, :] + x[1, :, ::-1], a
         transforms=ARRAY)
 program(FAMILY, "setitem_slice/1d", setitem_slice, _setitem_slice, args(normal(5)), transforms=ARRAY)
 program(FAMILY, "argsort_gather/1d", argsort_gather, lambda x: x[jnp.argsort(x)] * jnp.arange(x.shape[0]),
-        args(normal(6, gap=0.05)), transforms=ARRAY)
+        args(normal(6, gap=0.05)), transforms=("jacobian", "vjp"))
+program(FAMILY, "argsort_gather/1d-jvp", argsort_gather,
+        lambda x: x[jnp.argsort(x)] * jnp.arange(x.shape[0]), args(normal(6, gap=0.05)), transforms=("jvp",),
+        expect="refused", notes="np.argsort in forward mode: Enzyme 'Cannot deduce type of' its result "
+        "(reverse mode works)")
 program(FAMILY, "nonzero_gather/1d", nonzero_gather, lambda x: jnp.sum(jnp.where(x > 0.0, x, 0.0) ** 3),
         args(normal(7, thresholds=(0.0,))))
 program(FAMILY, "where_index/1d", where_index, lambda x: jnp.sum(jnp.where(x < 0.5, jnp.cos(x), 0.0)),

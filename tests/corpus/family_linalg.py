@@ -219,6 +219,19 @@ def pinv(a):
     return np.linalg.pinv(a)
 
 
+def _lower(a):
+    """The symmetric matrix Numba's (LAPACK's) Cholesky factorises: ``a``'s lower triangle, mirrored.
+
+    ``np.linalg.cholesky`` reads only the lower triangle, so its derivative with respect to the
+    upper triangle is zero; ``jnp.linalg.cholesky`` symmetrises its input instead.
+    """
+    return jnp.tril(a) + jnp.tril(a, -1).T
+
+
+def _cholesky(a):
+    return jnp.linalg.cholesky(_lower(a))
+
+
 def _slogdet(a):
     sign, logdet = jnp.linalg.slogdet(a)
     return sign * logdet
@@ -305,9 +318,10 @@ program(FAMILY, "norm_mat_fro/2d", norm_mat_fro, jnp.linalg.norm, args(normal(3,
 program(FAMILY, "norm_mat_fro/2d-strided", norm_mat_fro, jnp.linalg.norm, args(normal(3, 4, kind="strided")))
 program(FAMILY, "norm_mat_1/2d", norm_mat_1, _norm_mat_1, args(normal(3, 3, thresholds=(0.0,), gap=0.3)))
 program(FAMILY, "norm_mat_inf/2d", norm_mat_inf, _norm_mat_inf, args(normal(3, 3, thresholds=(0.0,), gap=0.3)))
-program(FAMILY, "cholesky/2d", cholesky, jnp.linalg.cholesky, args(spd(3)), transforms=ARRAY)
+program(FAMILY, "cholesky/2d", cholesky, _cholesky, args(spd(3)), transforms=ARRAY)
+program(FAMILY, "cholesky/2d-F", cholesky, _cholesky, args(spd(3, kind="F")), transforms=ARRAY)
 program(FAMILY, "cholesky_logdet/2d", cholesky_logdet,
-        lambda a: 2.0 * jnp.sum(jnp.log(jnp.diag(jnp.linalg.cholesky(a)))), args(spd(4)))
+        lambda a: 2.0 * jnp.sum(jnp.log(jnp.diag(_cholesky(a)))), args(spd(4)))
 program(FAMILY, "matrix_power/2d", matrix_power, lambda a: jnp.linalg.matrix_power(a, 3), args(normal(3, 3)),
         transforms=ARRAY)
 program(FAMILY, "least_squares_normal/2d", least_squares_normal, lambda a, b: jnp.linalg.solve(a.T @ a, a.T @ b),

@@ -23,7 +23,7 @@ import numpy as np
 TRANSFORMS = ("gradient", "jvp", "vjp", "jacobian", "hvp")
 
 #: What a program's check is expected to give today.
-EXPECTATIONS = ("agree", "refused")
+EXPECTATIONS = ("agree", "refused", "wrong")
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,10 @@ class Program:
         Tolerances of the comparison with the oracle (float32 programs use looser ones).
     expect:
         The outcome :func:`corpus.check.check` gives today: ``"agree"``, or ``"refused"`` for a
-        program pyjlad is known to refuse (``notes`` says why). The suite fails when the outcome
-        changes either way, so expectations stay current.
+        program pyjlad is known to refuse (``notes`` says why), or ``"wrong"`` for a known wrong
+        gradient, a defect under repair (``notes`` says which; the suite reports it as a strict
+        xfail and the full run counts it as wrong). The suite fails when the outcome changes
+        either way, so expectations stay current.
     notes:
         Why a program is expected to be refused, or anything else worth knowing about it.
     """
