@@ -6,6 +6,20 @@ calls to a helper ``@njit`` function. Expressions are built so that the
 function is smooth away from its branch thresholds: divisions and logarithms
 only see positive denominators/arguments, and sample points keep a margin from
 every threshold.
+
+On top of that base, most programs gain one or two blocks of the control-flow
+shapes of real code (:data:`CONSTRUCTS`): running maxima/minima (also used
+inside the loop that updates them), early exits (``break``, and ``return``
+inside a helper's loop), capped ``while`` loops (Newton and fixed-point
+iterations), helpers writing into arrays, buffers swapped over time steps,
+integer-array indexing (gather and scatter-add) and axis reductions of a
+reshaped array. Each block adds a term ``e0``, ``e1`` to the result.
+
+Seeds: the base program of a seed is the one the generator always gave (its
+draws come first, from ``random.Random(seed)``); the blocks are drawn from an
+independent stream (:func:`_extension_rng`), and a seed whose stream draws no
+block (about a quarter of them) gives exactly the program it gave before the
+blocks were added.
 """
 
 from __future__ import annotations
@@ -27,11 +41,19 @@ UNARY = [
 BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "({0} / (1.0 + {1} * {1}))", "max({0}, {1})"]
 
 
+#: The constructs of the extension blocks.
+CONSTRUCTS = ("running-max", "running-min", "early-exit", "while-loop", "helper-writes",
+              "swapped-buffers", "index-array", "axis-sum")
+#: Share of seeds whose program gains extension blocks.
+EXTENSION_RATE = 0.75
+
+
 @dataclass
 class Program:
     source: str
     func: Any
     seed: int
+    constructs: tuple[str, ...] = ()
 
 
 def _expr(rng: random.Random, leaves: list[str], depth: int) -> str:
@@ -75,12 +97,188 @@ def generate(seed: int) -> Program:
         "    for j in range(k):",
         "        for i in range(t.shape[0]):",
         f"            r += {_expr(rng, ['t[i]', 'a', 'x[i]'], 2)} / (1.0 + j)",
-        "    return r + s",
     ]
-    source = "\n".join(lines)
+    ext = _extension_rng(seed)
+    kinds: list[str] = []
+    if ext.random() < EXTENSION_RATE:
+        kinds = [ext.choice(CONSTRUCTS) for _ in range(1 if ext.random() < 0.6 else 2)]
+    helpers: list[str] = []
+    for j, kind in enumerate(kinds):
+        helper_lines, body_lines = _BLOCKS[kind](ext, j)
+        helpers += helper_lines
+        lines += body_lines
+    lines.append("    return r + s" + "".join(f" + e{j}" for j in range(len(kinds))))
+    source = "\n".join(helpers + lines)
     namespace: dict[str, Any] = {"njit": njit, "math": math, "np": np}
     exec(compile(source, f"<fuzz program {seed}>", "exec"), namespace)  # noqa: S102
-    return Program(source=source, func=namespace["f"], seed=seed)
+    return Program(source=source, func=namespace["f"], seed=seed, constructs=tuple(kinds))
+
+
+def _extension_rng(seed: int) -> random.Random:
+    """The stream the extension blocks of program ``seed`` are drawn from (independent of the base's)."""
+    return random.Random(f"pyjlad-fuzz-extension-{seed}")
+
+
+# ----------------------------------------------------------------------------- extension blocks
+# Each builder returns (helper function lines, body lines of f); the body lines define e{j}.
+# Leaves available in f's body after the base: x, a, k, s, t (t[i] filled for every i), r.
+
+def _coef(rng: random.Random) -> str:
+    """A coefficient of magnitude 0.3 to 1.5, either sign."""
+    return f"{rng.choice((-1, 1)) * rng.uniform(0.3, 1.5):.3f}"
+
+
+def _running_extremum(rng: random.Random, j: int, largest: bool) -> tuple[list[str], list[str]]:
+    op, fn, start = (">", "max", "-np.inf") if largest else ("<", "min", "np.inf")
+    value = f"{_coef(rng)} * x[i] + {_expr(rng, ['x[i]', 'a', 't[i]'], 2)}"
+    body = [f"    m{j} = {start}", f"    c{j} = 0.0", "    for i in range(x.shape[0]):",
+            f"        v{j} = {value}"]
+    if rng.random() < 0.5:
+        body += [f"        if v{j} {op} m{j}:", f"            m{j} = v{j}"]
+    else:
+        body.append(f"        m{j} = {fn}(m{j}, v{j})")
+    carried = rng.random() < 0.4  # the running value also used inside the loop that updates it
+    if carried:
+        body.append(f"        c{j} += m{j} * {rng.uniform(0.2, 1.0):.3f}")
+    body.append(f"    e{j} = c{j} + m{j} + {_expr(rng, [f'm{j}', 'a'], 1)}")
+    return [], body
+
+
+def _early_exit(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    if rng.random() < 0.5:
+        limit = rng.uniform(0.5, 3.0)
+        return [], [
+            f"    e{j} = 0.0",
+            "    for i in range(x.shape[0]):",
+            f"        e{j} += ({_coef(rng)} * x[i] + {_expr(rng, ['x[i]', 'a', 't[i]'], 2)}) ** 2 + 0.1",
+            f"        if e{j} > {limit:.3f}:",
+            "            break",
+        ]
+    # return inside a helper's loop, on a comparison of x[i] with a sample threshold
+    helper = [
+        "@njit",
+        f"def g{j}(x, a, lim):",
+        "    acc = 0.0",
+        "    for i in range(x.shape[0]):",
+        f"        acc += {_expr(rng, ['x[i]', 'a'], 2)} * 0.5",
+        "        if x[i] > lim:",
+        f"            return acc * {_expr(rng, ['x[i]', 'a'], 1)}",
+        "    return acc",
+        "",
+    ]
+    return helper, [f"    e{j} = g{j}(x, a, {rng.choice(THRESHOLDS)})"]
+
+
+def _while_loop(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    rhs = _expr(rng, ["a", "s", "x[0]", "t[k % x.shape[0]]"], 2)
+    if rng.random() < 0.5:
+        # Newton on y**3 + y = rhs (one real root, derivative >= 1), stopped on a tolerance or a cap
+        return [], [
+            f"    rhs{j} = {rhs}",
+            f"    y{j} = 0.0",
+            f"    it{j} = 0",
+            f"    while it{j} < 60:",
+            f"        g{j} = y{j} ** 3 + y{j} - rhs{j}",
+            f"        if abs(g{j}) < 1e-14 * (1.0 + abs(rhs{j})):",
+            "            break",
+            f"        y{j} -= g{j} / (3.0 * y{j} * y{j} + 1.0)",
+            f"        it{j} += 1",
+            f"    e{j} = y{j}",
+        ]
+    # fixed point of y = 0.5 cos(y) + rhs (a contraction), with a cap
+    return [], [
+        f"    rhs{j} = {rhs}",
+        f"    y{j} = 0.0",
+        f"    d{j} = 1.0",
+        f"    it{j} = 0",
+        f"    while abs(d{j}) > 1e-15 and it{j} < 200:",
+        f"        d{j} = 0.5 * math.cos(y{j}) + rhs{j} - y{j}",
+        f"        y{j} += d{j}",
+        f"        it{j} += 1",
+        f"    e{j} = y{j} * {rng.uniform(-2.0, 2.0):.3f}",
+    ]
+
+
+def _helper_writes(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    helper = [
+        "@njit",
+        f"def w{j}(x, a, out):",
+        "    for i in range(x.shape[0]):",
+        f"        out[i] = {_coef(rng)} * x[i] + {_expr(rng, ['x[i]', 'a'], 2)}",
+        "",
+    ]
+    return helper, [
+        f"    buf{j} = np.empty(x.shape[0])",
+        f"    w{j}(x, a, buf{j})",
+        f"    e{j} = 0.0",
+        "    for i in range(x.shape[0]):",
+        f"        e{j} += {_coef(rng)} * buf{j}[i] + {_expr(rng, [f'buf{j}[i]', 't[i]', 'a'], 2)}",
+    ]
+
+
+def _swapped_buffers(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    update = _expr(rng, [f"p{j}[(i + 1) % x.shape[0]]", "a"], 1)
+    return [], [
+        f"    p{j} = x.copy()",
+        f"    q{j} = np.empty_like(x)",
+        "    for step in range(k + 1):",
+        "        for i in range(x.shape[0]):",
+        f"            q{j}[i] = 0.5 * p{j}[i] + 0.25 * p{j}[i - 1] + 0.2 * math.tanh({update})",
+        f"        p{j}, q{j} = q{j}, p{j}",
+        f"    e{j} = 0.0",
+        "    for i in range(x.shape[0]):",
+        f"        e{j} += {_coef(rng)} * p{j}[i] + {_expr(rng, [f'p{j}[i]', 'x[i]', 'a'], 2)}",
+    ]
+
+
+def _index_array(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    body = [
+        f"    idx{j} = np.empty(2 * x.shape[0], dtype=np.int64)",
+        f"    for i in range(idx{j}.shape[0]):",
+        f"        idx{j}[i] = (i * {rng.randint(1, 4)} + k) % x.shape[0]",
+    ]
+    if rng.random() < 0.5:
+        body += [  # gather
+            f"    e{j} = 0.0",
+            f"    for i in range(idx{j}.shape[0]):",
+            f"        e{j} += {_coef(rng)} * x[idx{j}[i]] + {_expr(rng, [f'x[idx{j}[i]]', 'a'], 2)}",
+        ]
+    else:
+        body += [  # scatter-add, then a smooth reduction
+            f"    acc{j} = np.zeros(x.shape[0])",
+            f"    for i in range(idx{j}.shape[0]):",
+            f"        acc{j}[idx{j}[i]] += {_coef(rng)} * x[i % x.shape[0]] + "
+            f"{_expr(rng, ['x[i % x.shape[0]]', 'a'], 2)}",
+            f"    e{j} = np.sum(acc{j} * acc{j}) * 0.1",
+        ]
+    return [], body
+
+
+def _axis_sum(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    shape, axis = ("(2, x.shape[0])", rng.choice((0, 1))) if rng.random() < 0.5 else \
+        ("(x.shape[0], 2)", rng.choice((0, 1)))
+    return [], [
+        f"    z{j} = np.empty(2 * x.shape[0])",
+        "    for i in range(x.shape[0]):",
+        f"        z{j}[2 * i] = {_coef(rng)} * x[i] + {_expr(rng, ['x[i]', 'a'], 2)}",
+        f"        z{j}[2 * i + 1] = {_expr(rng, ['t[i]', 'x[i]'], 2)}",
+        f"    col{j} = np.sum(z{j}.reshape({shape}), axis={axis})",
+        f"    e{j} = 0.0",
+        f"    for i in range(col{j}.shape[0]):",
+        f"        e{j} += {_coef(rng)} * col{j}[i] + {_expr(rng, [f'col{j}[i]', 'a'], 1)}",
+    ]
+
+
+_BLOCKS = {
+    "running-max": lambda rng, j: _running_extremum(rng, j, True),
+    "running-min": lambda rng, j: _running_extremum(rng, j, False),
+    "early-exit": _early_exit,
+    "while-loop": _while_loop,
+    "helper-writes": _helper_writes,
+    "swapped-buffers": _swapped_buffers,
+    "index-array": _index_array,
+    "axis-sum": _axis_sum,
+}
 
 
 def sample_point(seed: int, n: int = 5) -> tuple[np.ndarray, float, int]:

@@ -4,7 +4,8 @@ Usage: ``.venv/bin/python tools/fuzz.py --programs 1000 [--start 0]``
 
 Prints one line per program that does not agree, then the tally by outcome.
 The generator lives in ``tests/program_generator.py`` (the test suite runs the
-first 40 programs). Programs run in worker processes that are replaced every 50
+first 20 programs); a program that does not agree is printed with the constructs
+of its extension blocks. Programs run in worker processes that are replaced every 50
 programs, because JIT-compiled code is never freed within a process.
 """
 
@@ -46,7 +47,9 @@ def _record(tally, seed, outcome, detail) -> None:
     if outcome == "invalid-program":
         print(f"program {seed}: {outcome} ({detail})", flush=True)
     elif outcome != "agree":
-        print(f"program {seed}: {outcome} {detail}\n{generate(seed).source}\n", flush=True)
+        program = generate(seed)
+        kinds = ", ".join(program.constructs) or "base only"
+        print(f"program {seed} ({kinds}): {outcome} {detail}\n{program.source}\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -710,6 +710,27 @@ program(FAMILY, "running-max-carried-builtin", running_max_carried_builtin,
 
 
 @njit
+def running_min_unused_temp(x):
+    # A work array left over from an edit (allocated, never used) next to a running minimum.
+    work = np.empty(x.shape[0])  # noqa: F841
+    m = np.inf
+    for i in range(x.shape[0]):
+        m = min(m, math.sin(x[i]))
+    return math.exp(math.tanh(m))
+
+
+def running_min_unused_temp_jax(x):
+    return jnp.exp(jnp.tanh(jnp.min(jnp.sin(x))))
+
+
+program(FAMILY, "running-min-unused-temp", running_min_unused_temp, running_min_unused_temp_jax,
+        lambda rng: (distinct(rng, 5, -1.4, 1.4),), transforms=SMOOTH, expect="refused",
+        notes="an unused np.empty next to a running min feeding exp(tanh(m)): Enzyme fails with "
+              "'Illegal replace ficticious phi' on the array's reference-count decrement (atomicrmw sub); "
+              "without the allocation it agrees; found by the fuzzer (program 263)")
+
+
+@njit
 def running_min_builtin_prefix(x):
     m = np.inf
     s = 0.0
