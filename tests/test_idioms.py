@@ -281,12 +281,14 @@ def _leapfrog_jax(pos, vel, mass, dt, steps):
         d = jnp.where(jnp.eye(p.shape[0], dtype=bool), 0.0, mass[None, :] / (r2 * jnp.sqrt(r2)))
         return jnp.sum(d[:, :, None] * diff, axis=1)
 
-    acc = accelerations(pos)
-    for _ in range(steps):
+    def step(_, state):
+        pos, vel, acc = state
         vel = vel + 0.5 * dt * acc
         pos = pos + dt * vel
         acc = accelerations(pos)
-        vel = vel + 0.5 * dt * acc
+        return pos, vel + 0.5 * dt * acc, acc
+
+    pos, vel, _ = jax.lax.fori_loop(0, steps, step, (pos, vel, accelerations(pos)))
     diff = pos[None, :, :] - pos[:, None, :]
     inv = 1.0 / jnp.sqrt(jnp.sum(diff * diff, axis=-1) + 0.01)
     upper = jnp.triu(jnp.ones_like(inv), 1)
@@ -303,7 +305,8 @@ DT, STEPS = 0.01, 8
 @pytest.mark.parametrize("error_model", ["python", "numpy"])
 def test_leapfrog_gradient_wrt_positions_and_velocities(error_model: str) -> None:
     pos, vel, mass = POS.copy(), VEL.copy(), MASS.copy()
-    want = jax.grad(_leapfrog_jax, argnums=(0, 1))(pos.copy(), vel.copy(), mass.copy(), DT, STEPS)
+    grad = jax.jit(jax.grad(_leapfrog_jax, argnums=(0, 1)), static_argnums=(3, 4))
+    want = grad(pos.copy(), vel.copy(), mass.copy(), DT, STEPS)
     value, (gpos, gvel) = pyjlad.value_and_gradient(LEAPFROG[error_model], pos, vel, mass, DT, STEPS, wrt=(0, 1))
     assert value == pytest.approx(float(_leapfrog_jax(POS, VEL, MASS, DT, STEPS)), rel=1e-13)
     np.testing.assert_allclose(gpos, np.asarray(want[0]), rtol=1e-11, atol=1e-13)
@@ -317,7 +320,7 @@ def test_leapfrog_hvp_wrt_positions(error_model: str) -> None:
     pos, vel, mass = POS.copy(), VEL.copy(), MASS.copy()
     v = RNG.normal(size=POS.shape)
     grad = jax.grad(lambda p: _leapfrog_jax(p, vel.copy(), mass.copy(), DT, STEPS))
-    want = np.asarray(jax.jvp(grad, (pos.copy(),), (v,))[1])
+    want = np.asarray(jax.jit(lambda p, t: jax.jvp(grad, (p,), (t,))[1])(pos.copy(), v))
     got = pyjlad.hvp(LEAPFROG[error_model], (pos, vel, mass, DT, STEPS), v, wrt=0)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
     for a, b in ((pos, POS), (vel, VEL), (mass, MASS)):
