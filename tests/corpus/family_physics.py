@@ -20,14 +20,6 @@ FAMILY = "physics"
 SMOOTH = ("gradient", "hvp")
 ARRAY = ("jacobian", "jvp", "vjp")
 
-#: The leapfrog's Hessian-vector product (forward over reverse) aborts in Enzyme's forward mode.
-_NBODY_HVP = {
-    "expect": "refused",
-    "notes": "hvp of the N-body leapfrog (in-place array updates vel += 0.5*dt*acc, helper writing acc): "
-             "Enzyme aborts in AdjointGenerator::forwardModeInvertedPointerFallback (Assertion found == "
-             "invertedPointers); with either error model; the gradient agrees; another branch fixes it",
-}
-
 
 # ------------------------------------------------------------------ heat equation, swapped buffers
 @njit
@@ -278,11 +270,11 @@ def _nbody_args(rng):
 program(FAMILY, "nbody-leapfrog", nbody_leapfrog, nbody_leapfrog_jax, _nbody_args,
         wrt=(0, 1), transforms=("gradient",))
 program(FAMILY, "nbody-leapfrog-hvp", nbody_leapfrog, nbody_leapfrog_jax, _nbody_args,
-        transforms=("hvp",), **_NBODY_HVP)
+        transforms=("hvp",))
 program(FAMILY, "nbody-leapfrog-numpy-errors", nbody_leapfrog_numpy_errors, nbody_leapfrog_jax,
         _nbody_args, wrt=(0, 1), transforms=("gradient",))
 program(FAMILY, "nbody-leapfrog-numpy-errors-hvp", nbody_leapfrog_numpy_errors, nbody_leapfrog_jax,
-        _nbody_args, transforms=("hvp",), **_NBODY_HVP)
+        _nbody_args, transforms=("hvp",))
 program(FAMILY, "nbody-energy", nbody_energy, _energy_jax,
         lambda rng: _nbody_args(rng)[:3], wrt=(0, 1, 2), transforms=SMOOTH)
 program(FAMILY, "nbody-energy-numpy-errors", nbody_energy_numpy_errors, _energy_jax,
