@@ -527,25 +527,42 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     g_ret = "void" if is_array else arg.llvm_type  # type: ignore[union-attr]
     call = (f"call {g_ret} (...) @__enzyme_autodiff(ptr @{inner}, ptr @enzyme_const, ptr %excinfo, "
             f"ptr @enzyme_const, ptr %status, {', '.join(outer_markers)})")
-    lines = [
-        *_MARKERS,
-        f"declare {g_ret} @__enzyme_autodiff(...)",
-        "declare void @__enzyme_fwddiff(...)",
-        "",
-        *_status_wrapper(abi, primal, params, names, noalias),
-        *inner_lines,
-        f"define i32 @{symbol}(ptr %value_out, ptr %dret, ptr %excinfo{typed_params}, "
-        f"{w_ty} %v, ptr %gbuf, ptr %hv) {{",
-        "entry:",
-        "  %status = alloca i32, align 4",
+    setup = [
         f"  %dslot = alloca {res_ty}, align 8",
         f"  %dseed = alloca {res_ty}, align 8",
         "  store i32 0, ptr %status, align 4",
         f"  store {res_ty} 0.000000e+00, ptr %dslot, align 8",
         f"  store {res_ty} 1.000000e+00, ptr %dseed, align 8",
+    ]
+    body = [f"  {call}" if is_array else f"  %g = {call}",
+            *([] if is_array else [f"  store {g_ret} %g, ptr %hv, align 8"])]
+    return _hvp_driver_of(abi, wrt, symbol, g_ret, [*_status_wrapper(abi, primal, params, names, noalias),
+                                                    *inner_lines], setup, body, buffers,
+                          oom_guard=oom_guard, entry=abi.entry)
+
+
+def _hvp_driver_of(abi: FunctionABI, wrt: int, symbol: str, g_ret: str, definitions: list[str],
+                   setup: list[str], body: list[str], buffers, *, oom_guard: bool, entry: str) -> Driver:
+    """The Hessian-vector product driver ``symbol`` around ``definitions`` (the status wrapper
+    and the inner sweep): its entry allocates the status, runs ``setup``, allocates the zeroed
+    shadow ``buffers``, runs ``body`` (the outer Enzyme call) and returns the status."""
+    params, names = _names(abi)
+    typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
+    arg = abi.args[wrt]
+    w_ty = "ptr" if isinstance(arg, ArrayArg) else arg.llvm_type  # type: ignore[union-attr]
+    lines = [
+        *_MARKERS,
+        f"declare {g_ret} @__enzyme_autodiff(...)",
+        "declare void @__enzyme_fwddiff(...)",
+        "",
+        *definitions,
+        f"define i32 @{symbol}(ptr %value_out, ptr %dret, ptr %excinfo{typed_params}, "
+        f"{w_ty} %v, ptr %gbuf, ptr %hv) {{",
+        "entry:",
+        "  %status = alloca i32, align 4",
+        *setup,
         *[line for alloc, _ in buffers for line in alloc],
-        f"  {call}" if is_array else f"  %g = {call}",
-        *([] if is_array else [f"  store {g_ret} %g, ptr %hv, align 8"]),
+        *body,
         *[line for _, release in buffers for line in release],
         "  %st = load i32, ptr %status, align 4",
         "  ret i32 %st",
@@ -554,7 +571,7 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
     return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt),
-                  entry=abi.entry)
+                  entry=entry)
 
 
 def _forward_over_reverse(abi: FunctionABI, wrt: int, *, noalias: bool, salt: str, oom_guard: bool) -> Driver:
@@ -613,27 +630,8 @@ def _forward_over_reverse(abi: FunctionABI, wrt: int, *, noalias: bool, salt: st
     for i in zeroed:
         outer_markers += ["ptr @enzyme_dup", f"ptr %zero{i}", f"ptr %zzero{i}"]
     buffers = [_zero_buffers(abi, params, names, zeroed, prefix) for prefix in ("zero", "ztangent", "zzero")]
-    lines = [
-        *_MARKERS,
-        f"declare {g_ret} @__enzyme_autodiff(...)",
-        "declare void @__enzyme_fwddiff(...)",
-        "",
-        *_status_wrapper(abi, primal, params, names, noalias),
-        *inner_lines,
-        f"define i32 @{symbol}(ptr %value_out, ptr %dret, ptr %excinfo{typed_params}, "
-        f"{w_ty} %v, ptr %gbuf, ptr %hv) {{",
-        "entry:",
-        "  %status = alloca i32, align 4",
-        "  store i32 0, ptr %status, align 4",
-        *[line for alloc, _ in buffers for line in alloc],
-        f"  call void (...) @__enzyme_fwddiff(ptr @{inner}, ptr @enzyme_const, ptr %excinfo, "
-        f"ptr @enzyme_const, ptr %status, {', '.join(outer_markers)})",
-        *[line for _, release in buffers for line in release],
-        "  %st = load i32, ptr %status, align 4",
-        "  ret i32 %st",
-        "}",
-    ]
-    if oom_guard:
-        lines = _guard_out_of_memory(lines, symbol)
-    return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt),
-                  entry=abi.entry if noalias else "")
+    body = [f"  call void (...) @__enzyme_fwddiff(ptr @{inner}, ptr @enzyme_const, ptr %excinfo, "
+            f"ptr @enzyme_const, ptr %status, {', '.join(outer_markers)})"]
+    return _hvp_driver_of(abi, wrt, symbol, g_ret, [*_status_wrapper(abi, primal, params, names, noalias),
+                                                    *inner_lines], ["  store i32 0, ptr %status, align 4"],
+                          body, buffers, oom_guard=oom_guard, entry=abi.entry if noalias else "")
