@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .carried_selects import freeze_carried_selects
 from .errors import PortabilityError
 
 __all__ = ["PortableModule", "make_portable", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
@@ -914,7 +915,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
             defines.append(_inactive_definition(entity.text))
         elif entity.kind == "define":
             text, compared = _opaque_address_comparisons(_split_shared_excinfo_slots(entity.text, numba_functions))
-            defines.append(text)
+            defines.append(freeze_carried_selects(text)[0])
             if compared and _ADDRESS_DEFINITION not in defines:
                 defines.append(_ADDRESS_DEFINITION)
         elif symbol.lstrip("@") in ERROR_PATH_STUBS:

@@ -22,17 +22,6 @@ FAMILY = "control"
 SMOOTH = ("gradient", "hvp")
 ARRAY = ("jacobian", "jvp", "vjp")
 
-#: A running maximum/minimum whose value is used at every step of the loop that updates it: the
-#: reverse sweep drops the adjoint the carried value collects while a later element has not yet
-#: replaced it (data-dependent: Numba unrolls the loop by 8, and the remainder loop loses it).
-_CARRIED_WRONG = {
-    "expect": "wrong",
-    "notes": "reverse mode drops the adjoint of a running max/min used inside its own loop "
-             "(m = x[0]; for i: if x[i] > m: m = x[i]; s += m): x = [1, 2, 3, 4] gives gradient "
-             "[0, 0, 0, 1] instead of [1, 1, 1, 1]; right with NUMBA_OPT=0 and in forward mode",
-}
-
-
 # ------------------------------------------------------------------ running extrema
 @njit
 def running_max_if(x):
@@ -666,7 +655,7 @@ def cummax(x):
 
 
 program(FAMILY, "cummax", cummax, lambda x: jax.lax.cummax(x),
-        lambda rng: (distinct(rng, 6),), transforms=ARRAY, **_CARRIED_WRONG)
+        lambda rng: (distinct(rng, 6),), transforms=ARRAY)
 
 
 @njit
@@ -702,7 +691,7 @@ def running_max_carried(x):
 
 
 program(FAMILY, "running-max-carried", running_max_carried, lambda x: jnp.sum(jax.lax.cummax(x)),
-        lambda rng: (distinct(rng, 5),), **_CARRIED_WRONG)
+        lambda rng: (distinct(rng, 5),))
 
 
 @njit
@@ -716,7 +705,7 @@ def running_max_carried_builtin(x):
 
 
 program(FAMILY, "running-max-carried-builtin", running_max_carried_builtin,
-        lambda x: jnp.sum(jax.lax.cummax(x)), lambda rng: (distinct(rng, 6),), **_CARRIED_WRONG)
+        lambda x: jnp.sum(jax.lax.cummax(x)), lambda rng: (distinct(rng, 6),))
 
 
 @njit
@@ -734,10 +723,10 @@ def running_min_unused_temp_jax(x):
 
 
 program(FAMILY, "running-min-unused-temp", running_min_unused_temp, running_min_unused_temp_jax,
-        lambda rng: (distinct(rng, 5, -1.4, 1.4),), transforms=SMOOTH, expect="refused",
-        notes="an unused np.empty next to a running min feeding exp(tanh(m)): Enzyme fails with "
-              "'Illegal replace ficticious phi' on the array's reference-count decrement (atomicrmw sub); "
-              "without the allocation it agrees; found by the fuzzer (program 263)")
+        lambda rng: (distinct(rng, 5, -1.4, 1.4),), transforms=SMOOTH,
+        notes="an unused np.empty next to a running min feeding exp(tanh(m)): Enzyme aborted ('Illegal "
+              "replace ficticious phi') until pyjlad kept its loop-carried select rule from applying "
+              "(pyjlad/carried_selects.py); found by the fuzzer (program 263)")
 
 
 @njit
