@@ -13,6 +13,12 @@ Three causes, each checked here through the class of functions it broke:
   library functions once per process, vectorized, and the loop vectorizer's
   overlap checks compare addresses as integers. Addresses that are only
   compared now come from a function Enzyme's type analysis does not enter.
+* ``np.where`` and boolean-mask assignment returning arrays, ``np.percentile``,
+  ``np.quantile`` ("cannot find deal with ptr that isnt arg" in reverse mode; in
+  forward mode a tangent phi of a ``<4 x i1>`` phi placed after other
+  instructions, "PHI nodes not grouped at top of basic block"): Enzyme fails on
+  the vectorized loops of these library functions; pyjlad retries with vector
+  operations, loads and stores split into scalar ones.
 * ``np.cumsum(X, axis=k)`` of a 2-D array still needs Enzyme's loose-types retry
   (the ``memset`` zeroing its fresh accumulator has no type Enzyme can deduce);
   forward and reverse sweeps are checked so that a dropped adjoint or tangent
@@ -43,6 +49,21 @@ V1, V2, V3 = (RNG.standard_normal(3) for _ in range(3))
 M1, M2, M3 = (RNG.standard_normal((2, 3)) for _ in range(3))
 T3 = RNG.standard_normal((2, 3, 4))
 SQ1, SQ2 = RNG.standard_normal((3, 3)), RNG.standard_normal((3, 3))
+#: Seven values at least 0.1 apart, none within 0.1 of 0 (comparisons keep a margin).
+SPREAD = RNG.permutation(np.array([-1.7, -0.9, -0.3, 0.2, 0.6, 1.1, 1.9])) + 0.01 * RNG.standard_normal(7)
+
+
+def mask_assign(x):
+    y = x.copy()
+    y[x < 0.0] = 0.0
+    return y * x
+
+
+def mask_assign_array(x, y):
+    z = x.copy()
+    m = x > y
+    z[m] = y[m]
+    return z
 
 
 @njit
@@ -89,6 +110,15 @@ ARRAY_CASES = [
     _case("inv(B @ C)", lambda b, c: np.linalg.inv(b @ c), lambda b, c: jnp.linalg.inv(b @ c), (SQ1, SQ2)),
     _case("solve(A.T @ A, v)", lambda a, v: np.linalg.solve(a.T @ a, v), lambda a, v: jnp.linalg.solve(a.T @ a, v),
           (SQ1, V1)),
+    _case("where scalar branches", lambda x: np.where(x > 0.0, x * x, -0.5 * x),
+          lambda x: jnp.where(x > 0.0, x * x, -0.5 * x), (SPREAD,)),
+    _case("where two arrays", lambda x, y: np.where(x > y, np.sin(x), y * x),
+          lambda x, y: jnp.where(x > y, jnp.sin(x), y * x), (SPREAD, SPREAD[::-1].copy())),
+    _case("where 2-D", lambda x: np.where(x > 0.0, np.exp(x), x), lambda x: jnp.where(x > 0.0, jnp.exp(x), x),
+          (SPREAD[:6].reshape(2, 3),)),
+    _case("mask assignment", mask_assign, lambda x: jnp.where(x < 0.0, 0.0, x) * x, (SPREAD,)),
+    _case("mask assignment from an array", mask_assign_array, lambda x, y: jnp.where(x > y, y, x),
+          (SPREAD, SPREAD[::-1].copy())),
 ]
 
 # (Numba function, JAX twin, arguments): each returns a float.
@@ -99,6 +129,9 @@ SCALAR_CASES = [
           lambda a: jnp.linalg.det(a @ a.T + jnp.eye(3)), (SQ1,)),
     _case("slogdet(A @ A.T + I)", lambda a: np.linalg.slogdet(a @ a.T + np.eye(3))[1],
           lambda a: jnp.linalg.slogdet(a @ a.T + jnp.eye(3))[1], (SQ1,)),
+    _case("percentile", lambda x: np.percentile(x, 30.0), lambda x: jnp.percentile(x, 30.0), (SPREAD,)),
+    _case("quantile of a 2-D array", lambda x: np.quantile(x, 0.75), lambda x: jnp.quantile(x, 0.75),
+          (SPREAD[:6].reshape(3, 2),)),
     _case("slogdet(B @ C) sign * logdet", lambda b, c: np.prod(np.array(np.linalg.slogdet(b @ c))),
           lambda b, c: jnp.prod(jnp.array(jnp.linalg.slogdet(b @ c))), (SQ1, SQ2)),
 ]
@@ -136,7 +169,7 @@ def test_gradient_through_an_array_idiom(body, jbody, args):
 
 
 @pytest.mark.parametrize("body, jbody, args", SCALAR_CASES)
-def test_gradient_of_a_determinant_of_a_product(body, jbody, args):
+def test_gradient_of_a_scalar_idiom(body, jbody, args):
     before = _copies(args)
     wrt = tuple(range(len(args)))
     expected = jax.grad(jbody, argnums=wrt)(*map(jnp.asarray, before))
@@ -150,7 +183,8 @@ def test_gradient_of_a_determinant_of_a_product(body, jbody, args):
 # Jacobians and vector-Jacobian products of array results, in both sweep directions: the
 # loose-types retry of cumsum along an axis must neither drop adjoints nor leave tangents unset.
 JACOBIAN_IDS = ["concatenate 2 1-D", "stack 3 1-D axis 1", "vstack 2 1-D", "hstack 2 2-D", "cumsum 2-D axis 0",
-                "cumsum 2-D axis 1", "cumsum 3-D axis 1", "solve(A.T @ A, v)"]
+                "cumsum 2-D axis 1", "cumsum 3-D axis 1", "solve(A.T @ A, v)", "where scalar branches",
+                "where two arrays", "where 2-D", "mask assignment", "mask assignment from an array"]
 
 
 @pytest.mark.parametrize("body, jbody, args", [c for c in ARRAY_CASES if c.id in JACOBIAN_IDS])
@@ -271,3 +305,18 @@ def test_only_compared_addresses_become_opaque():
     assert "%stored = ptrtoint ptr %b to i64" in text
     assert _opaque_address_comparisons(text.replace(ADDRESS_FUNCTION, "@g")) == (
         text.replace(ADDRESS_FUNCTION, "@g"), False)
+
+
+def test_retries_after_enzyme_failures():
+    """Which failures are retried, and how: loose types first for typing, scalarized code for vectors."""
+    from pyjlad.engines.embedded import PASSES, SCALARIZED_PASSES, _next_attempt
+
+    typing, vector = "Cannot deduce type of x", "PHI nodes not grouped at top of basic block!"
+    assert _next_attempt(PASSES, (), typing) == (PASSES, ("-enzyme-loose-types",))
+    assert _next_attempt(PASSES, ("-enzyme-loose-types",), typing) == (
+        SCALARIZED_PASSES, ("-enzyme-loose-types", "-scalarize-load-store"))
+    assert _next_attempt(PASSES, (), vector) == (SCALARIZED_PASSES, ("-scalarize-load-store",))
+    assert _next_attempt(SCALARIZED_PASSES, ("-scalarize-load-store",), typing) == (
+        SCALARIZED_PASSES, ("-scalarize-load-store", "-enzyme-loose-types"))
+    assert _next_attempt(SCALARIZED_PASSES, ("-scalarize-load-store", "-enzyme-loose-types"), vector) is None
+    assert _next_attempt(PASSES, (), "Assertion `legalRecompute(") is None  # not retried here

@@ -111,6 +111,13 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
 _ENZYME_INPUT = "unvectorized-copy/2"  # 2: IR before code generation
 
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
+#: Enzyme's failures on vector code (the loops of Numba's library functions, e.g. ``np.where``'s, are
+#: vectorized when Numba first compiles them): forward mode puts the tangent phi of a ``<4 x i1>`` phi
+#: after other instructions (a module that fails verification), reverse mode finds no shadow for a
+#: vector of pointers (``invertPointerM``). Both differentiate once the vectors are split into scalars.
+_VECTOR_CODE_FAILURES = ("PHI nodes not grouped at top of basic block", "cannot find deal with ptr that isnt arg")
+_LOOSE_TYPES = "-enzyme-loose-types"
+_SCALAR_MEMORY = "-scalarize-load-store"
 
 
 @functools.cache
@@ -171,6 +178,32 @@ def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what:
     return toolchain.run(module, passes, what=what, options=(*options, _NO_MIN_CUT))
 
 
+def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tuple[str, tuple[str, ...]] | None:
+    """After Enzyme failed with ``passes`` and ``options``: what to try next, or ``None``.
+
+    Retried only on failures known to have a cause these change; the tests
+    check the results of every retried shape against analytic derivatives.
+
+    * Type analysis gave up (Enzyme cannot deduce the type of some untyped
+      operation of Numba's runtime: a memset zeroing an array struct's pointer
+      fields; index arithmetic a reverse pass caches and forward mode then
+      differentiates): with loose types, Enzyme assumes their types.
+    * Still a type failure, or a failure on vector code
+      (:data:`_VECTOR_CODE_FAILURES`): vector operations, loads and stores are
+      split into scalar ones first (LLVM's ``scalarizer``), so each element is
+      typed by its own access: a vectorized copy (``load/store <4 x double>``)
+      through a pointer whose element type Enzyme knows only at offset 0, the
+      vectorized loops of ``np.where``. The last resort only: the first attempts
+      keep the code as Numba vectorized it.
+    """
+    typing = any(m in diagnostics for m in _TYPE_ANALYSIS_FAILURES)
+    if typing and _LOOSE_TYPES not in options:
+        return passes, (*options, _LOOSE_TYPES)
+    if (typing or any(m in diagnostics for m in _VECTOR_CODE_FAILURES)) and passes != SCALARIZED_PASSES:
+        return SCALARIZED_PASSES, (*options, _SCALAR_MEMORY)
+    return None
+
+
 def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     toolchain = locate()
     # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
@@ -179,34 +212,16 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     extra = [prepare_special(m) for m in linked_modules(exported)]
     if extra:
         module = toolchain.link([module_text, *extra], what=exported.name)
-    try:
+    passes, options = PASSES, ()
+    while True:
         try:
-            return _differentiate(toolchain, module, PASSES, exported.name)
+            return _differentiate(toolchain, module, passes, exported.name, options)
         except EnzymeError as exc:
-            # Enzyme's type analysis gives up on some untyped operations of Numba's
-            # runtime (a memset zeroing the pointer fields of an array struct; index
-            # arithmetic cached by a reverse pass that forward mode then differentiates).
-            # With loose types it assumes their types. Only retried on those errors;
-            # the tests check the results against analytic derivatives.
-            if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
-                raise
-        try:
-            return _differentiate(toolchain, module, PASSES, exported.name, ("-enzyme-loose-types",))
-        except EnzymeError as exc:
-            # A vectorized copy (`load/store <4 x double>`) through a pointer whose
-            # element type Enzyme knows only at offset 0 (Numba's array-data
-            # pointers) cannot be typed even loosely once Enzyme has to shadow the
-            # store, e.g. the copy of a constant matrix in np.linalg.solve when only
-            # the right-hand side carries a forward-mode tangent. Split into scalar
-            # loads and stores, each element is typed by its own access. Last resort
-            # only: the first attempts keep the code as Numba vectorized it.
-            if not any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
-                raise
-            return _differentiate(toolchain, module, SCALARIZED_PASSES, exported.name,
-                                  ("-enzyme-loose-types", "-scalarize-load-store"))
-    except EnzymeError as exc:
-        # In the user's terms: the construct, where it is used, what to write instead.
-        raise explain(exported, exc, unknown_externals(exported)) from None
+            attempt = _next_attempt(passes, options, exc.diagnostics)
+            if attempt is None:
+                # In the user's terms: the construct, where it is used, what to write instead.
+                raise explain(exported, exc, unknown_externals(exported)) from None
+            passes, options = attempt
 
 
 @dataclass(frozen=True)

@@ -205,10 +205,8 @@ def _sigmoid_loss(x, t):
 KINK0 = (0.0,)
 
 #: np.where with an array result (its sum differentiates: reductions and huber).
-_WHERE = {"expect": "refused",
-          "notes": "np.where returning an array: reverse mode asserts in Enzyme's invertPointerM ('cannot find "
-                   "deal with ptr that isnt arg'), forward mode gives a module that fails verification; the "
-                   "refusal names the user's function, not np.where"}
+_WHERE = {"notes": "np.where returning an array: " + "Enzyme failed on the vectorized loops Numba compiles for it until pyjlad retried with the vectors split into scalars (invertPointerM in reverse mode, a module that "
+                   "fails verification in forward mode)"}
 
 
 def _apart(rng: np.random.Generator, shape: tuple[int, ...], dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:

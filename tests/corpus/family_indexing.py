@@ -17,10 +17,8 @@ from corpus.program import program
 
 FAMILY = "indexing"
 
-_MASK_ASSIGN = {"expect": "refused",
-                "notes": "boolean-mask assignment y[mask] = ... in a function returning an array: reverse mode "
-                         "asserts in Enzyme's invertPointerM ('cannot find deal with ptr that isnt arg'), forward "
-                         "mode fails verification (as np.where with an array result)"}
+_MASK_ASSIGN = {"notes": "boolean-mask assignment y[mask] = ... in a function returning an array: "
+                         "Enzyme failed on the vectorized loops Numba compiles for it until pyjlad retried with the vectors split into scalars (as np.where)"}
 
 
 @njit

@@ -16,9 +16,8 @@ from corpus.program import program
 
 FAMILY = "sorting"
 
-_PERCENTILE = {"expect": "refused",
-               "notes": "np.percentile/np.quantile/np.nanpercentile: Numba's _collect_percentiles makes Enzyme "
-                        "assert in invertPointerM ('cannot find deal with ptr that isnt arg'); np.median works"}
+_PERCENTILE = {"notes": "np.percentile/np.quantile/np.nanpercentile: Numba's _collect_percentiles made Enzyme "
+                        "assert in invertPointerM until pyjlad retried with the vectors split into scalars"}
 
 
 @njit
