@@ -22,6 +22,7 @@ from .errors import (
     ExportError,
     PortabilityError,
     PyjladError,
+    SettingError,
     ToolchainError,
     UnsupportedFunctionError,
 )
@@ -38,5 +39,6 @@ __all__ = [
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
     "ToolchainError", "EnzymeError", "EngineUnavailableError", "CacheWarning", "CacheLockTimeout",
+    "SettingError",
     "__version__",
 ]

@@ -54,7 +54,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .errors import CacheLockTimeout, CacheWarning
+from . import settings
+from .errors import CacheLockTimeout, CacheWarning, SettingError
 from .objcheck import InvalidObject
 from .toolchain import cache_root
 
@@ -110,18 +111,11 @@ def max_bytes() -> int:
 
     A value that is not a whole number of bytes is reported (:class:`CacheWarning`) and the default used.
     """
-    text = os.environ.get("PYJLAD_CACHE_MAX_BYTES", "").strip()
-    if not text:
-        return _DEFAULT_MAX_BYTES
     try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        _warn_once("max-bytes", text, f"PYJLAD_CACHE_MAX_BYTES={text!r} is not a whole number of bytes "
-                   f"(e.g. {_DEFAULT_MAX_BYTES}); using the default {_DEFAULT_MAX_BYTES} (2 GiB)")
+        return settings.byte_count("PYJLAD_CACHE_MAX_BYTES", _DEFAULT_MAX_BYTES)
+    except SettingError as exc:
+        _warn_once("max-bytes", os.environ["PYJLAD_CACHE_MAX_BYTES"], f"{exc}; using the default (2 GiB)")
         return _DEFAULT_MAX_BYTES
-    return value
 
 
 def lock_timeout() -> float:
@@ -129,18 +123,11 @@ def lock_timeout() -> float:
 
     A value that is not a non-negative number is reported (:class:`CacheWarning`) and the default used.
     """
-    text = os.environ.get("PYJLAD_LOCK_TIMEOUT", "").strip()
-    if not text:
-        return _DEFAULT_LOCK_TIMEOUT_S
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value >= 0:
-        _warn_once("lock-timeout", text, f"PYJLAD_LOCK_TIMEOUT={text!r} is not a number of seconds "
-                   f"(e.g. 600); using the default {_DEFAULT_LOCK_TIMEOUT_S:.0f}")
+        return settings.seconds("PYJLAD_LOCK_TIMEOUT", _DEFAULT_LOCK_TIMEOUT_S)
+    except SettingError as exc:
+        _warn_once("lock-timeout", os.environ["PYJLAD_LOCK_TIMEOUT"], f"{exc}; using the default")
         return _DEFAULT_LOCK_TIMEOUT_S
-    return value
 
 
 def _disabled() -> bool:

@@ -49,6 +49,14 @@ class EngineUnavailableError(PyjladError, RuntimeError):
     """The requested engine cannot run here; the message says why and how to fix it."""
 
 
+class SettingError(PyjladError, ValueError):
+    """An environment variable of pyjlad's (``PYJLAD_POOL_BYTES``, ...) holds a value it cannot use.
+
+    Raised when the setting is first needed, never at ``import pyjlad``; the
+    message names the variable, its value, what it must be and its default.
+    """
+
+
 class CacheLockTimeout(PyjladError, TimeoutError):
     """Another process held a disk-cache entry's lock for longer than ``PYJLAD_LOCK_TIMEOUT`` seconds.
 

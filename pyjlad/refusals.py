@@ -95,6 +95,16 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
                                            ("np.random",), True, _RANDOM_ADVICE),
     "numba_rnd_": Construct("np.random / random (a random number generator inside the function)",
                             ("np.random", "random"), True, _RANDOM_ADVICE),
+    "NRT_MemInfo_varsize_realloc": Construct(
+        "a list that grows (list.append, or Numba's own lists inside np.clip with array bounds and np.moveaxis)",
+        ("list", "list.append", "np.clip", "np.moveaxis"), True,
+        "fill a preallocated NumPy array instead of appending to a list; for np.clip with array bounds write "
+        "np.minimum(np.maximum(x, lo), hi)"),
+    "NRT_MemInfo_varsize_alloc": Construct(
+        "a transpose of a 3-D or higher array in a given axis order (np.transpose(x, axes), x.transpose(...), "
+        "np.swapaxes, np.moveaxis: Numba builds the order in a list)",
+        ("np.transpose", "array.transpose", "np.swapaxes", "array.swapaxes", "np.moveaxis"), True,
+        "x.T (all axes reversed) differentiates; for another order, copy into a preallocated array in a loop"),
     "numba_unicode": Construct("string operations", ("str",), True,
                                "keep string handling outside the differentiated function"),
 }

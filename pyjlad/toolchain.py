@@ -34,7 +34,8 @@ from pathlib import Path
 import platformdirs
 from filelock import FileLock
 
-from .errors import EnzymeError, ToolchainError
+from .errors import EnzymeError, SettingError, ToolchainError
+from .settings import seconds
 
 __all__ = ["Toolchain", "locate", "install", "cache_root", "ENZYME_SOURCE", "ENZYME_VERSION"]
 
@@ -48,14 +49,10 @@ _SYSTEM_LIBLLVM = "libLLVM-15.so.1"
 def _opt_timeout_s() -> float:
     """``PYJLAD_OPT_TIMEOUT`` (seconds, default 600), read when Enzyme runs: a bad value is an
     error there, in words, never at ``import pyjlad``."""
-    text = os.environ.get("PYJLAD_OPT_TIMEOUT", "600")
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        raise ToolchainError(f"PYJLAD_OPT_TIMEOUT={text!r} is not a positive number of seconds (e.g. 600)")
-    return value
+        return seconds("PYJLAD_OPT_TIMEOUT", 600.0, allow_zero=False)
+    except SettingError as exc:
+        raise ToolchainError(str(exc)) from None
 
 _SELF_TEST_IR = """
 define double @square(double %x) {

@@ -71,8 +71,33 @@ def uses_eig_in_a_helper(x):
     return np.sum(eig_helper(a))
 
 
+@njit
+def appends_to_a_list(x):
+    squares = []  # REFUSED
+    for v in x:
+        squares.append(v * v)
+    total = 0.0
+    for s in squares:
+        total += s
+    return total
+
+
+@njit
+def clips_to_array_bounds(x):
+    return np.sum(np.clip(x, x[::-1] - 0.5, 2.0))  # REFUSED
+
+
+@njit
+def swaps_axes_of_a_3d_array(x):
+    t = np.outer(x, x).reshape(3, 3, 1) * x.reshape(1, 1, 3)
+    return np.sum(np.swapaxes(t, 0, 2) * x.reshape(3, 1, 1))  # REFUSED
+
+
 CASES = [
     (uses_print, "print()", "print outside"),
+    (swaps_axes_of_a_3d_array, "a transpose of a 3-D or higher array", "x.T (all axes reversed)"),
+    (appends_to_a_list, "a list that grows", "preallocated NumPy array"),
+    (clips_to_array_bounds, "a list that grows", "np.minimum(np.maximum(x, lo), hi)"),
     (uses_typed_list, "a typed list", "preallocated NumPy array"),
     (uses_typed_dict, "a typed dict", "NumPy arrays indexed by integers"),
     (uses_random, "np.random", "pass them in as an argument"),
@@ -108,6 +133,8 @@ def test_refusal_names_the_construct_and_its_line(func, construct, advice):
         assert "print" not in message.lower()
     if func not in (uses_typed_list, uses_typed_dict):
         assert "typed" not in message
+    if func not in (appends_to_a_list, clips_to_array_bounds):
+        assert "grows" not in message
     assert x.tobytes() == before.tobytes()
 
 

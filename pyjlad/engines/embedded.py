@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
-import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -52,6 +51,7 @@ from ..objcheck import InvalidObject, check_elf, check_llvm_module
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inactive_helper
 from ..refusals import explain
 from ..rules import is_rule_symbol, rule_modules
+from ..settings import byte_count
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
@@ -103,8 +103,12 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
         name for name in exported.module.external_functions
         if name not in _KNOWN_EXTERNALS and not is_inactive_helper(name) and not BLAS_NAME.match(name)
         and name.split(".")[0] not in LAPACK_HELPERS and not is_rule_symbol(name)
-        and not name.startswith(("llvm.", "NRT_"))
+        and (not name.startswith(("llvm.", "NRT_")) or name in _UNSUPPORTED_RUNTIME)
     ]
+
+
+#: Numba runtime functions pyjlad has no Enzyme-readable definition for (see pyjlad.portable).
+_UNSUPPORTED_RUNTIME = frozenset({"NRT_MemInfo_varsize_realloc", "NRT_MemInfo_varsize_alloc"})
 
 
 #: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
@@ -739,11 +743,7 @@ _stack_lock = threading.Lock()
 
 
 def _deep_stack_bytes() -> int:
-    text = os.environ.get("PYJLAD_STACK_BYTES", "")
-    try:
-        return int(text) if text.strip() else _DEEP_STACK_DEFAULT
-    except ValueError:
-        raise UnsupportedFunctionError(f"PYJLAD_STACK_BYTES must be a number of bytes, got {text!r}") from None
+    return byte_count("PYJLAD_STACK_BYTES", _DEEP_STACK_DEFAULT)
 
 
 def on_deep_stack(fn: Callable[..., Any], *args: Any) -> Any:

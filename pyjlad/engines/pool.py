@@ -23,12 +23,12 @@ library.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from typing import Any
 
 import llvmlite.binding as llvm
 
+from ..settings import byte_count
 from .driver import OOM_ENTER, OOM_LEAVE
 
 __all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "kept_bytes",
@@ -48,11 +48,7 @@ _CAPACITY_ENV = "PYJLAD_POOL_BYTES"
 
 def capacity() -> int:
     """Most bytes the pool keeps: ``$PYJLAD_POOL_BYTES`` (0 disables the pool), default 1 GiB."""
-    value = os.environ.get(_CAPACITY_ENV, "")
-    try:
-        return max(0, int(value)) if value.strip() else _DEFAULT_CAPACITY
-    except ValueError:
-        raise ValueError(f"{_CAPACITY_ENV} must be a number of bytes, got {value!r}") from None
+    return byte_count(_CAPACITY_ENV, _DEFAULT_CAPACITY)
 
 
 def _pool_ir(cap: int, key: int) -> str:

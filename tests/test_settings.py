@@ -1,0 +1,55 @@
+"""pyjlad's environment settings are read and checked one way (pyjlad/settings.py, docs/settings.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+import pyjlad
+from pyjlad import cache
+from pyjlad.engines import embedded, pool
+from pyjlad.errors import CacheWarning, SettingError, ToolchainError
+from pyjlad.toolchain import _opt_timeout_s
+
+#: (variable, reader, default): settings of the computation, where a bad value is an error.
+STRICT = [
+    ("PYJLAD_POOL_BYTES", pool.capacity, 1 << 30),
+    ("PYJLAD_STACK_BYTES", embedded._deep_stack_bytes, 1 << 30),
+]
+
+
+@pytest.mark.parametrize("name, read, default", STRICT, ids=[s[0] for s in STRICT])
+@pytest.mark.parametrize("bad", ["lots", "-1", "1.5", "0x10"])
+def test_bad_byte_counts_are_errors_naming_the_variable(monkeypatch, name, read, default, bad):
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(SettingError, match=f"{name}='{bad}' is not a whole number of bytes .*{default}"):
+        read()
+    assert issubclass(SettingError, ValueError) and issubclass(SettingError, pyjlad.PyjladError)
+
+
+@pytest.mark.parametrize("name, read, default", STRICT, ids=[s[0] for s in STRICT])
+def test_byte_counts_unset_empty_and_set(monkeypatch, name, read, default):
+    monkeypatch.delenv(name, raising=False)
+    assert read() == default
+    monkeypatch.setenv(name, "  ")
+    assert read() == default
+    monkeypatch.setenv(name, " 4096 ")
+    assert read() == 4096
+
+
+@pytest.mark.parametrize("bad", ["soon", "0", "-5", "nan", "inf"])
+def test_opt_timeout_must_be_a_positive_number_of_seconds(monkeypatch, bad):
+    monkeypatch.setenv("PYJLAD_OPT_TIMEOUT", bad)
+    with pytest.raises(ToolchainError, match=f"PYJLAD_OPT_TIMEOUT='{bad}' is not a positive number of seconds"):
+        _opt_timeout_s()
+    monkeypatch.setenv("PYJLAD_OPT_TIMEOUT", "12.5")
+    assert _opt_timeout_s() == 12.5
+
+
+@pytest.mark.parametrize("name, read, default", [
+    ("PYJLAD_CACHE_MAX_BYTES", cache.max_bytes, 2 << 30),
+    ("PYJLAD_LOCK_TIMEOUT", cache.lock_timeout, 600.0),
+])
+def test_cache_settings_warn_and_use_the_default(monkeypatch, name, read, default):
+    monkeypatch.setenv(name, "-3 units")
+    with pytest.warns(CacheWarning, match=f"{name}='-3 units' is not .*using the default"):
+        assert read() == default
