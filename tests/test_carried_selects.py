@@ -18,6 +18,9 @@ import subprocess
 
 import numpy as np
 import pytest
+from corpus.family_control import running_max_carried as sum_of_running_max
+from corpus.family_ml import maxpool1d as maxpool
+from corpus.family_statistics import logsumexp_online as online_logsumexp
 from numba import njit
 
 import pyjlad
@@ -38,17 +41,7 @@ def distinct(n: int, seed: int = 0) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ programs
-@njit
-def sum_of_running_max(x):
-    m = x[0]
-    s = 0.0
-    for i in range(x.shape[0]):
-        if x[i] > m:
-            m = x[i]
-        s += m
-    return s
-
-
+# The corpus's running-max-carried, maxpool1d and logsumexp-online are used as they are there.
 @njit
 def weighted_running_max_builtin(x):
     m = -np.inf
@@ -82,18 +75,6 @@ def cummax(x):
 
 
 @njit
-def maxpool(x, width):
-    out = np.empty(x.shape[0] // width)
-    for i in range(out.shape[0]):
-        m = x[i * width]
-        for k in range(1, width):
-            if x[i * width + k] > m:
-                m = x[i * width + k]
-        out[i] = m
-    return out
-
-
-@njit
 def max_with_start(x, a):
     m = a
     s = 0.0
@@ -102,19 +83,6 @@ def max_with_start(x, a):
             m = x[i]
         s += m * m
     return s
-
-
-@njit
-def online_logsumexp(x):
-    m = -np.inf
-    s = 0.0
-    for i in range(x.shape[0]):
-        if x[i] > m:
-            s = s * math.exp(m - x[i]) + 1.0
-            m = x[i]
-        else:
-            s += math.exp(x[i] - m)
-    return m + math.log(s)
 
 
 def _cummax_jax(x):
