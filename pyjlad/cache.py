@@ -57,6 +57,7 @@ from filelock import FileLock, Timeout
 from . import settings
 from .errors import CacheLockTimeout, CacheWarning, SettingError
 from .objcheck import InvalidObject
+from .ownership import foreign
 from .toolchain import cache_root
 
 __all__ = [
@@ -158,18 +159,6 @@ def _degrade(directory: Path, exc: OSError) -> None:
                "PYJLAD_GRADIENT_CACHE_DIR to a writable one (PYJLAD_DISABLE_DISK_CACHE=1 silences this)")
 
 
-def _foreign(st: os.stat_result) -> str | None:
-    """Why a file or directory with status ``st`` must not be trusted, or None."""
-    if not hasattr(os, "geteuid"):  # no POSIX owners (Windows): the signature is the only check
-        return None
-    uid = os.geteuid()
-    if st.st_uid != uid:
-        return f"it is owned by uid {st.st_uid}, not by this user (uid {uid})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"group or others may write to it (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
-
-
 def _refuse(directory: Path, why: str) -> None:
     _warn_once("refused", directory,
                f"pyjlad does not use the disk cache {directory}: {why}, and its entries are machine code this "
@@ -199,7 +188,7 @@ def _directory(create: bool) -> Path | None:
     if not stat.S_ISDIR(st.st_mode):
         _refuse(directory, "it is not a directory")
         return None
-    why = _foreign(st)
+    why = foreign(st)
     if why is not None:
         _refuse(directory, why)
         return None
@@ -221,7 +210,7 @@ def _read_secret(path: Path) -> tuple[tuple[int, int, int, int], bytes] | None:
         return None  # missing, or a symlink (ELOOP): replaced by _secret
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or _foreign(st) is not None or st.st_mode & 0o077:
+        if not stat.S_ISREG(st.st_mode) or foreign(st) is not None or st.st_mode & 0o077:
             return None  # someone else may know it: entries signed with it prove nothing
         data = os.read(fd, _SECRET_BYTES + 1)
     finally:
@@ -327,7 +316,7 @@ def _load(directory: Path, key: str, check: Check | None) -> bytes | None:
         if not stat.S_ISREG(st.st_mode):
             _discard(directory, path, st, "not a regular file")
             return None
-        why = _foreign(st)
+        why = foreign(st)
         if why is not None:
             _discard(directory, path, st, why)
             return None
@@ -372,7 +361,7 @@ def _shard(directory: Path, key: str) -> Path:
     except FileExistsError:
         pass
     st = os.lstat(shard)
-    why = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else _foreign(st)
+    why = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else foreign(st)
     if why is not None:
         raise PermissionError(errno.EACCES, f"not used: {why}", str(shard))
     return shard
@@ -680,7 +669,7 @@ def info() -> CacheInfo:
     entries: list[tuple[float, int, Path]] = []
     try:
         st = os.stat(directory)
-        problem = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else _foreign(st)
+        problem = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else foreign(st)
         if problem is None:
             entries, _ = _scan(directory)
     except FileNotFoundError:
@@ -708,7 +697,7 @@ def clear() -> int:
         st = os.stat(directory)
     except FileNotFoundError:
         return 0
-    why = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else _foreign(st)
+    why = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else foreign(st)
     if why is not None:
         raise PermissionError(errno.EACCES, f"not clearing {directory}: {why}", str(directory))
     entries, locks = _scan(directory)

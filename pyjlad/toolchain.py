@@ -35,6 +35,7 @@ import platformdirs
 from filelock import FileLock
 
 from .errors import EnzymeError, SettingError, ToolchainError
+from .ownership import foreign
 from .settings import seconds
 
 __all__ = ["Toolchain", "locate", "install", "cache_root", "ENZYME_SOURCE", "ENZYME_VERSION"]
@@ -286,9 +287,35 @@ def locate() -> Toolchain:
                 + f". Run: {sys.executable} -m pyjlad toolchain install"
             )
         assert opt is not None
+        if not os.environ.get("PYJLAD_ENZYME_PLUGIN"):
+            _check_ownership(plugin)
         toolchain = Toolchain(opt=opt, plugin=plugin)
         _located[key] = toolchain
         return toolchain
+
+
+def _check_ownership(plugin: Path) -> None:
+    """Refuse an installed plugin that someone other than the user (or root) could have replaced.
+
+    ``opt`` loads the plugin and runs its code. The plugin and every directory from the
+    toolchain directory down to it must belong to this user (or root) and not be writable
+    by group or others. A plugin named by ``PYJLAD_ENZYME_PLUGIN`` is the user's choice and
+    not checked.
+    """
+    root = cache_root() / "toolchain"
+    chain = [plugin, *[p for p in plugin.parents if p == root or root in p.parents]]
+    for path in chain:
+        try:
+            why = foreign(os.stat(path), root_ok=True)
+        except OSError as exc:
+            why = f"it cannot be examined ({exc.strerror})"
+        if why is not None:
+            raise ToolchainError(
+                f"pyjlad does not load the Enzyme plugin {plugin}: {path} may have been changed by someone "
+                f"else ({why}), and opt would run its code. Fix: chmod go-w {path} (or chown it to yourself), "
+                f"or reinstall into a directory of your own: PYJLAD_CACHE_DIR=... {sys.executable} -m pyjlad "
+                "toolchain install"
+            )
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -366,6 +393,9 @@ def install(*, force: bool = False, log=print) -> Toolchain:
         )
     target = _toolchain_dir()
     target.mkdir(parents=True, exist_ok=True)
+    for directory in (target.parent, target):  # whatever the umask: only the user may write here
+        if directory.stat().st_uid == os.geteuid():
+            directory.chmod(directory.stat().st_mode & 0o755)
     plugin = target / "LLVMEnzyme-15.so"
     with FileLock(str(target / "install.lock")):
         _ensure_apt_packages(["llvm-15"] + ([] if plugin.is_file() and not force else ["patchelf"]), log)
@@ -387,6 +417,7 @@ def install(*, force: bool = False, log=print) -> Toolchain:
                 candidate.self_test()
                 tmp_target = target / f".{staged.name}.{os.getpid()}"
                 shutil.copyfile(staged, tmp_target)
+                tmp_target.chmod(0o755)
                 os.replace(tmp_target, plugin)
                 plugin.with_suffix(".json").write_text(json.dumps({
                     "source": ENZYME_SOURCE, "enzyme": ENZYME_VERSION, "sha256": digest,

@@ -53,3 +53,28 @@ def test_cache_settings_warn_and_use_the_default(monkeypatch, name, read, defaul
     monkeypatch.setenv(name, "-3 units")
     with pytest.warns(CacheWarning, match=f"{name}='-3 units' is not .*using the default"):
         assert read() == default
+
+
+def test_a_plugin_others_could_replace_is_not_loaded(tmp_path, monkeypatch):
+    """The installed Enzyme plugin is code opt runs: a group/other-writable copy is refused."""
+    import os
+    import shutil
+
+    from pyjlad import toolchain
+
+    src = toolchain._toolchain_dir()
+    monkeypatch.setenv("PYJLAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PYJLAD_ENZYME_PLUGIN", raising=False)
+    monkeypatch.setattr(toolchain, "_located", {})
+    dest = toolchain._toolchain_dir()
+    shutil.copytree(src, dest)
+    assert toolchain.locate().plugin == dest / "LLVMEnzyme-15.so"  # the user's own copy is used
+    toolchain._located.clear()
+    os.chmod(dest, 0o777)
+    with pytest.raises(ToolchainError, match=r"does not load the Enzyme plugin .*group or others may write .*"
+                                             r"chmod go-w"):
+        toolchain.locate()
+    os.chmod(dest, 0o755)
+    os.chmod(dest / "LLVMEnzyme-15.so", 0o666)
+    with pytest.raises(ToolchainError, match="mode 666"):
+        toolchain.locate()
