@@ -1,7 +1,9 @@
 """The differential corpus in the suite: a fixed subset, each outcome equal to its expectation.
 
 Every corpus program declares what :func:`corpus.check.check` gives today (``expect``):
-``agree``, or ``refused`` for a construct pyjlad is known to refuse. A program expected to
+``agree``, ``refused`` for a construct pyjlad is known to refuse, or ``wrong``/``crash`` for an
+open defect declared as such (so that the day it is fixed, its test fails and the declaration is
+updated). A program expected to
 agree that is refused, wrong, mutates an input or crashes fails here; so does a refused
 program that starts agreeing (its expectation must then be updated). The subset is one
 variant of a deterministic sample of the constructs of every family; the full run of every

@@ -23,7 +23,7 @@ import numpy as np
 TRANSFORMS = ("gradient", "jvp", "vjp", "jacobian", "hvp")
 
 #: What a program's check is expected to give today.
-EXPECTATIONS = ("agree", "refused", "wrong")
+EXPECTATIONS = ("agree", "refused", "wrong", "crash")
 
 
 @dataclass(frozen=True)
