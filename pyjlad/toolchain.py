@@ -23,6 +23,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -394,8 +395,9 @@ def install(*, force: bool = False, log=print) -> Toolchain:
     target = _toolchain_dir()
     target.mkdir(parents=True, exist_ok=True)
     for directory in (target.parent, target):  # whatever the umask: only the user may write here
-        if directory.stat().st_uid == os.geteuid():
-            directory.chmod(directory.stat().st_mode & 0o755)
+        st = directory.stat()
+        if st.st_uid == os.geteuid():
+            directory.chmod(stat.S_IMODE(st.st_mode) & 0o755)
     plugin = target / "LLVMEnzyme-15.so"
     with FileLock(str(target / "install.lock")):
         _ensure_apt_packages(["llvm-15"] + ([] if plugin.is_file() and not force else ["patchelf"]), log)

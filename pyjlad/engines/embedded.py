@@ -49,7 +49,7 @@ from ..lapack import LAPACK_HELPERS
 from ..memo import cached_for
 from ..objcheck import InvalidObject, check_elf, check_llvm_module
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inactive_helper
-from ..refusals import explain
+from ..refusals import HELPER_CONSTRUCTS, explain
 from ..rules import is_rule_symbol, rule_modules
 from ..settings import byte_count
 from ..special import HANDLED as SPECIAL_FUNCTIONS
@@ -103,12 +103,9 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
         name for name in exported.module.external_functions
         if name not in _KNOWN_EXTERNALS and not is_inactive_helper(name) and not BLAS_NAME.match(name)
         and name.split(".")[0] not in LAPACK_HELPERS and not is_rule_symbol(name)
-        and (not name.startswith(("llvm.", "NRT_")) or name in _UNSUPPORTED_RUNTIME)
+        # Numba runtime functions are handled by pyjlad.portable, except those a refusal names.
+        and (not name.startswith(("llvm.", "NRT_")) or name in HELPER_CONSTRUCTS)
     ]
-
-
-#: Numba runtime functions pyjlad has no Enzyme-readable definition for (see pyjlad.portable).
-_UNSUPPORTED_RUNTIME = frozenset({"NRT_MemInfo_varsize_realloc", "NRT_MemInfo_varsize_alloc"})
 
 
 #: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
