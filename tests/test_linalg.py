@@ -243,3 +243,104 @@ def test_norm_of_vectors_and_matrices() -> None:
     a = rng.normal(size=(3, 4))
     np.testing.assert_allclose(pyjlad.gradient(njit(lambda a: np.linalg.norm(a)), a), a / np.linalg.norm(a),
                                rtol=1e-12)
+
+
+@njit
+def _norm_1(a):
+    return np.linalg.norm(a, 1)
+
+
+@njit
+def _norm_inf(a):
+    return np.linalg.norm(a, np.inf)
+
+
+@njit
+def _norm_neg_1(a):
+    return np.linalg.norm(a, -1)
+
+
+@njit
+def _norm_neg_inf(a):
+    return np.linalg.norm(a, -np.inf)
+
+
+@njit
+def _spectral_or_frobenius(a, k):
+    # A helper whose SVD branch the constant at its only call site makes dead.
+    if k == 2:
+        return np.linalg.svd(a)[1][0]
+    return np.sqrt(np.sum(a * a))
+
+
+@njit
+def _frobenius_by_helper(a):
+    return _spectral_or_frobenius(a, 1) ** 2
+
+
+@pytest.mark.parametrize("func,axis,pick", [
+    (_norm_1, 0, np.argmax), (_norm_inf, 1, np.argmax), (_norm_neg_1, 0, np.argmin), (_norm_neg_inf, 1, np.argmin),
+])
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-13), (np.float32, 1e-6)])
+def test_matrix_norms_of_order_one_and_inf(func, axis, pick, dtype, rtol) -> None:
+    """np.linalg.norm(a, 1 / inf / -1 / -inf): Numba compiles every order's branch, the SVD of
+    ord=2 included, with ord a run-time value; the gradient is the signs of the chosen column
+    (ord +-1) or row (ord +-inf), by hand. The SVD call sits on a branch the constant order makes
+    dead, which pyjlad prunes before Enzyme when Enzyme finds no derivative for it."""
+    a = np.asarray(rng.normal(size=(4, 3)), dtype=dtype)
+    before = a.copy()
+    sums = np.sum(np.abs(before.astype(np.float64)), axis=axis)
+    k = pick(sums)
+    expected = np.zeros_like(before, dtype=np.float64)
+    if axis == 0:
+        expected[:, k] = np.sign(before[:, k])
+    else:
+        expected[k, :] = np.sign(before[k, :])
+    value, grad = pyjlad.value_and_gradient(func, a)
+    np.testing.assert_allclose(value, sums[k], rtol=rtol)
+    np.testing.assert_allclose(grad, expected, rtol=rtol)
+    assert grad.dtype == dtype
+    np.testing.assert_array_equal(a, before)
+    tangent = rng.normal(size=a.shape).astype(dtype)
+    _, jvp = pyjlad.jvp(func, (a,), (tangent,))
+    np.testing.assert_allclose(jvp, np.sum(expected * tangent), rtol=10 * rtol)
+
+
+def test_svd_on_a_branch_a_constant_makes_dead() -> None:
+    a = rng.normal(size=(3, 3))
+    before = a.copy()
+    np.testing.assert_allclose(pyjlad.gradient(_frobenius_by_helper, a), 2 * before, rtol=1e-13)
+    np.testing.assert_array_equal(a, before)
+
+
+@njit
+def _spectral_norm(a):
+    return np.linalg.norm(a, 2)
+
+
+def test_svd_that_runs_is_still_refused_clearly() -> None:
+    """ord=2 needs the SVD's derivative, which pyjlad does not have: a refusal naming it, not a
+    wrong gradient."""
+    with pytest.raises(pyjlad.EnzymeError, match="np.linalg.svd|singular_values") as info:
+        pyjlad.gradient(_spectral_norm, rng.normal(size=(3, 3)))
+    assert "gesdd" in info.value.diagnostics
+
+
+def test_retry_order_after_a_missing_derivative() -> None:
+    from pyjlad.engines.embedded import (
+        _KEEP_EXTERNAL,
+        _PRUNE_CONSTANT_BRANCHES,
+        PASSES,
+        SCALARIZED_PASSES,
+        _next_attempt,
+    )
+
+    missing = "Enzyme: No augmented forward pass found for numba_ez_gesdd"
+    pruned = _next_attempt(PASSES, (), missing)
+    assert pruned == (_PRUNE_CONSTANT_BRANCHES + PASSES, (_KEEP_EXTERNAL,))
+    assert _next_attempt(*pruned, missing) is None  # pruned already: nothing else to try
+    # A later type failure keeps the pruning.
+    loose = _next_attempt(*pruned, "Cannot deduce type")
+    assert loose == (pruned[0], (_KEEP_EXTERNAL, "-enzyme-loose-types"))
+    assert _next_attempt(*loose, "Cannot deduce type") == (
+        _PRUNE_CONSTANT_BRANCHES + SCALARIZED_PASSES, (_KEEP_EXTERNAL, "-enzyme-loose-types", "-scalarize-load-store"))

@@ -119,6 +119,17 @@ _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary o
 _VECTOR_CODE_FAILURES = ("PHI nodes not grouped at top of basic block", "cannot find deal with ptr that isnt arg")
 _LOOSE_TYPES = "-enzyme-loose-types"
 _SCALAR_MEMORY = "-scalarize-load-store"
+#: Enzyme found no derivative for a function the module calls (a LAPACK helper such as
+#: ``numba_ez_gesdd``, a typed-list helper). Often that call sits on a branch the arguments'
+#: constants make dead: ``np.linalg.norm(a, 1)`` runs Numba's one implementation of every
+#: order, whose ``ord == 2`` branch computes an SVD, with ``ord`` a run-time argument.
+_NO_DERIVATIVE_FAILURES = ("No augmented forward pass found for", "No forward mode derivative found for",
+                           "No reverse pass found for")
+#: Before Enzyme, on the retry after such a failure: every definition but pyjlad's drivers and
+#: Enzyme's registrations made internal, constants propagated into the functions they are passed
+#: to (``ipsccp``: the ``ord`` above), the branches they decide removed, unreferenced code dropped.
+_PRUNE_CONSTANT_BRANCHES = "internalize,ipsccp,function(simplifycfg),globaldce,"
+_KEEP_EXTERNAL = "-internalize-public-api-list=pyjlad_*,__enzyme_*,enzyme_*"
 
 
 @functools.cache
@@ -185,6 +196,11 @@ def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tu
     Retried only on failures known to have a cause these change; the tests
     check the results of every retried shape against analytic derivatives.
 
+    * Enzyme has no derivative for a function the module calls
+      (:data:`_NO_DERIVATIVE_FAILURES`): branches that constant arguments decide
+      are removed first (:data:`_PRUNE_CONSTANT_BRANCHES`), which drops calls
+      that never run (the SVD of ``np.linalg.norm(a, 1)``); the later retries
+      keep that pruning.
     * Type analysis gave up (Enzyme cannot deduce the type of some untyped
       operation of Numba's runtime: a memset zeroing an array struct's pointer
       fields; index arithmetic a reverse pass caches and forward mode then
@@ -197,11 +213,14 @@ def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tu
       vectorized loops of ``np.where``. The last resort only: the first attempts
       keep the code as Numba vectorized it.
     """
+    if any(m in diagnostics for m in _NO_DERIVATIVE_FAILURES) and _KEEP_EXTERNAL not in options:
+        return _PRUNE_CONSTANT_BRANCHES + passes, (*options, _KEEP_EXTERNAL)
+    pruned = passes.startswith(_PRUNE_CONSTANT_BRANCHES)
     typing = any(m in diagnostics for m in _TYPE_ANALYSIS_FAILURES)
     if typing and _LOOSE_TYPES not in options:
         return passes, (*options, _LOOSE_TYPES)
-    if (typing or any(m in diagnostics for m in _VECTOR_CODE_FAILURES)) and passes != SCALARIZED_PASSES:
-        return SCALARIZED_PASSES, (*options, _SCALAR_MEMORY)
+    if (typing or any(m in diagnostics for m in _VECTOR_CODE_FAILURES)) and _SCALAR_MEMORY not in options:
+        return (_PRUNE_CONSTANT_BRANCHES if pruned else "") + SCALARIZED_PASSES, (*options, _SCALAR_MEMORY)
     return None
 
 
