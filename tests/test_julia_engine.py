@@ -40,7 +40,7 @@ _LLVMCALL_CASES = [*CASES, Case("lapack_inv", _inverse_sum, (np.eye(3) + 0.1,), 
 @pytest.mark.parametrize("version", (15, 16, 19, 22))
 @pytest.mark.parametrize("case", _LLVMCALL_CASES, ids=[c.name for c in _LLVMCALL_CASES])
 def test_llvmcall_module_is_accepted_by_every_llvm(case: Case, version: int) -> None:
-    """The exact text the Julia engine hands to llvmcall (Julia 1.11/1.12: LLVM 16/18), LAPACK loops linked in."""
+    """The exact text the Julia engine hands to llvmcall (Julia 1.12: LLVM 18), LAPACK loops linked in."""
     tool = shutil.which(f"llvm-as-{version}")
     if tool is None:
         pytest.skip(f"llvm-as-{version} is not installed")
@@ -117,7 +117,7 @@ def test_bundled_julia_project_is_complete() -> None:
     assert (JULIA_PROJECT / "src" / "PyJlad.jl").is_file()
     assert (JULIA_PROJECT / "test" / "runtests.jl").is_file()
     assert (JULIA_PROJECT / "ext" / "PyJladCUDAExt.jl").is_file()
-    pkg = json.loads((JULIA_PROJECT.parent / "pyjlad" / "juliapkg.json").read_text())
+    pkg = json.loads((JULIA_PROJECT.parent / "juliapkg.json").read_text())
     assert pkg["packages"]["PyJlad"]["uuid"] in project
 
 

@@ -2,24 +2,31 @@
 
 Python exports the portable module and its ABI (:mod:`pyjlad.export`), turns it
 into the exact text ``llvmcall`` receives (:func:`llvmcall_module`), and calls the
-bundled Julia package ``PyJlad`` (``julia_project/``) through juliacall. Arrays
-cross without copies: Julia wraps the NumPy buffers by address
-(:func:`array_spec`). The sweep contract is the embedded engine's, so every
-transform (``gradient``, ``jvp``, ``vjp``, ``jacobian``, ``autodiff``) works on
-either engine.
+bundled Julia package ``PyJlad`` (``pyjlad/julia_project/``, shipped in the wheel)
+through juliacall. What crosses the boundary is plain data: the module text and
+the ABI as JSON strings (:func:`abi_json`), Python scalars (:func:`julia_scalar`),
+and arrays by address (:func:`array_spec`), whose shadows have exactly their
+primal's layout (:func:`shadow_twin`). The sweep contract is the embedded
+engine's, so every transform works on either engine.
+
+The engine needs Julia 1.12 or later: ``Ptr`` is an LLVM ``ptr`` in ``llvmcall``
+only from 1.12 (JuliaLang/julia#53687), and Julia 1.11's typed-pointer context
+cannot parse the opaque-pointer IR pyjlad exports (JuliaLang/julia#54188).
 
 No Julia can be installed on pyjlad's build machines: there this engine reports
-itself unavailable, with the reason, and its tests skip. Everything on the
-Python side of the boundary is tested for real.
+itself unavailable, with the reason, and its tests skip. It has never executed.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
+import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +41,33 @@ from ..rules import is_rule_symbol
 from ..toolchain import locate
 from .embedded import Sweep, linked_modules, reraise_from_function, resolve_activities
 
-__all__ = ["JuliaEngine", "llvmcall_module", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT"]
+__all__ = ["JuliaEngine", "llvmcall_module", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
+           "MIN_JULIA", "abi_json", "julia_scalar", "shadow_like", "shadow_twin", "unresolvable_symbols"]
 
 NAME = "julia"
-#: The bundled Julia package.
-JULIA_PROJECT = Path(__file__).resolve().parents[2] / "julia_project"
+#: The bundled Julia package (package data; ``juliapkg.json`` points at it).
+JULIA_PROJECT = Path(__file__).resolve().parents[1] / "julia_project"
+#: The oldest Julia whose ``llvmcall`` takes opaque-pointer IR with ``Ptr`` as ``ptr``.
+MIN_JULIA = (1, 12)
+
+#: C library functions Julia's JIT resolves in its own process; PyJlad.jl keeps the same list.
+_LIBM = frozenset("""sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 expm1 log log2
+    log10 log1p pow sqrt cbrt hypot erf erfc tgamma lgamma fmod floor ceil trunc round rint nearbyint fabs
+    copysign fmin fmax fma ldexp frexp modf remainder""".split())
+_LIBC = frozenset({"malloc", "calloc", "realloc", "free", "memcpy", "memmove", "memset", "abort"})
+_DECLARE = re.compile(r'^declare[^@\n]*@"?([^"(\s]+)"?\(', re.MULTILINE)
 
 _HOOK_DECLARATION = re.compile(r"^declare void @" + RUNTIME_CALL_DTOR + r"\(ptr\)[^\n]*$", re.MULTILINE)
+_FATAL_DECLARATION = re.compile(r"^declare i32 @numba_fatal_error\(\)[^\n]*$", re.MULTILINE)
 
 
 def llvmcall_module(portable_text: str) -> str:
     """The module text handed to Julia's ``Base.llvmcall``.
 
-    Target lines are removed (Julia sets its own), and the hook to Numba's
-    runtime destructor is defined as ``free``: called from Julia, no MemInfo
-    with a Numba-runtime destructor can reach it.
+    Target lines are removed (Julia sets its own), the hook to Numba's
+    runtime destructor is defined as ``free`` (called from Julia, no MemInfo
+    with a Numba-runtime destructor can reach it), and Numba's
+    ``numba_fatal_error`` as libc's ``abort``.
     """
     lines = [ln for ln in portable_text.splitlines() if not ln.startswith(("target datalayout", "target triple"))]
     text = "\n".join(lines) + "\n"
@@ -57,7 +76,87 @@ def llvmcall_module(portable_text: str) -> str:
     text, count = _HOOK_DECLARATION.subn(definition, text)
     if count and "declare void @free(ptr)" not in text:
         text += "declare void @free(ptr)\n"
+    # Numba's helperlib `numba_fatal_error` (Py_FatalError) is not in Julia's process image:
+    # the same fatal stop, through libc.
+    fatal = "define internal i32 @numba_fatal_error() {\n  call void @abort()\n  unreachable\n}"
+    text, count = _FATAL_DECLARATION.subn(fatal, text)
+    if count and not re.search(r"^declare void @abort\(", text, re.MULTILINE):
+        text += "declare void @abort()\n"
     return text
+
+
+def unresolvable_symbols(module_text: str) -> list[str]:
+    """The functions ``module_text`` declares that Julia's JIT cannot resolve.
+
+    An unresolved symbol in an ``llvmcall`` module aborts Julia at link time,
+    so such modules are refused before they reach it.
+    """
+    out = []
+    for name in _DECLARE.findall(module_text):
+        plain = name[:-1] if name.endswith("f") and name[:-1] in _LIBM else name
+        if not (name.startswith("llvm.") or plain in _LIBM or name in _LIBC):
+            out.append(name)
+    return out
+
+
+def abi_json(abi: FunctionABI) -> str:
+    """The ABI as the JSON text ``PyJlad.load_ir`` parses (a dict would reach Julia as a ``PyDict{Py,Py}``)."""
+    return json.dumps(abi.to_dict())
+
+
+def julia_scalar(x: Any) -> bool | int | float:
+    """``x`` as the Python scalar juliacall converts to a Julia ``Bool``, ``Integer`` or ``Float64``.
+
+    PyJlad converts it to the exported dtype (with a range check) and passes
+    bools and unsigned integers to ``llvmcall`` as the signed integer Numba declares.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not a real scalar.
+    """
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x)
+    raise TypeError(f"the Julia engine takes bool, integer and real scalars, got {type(x).__name__}")
+
+
+def shadow_like(x: np.ndarray) -> np.ndarray:
+    """A zero array with exactly ``x``'s memory layout: same span, offset and strides.
+
+    Enzyme.jl indexes a shadow with its primal's offset and strides, so a
+    shadow must be laid out like its primal (``np.zeros_like`` of a strided view is
+    contiguous instead).
+    """
+    _, length, dtype, offset, shape, strides = array_spec(x)
+    buffer = np.zeros(length, dtype=dtype)
+    return np.lib.stride_tricks.as_strided(buffer[offset:], shape=shape,
+                                           strides=[s * x.itemsize for s in strides])
+
+
+def shadow_twin(primal: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, Callable[[], None]]:
+    """``shadow`` itself when laid out like ``primal``, else a copy that is; and how to copy results back.
+
+    Returns
+    -------
+    twin : ndarray
+        The array Julia wraps as the shadow.
+    write_back : callable
+        Copies the twin's contents into ``shadow`` after the sweep (a no-op
+        when the twin is ``shadow``).
+    """
+    if array_spec(shadow)[1:] == array_spec(primal)[1:]:
+        return shadow, lambda: None
+    twin = shadow_like(primal)
+    twin[...] = shadow
+
+    def write_back() -> None:
+        shadow[...] = twin
+
+    return twin, write_back
 
 
 def array_spec(x: np.ndarray) -> tuple[int, int, str, int, tuple[int, ...], tuple[int, ...]]:
@@ -89,38 +188,74 @@ def _julia_executable() -> str | None:
     return None
 
 
+def parse_julia_version(text: str) -> tuple[int, int] | None:
+    """``(major, minor)`` from ``julia --version`` output (``julia version 1.12.1``), or None."""
+    match = re.search(r"julia version (\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+_probed: dict[str, tuple[int, int] | None] = {}
+
+
+def _julia_version(exe: str) -> tuple[int, int] | None:
+    """The version of the Julia at ``exe``, asked once per process in a subprocess (never in-process)."""
+    if exe not in _probed:
+        try:
+            out = subprocess.run([exe, "--startup-file=no", "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _probed[exe] = parse_julia_version(out)
+    return _probed[exe]
+
+
+_lock = threading.RLock()   # every juliacall call: Julia must not be entered from two Python threads at once
+_module: dict[str, Any] = {}
+
+
 def julia_status() -> tuple[bool, str]:
     """Whether the Julia engine can run here, with the reason and the fix if not.
 
     Importing juliacall installs Julia when none is found, which needs internet
     access; pyjlad only imports it when a Julia executable exists, or when
-    ``PYJLAD_JULIA_ALLOW_INSTALL=1`` allows that download.
+    ``PYJLAD_JULIA_ALLOW_INSTALL=1`` allows that download. A failed
+    ``import PyJlad`` is remembered and reported here (``pyjlad doctor``).
     """
+    need = ".".join(map(str, MIN_JULIA))
     if importlib.util.find_spec("juliacall") is None:
         return False, "juliacall is not installed (fix: pip install juliacall; it brings Julia and Enzyme.jl)"
+    if "error" in _module:
+        return False, f"loading the PyJlad Julia package failed: {_module['error']}"
     exe = _julia_executable()
-    if exe is None and os.environ.get("PYJLAD_JULIA_ALLOW_INSTALL") != "1":
-        return False, ("no Julia executable found (fix: install Julia 1.11+ and put `julia` on PATH, or set "
-                       "PYJLAD_JULIA_ALLOW_INSTALL=1 to let juliacall download it)")
+    if exe is None:
+        if os.environ.get("PYJLAD_JULIA_ALLOW_INSTALL") != "1":
+            return False, (f"no Julia executable found (fix: install Julia {need}+ and put `julia` on PATH, or set "
+                           "PYJLAD_JULIA_ALLOW_INSTALL=1 to let juliacall download it)")
+    else:
+        version = _julia_version(exe)
+        if version is None or version < MIN_JULIA:
+            found = "an unknown version" if version is None else ".".join(map(str, version))
+            return False, (f"{exe} is Julia {found}; the Julia engine needs Julia {need}+ "
+                           f"(fix: install Julia {need}+ and point PYTHON_JULIAPKG_EXE at it)")
     return True, f"juliacall with {exe or 'a Julia juliacall installs'}; Julia project {JULIA_PROJECT}"
 
 
-_lock = threading.Lock()
-_module: dict[str, Any] = {}
-
-
 def _pyjlad_julia() -> Any:
-    """The ``PyJlad`` Julia module, loaded through juliacall once."""
-    ok, detail = julia_status()
-    if not ok:
-        raise EngineUnavailableError(f"the Julia engine cannot run here: {detail}")
+    """The ``PyJlad`` Julia module, loaded through juliacall once; a failure is cached, not retried."""
     with _lock:
+        ok, detail = julia_status()
+        if not ok:
+            raise EngineUnavailableError(f"the Julia engine cannot run here: {detail}")
         if "PyJlad" not in _module:
-            from juliacall import Main as jl  # noqa: PLC0415 - deliberately lazy
+            try:
+                from juliacall import Main as jl  # noqa: PLC0415 - deliberately lazy
 
-            jl.seval("import PyJlad")
-            _module["PyJlad"] = jl.PyJlad
-    return _module["PyJlad"]
+                jl.seval("import PyJlad")
+                _module["PyJlad"] = jl.PyJlad
+            except Exception as exc:  # noqa: BLE001 - juliacall raises its own JuliaError
+                _module["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                raise EngineUnavailableError(f"the Julia engine cannot run here: {_module['error']}") from exc
+        return _module["PyJlad"]
 
 
 def julia_module_text(exported: Any) -> str:
@@ -130,7 +265,9 @@ def julia_module_text(exported: Any) -> str:
     ------
     UnsupportedFunctionError
         If the function calls a :func:`pyjlad.custom_derivative` (its rules
-        are registered for the embedded engine's Enzyme only).
+        are registered for the embedded engine's Enzyme only), or a function
+        Julia's JIT cannot resolve (SciPy's BLAS/LAPACK behind Numba's
+        ``np.dot``/``np.linalg``, which would abort Julia).
     """
     if any(is_rule_symbol(name) for name in exported.module.external_functions):
         raise UnsupportedFunctionError(
@@ -141,7 +278,14 @@ def julia_module_text(exported: Any) -> str:
     extra = linked_modules(exported)
     if extra:
         text = locate().link([text, *extra], what=exported.name, text=True).decode()
-    return llvmcall_module(text)
+    text = llvmcall_module(text)
+    missing = unresolvable_symbols(text)
+    if missing:
+        raise UnsupportedFunctionError(
+            f"{exported.name} calls {', '.join(missing)}, which Julia's JIT cannot resolve (BLAS/LAPACK from "
+            "SciPy or Numba's runtime; an unresolved symbol would abort Julia): use engine='embedded'"
+        )
+    return text
 
 
 def zero_shadow_constants(abi: FunctionABI, activities: tuple[str, ...], args: tuple[Any, ...],
@@ -157,12 +301,17 @@ def zero_shadow_constants(abi: FunctionABI, activities: tuple[str, ...], args: t
     for index, (act, arg) in enumerate(zip(activities, abi.args)):
         if act == "const" and isinstance(arg, ArrayArg) and arg.aliased:
             new_activities.append("dup")
-            new_shadows.append(np.zeros_like(args[index]))
+            new_shadows.append(shadow_like(args[index]))
             continue
         new_activities.append(act)
         if act in ("dup", "dupnoneed"):
             new_shadows.append(next(remaining))
     return tuple(new_activities), tuple(new_shadows)
+
+
+def _to_julia(jl: Any, x: Any) -> Any:
+    """An argument as it crosses to Julia: arrays wrapped by address, scalars as Python scalars."""
+    return jl.numba_array(*array_spec(x)) if isinstance(x, np.ndarray) else julia_scalar(x)
 
 
 class JuliaCompiled:
@@ -178,7 +327,8 @@ class JuliaCompiled:
         jl = _pyjlad_julia()
 
         def load() -> Any:
-            return jl.load_exported(julia_module_text(exported), exported.abi.to_dict())
+            with _lock:
+                return jl.load_ir(julia_module_text(exported), abi_json(exported.abi))
 
         return cached_for(exported, ("julia",), load), activities, exported
 
@@ -189,16 +339,32 @@ class JuliaCompiled:
             aliased = any(isinstance(a, ArrayArg) and a.aliased for a in exported.abi.args)
             return self._hvp(jl, function, args, shadows, aliased)
         activities, shadows = zero_shadow_constants(exported.abi, activities, args, shadows)
-        # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects).
-        jargs = tuple(jl.numba_array(*array_spec(a)) if isinstance(a, np.ndarray) else a for a in args)
-        jshadows = tuple(jl.numba_array(*array_spec(s)) if isinstance(s, np.ndarray) else s for s in shadows)
-        try:
-            value, dret, adjoints = jl.sweep(function, self.sweep.mode, tuple(activities), jargs, jshadows, seed)
-        except Exception:  # noqa: BLE001 - a Julia error: let the function's own exception surface
-            reraise_from_function(self.func, args)
-            raise
+        twins, write_backs = self._twins(args, activities, shadows)
+        with _lock:
+            # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects).
+            jargs = tuple(_to_julia(jl, a) for a in args)
+            jshadows = tuple(_to_julia(jl, s) for s in twins)
+            try:
+                value, dret, adjoints = jl.sweep(function, self.sweep.mode, tuple(activities), jargs, jshadows,
+                                                 float(seed))
+            except Exception:  # noqa: BLE001 - a Julia error: let the function's own exception surface
+                reraise_from_function(self.func, args)
+                raise
+        for write_back in write_backs:
+            write_back()
         return float(value), float(dret), tuple(float(a) for a in adjoints)
 
+    @staticmethod
+    def _twins(args: tuple[Any, ...], activities: tuple[str, ...], shadows: tuple[Any, ...]):
+        """Each shadow laid out like its primal (see :func:`shadow_twin`), and the copies back."""
+        primals = [a for a, act in zip(args, activities) if act in ("dup", "dupnoneed")]
+        twins, write_backs = [], []
+        for primal, shadow in zip(primals, shadows):
+            if isinstance(primal, np.ndarray):
+                shadow, write_back = shadow_twin(primal, shadow)
+                write_backs.append(write_back)
+            twins.append(shadow)
+        return tuple(twins), write_backs
 
     def _hvp(self, jl: Any, function: Any, args: tuple[Any, ...], shadows: tuple[Any, ...], aliased: bool):
         """Forward over reverse in Enzyme.jl; fills the H @ v buffer (``shadows[2]``) like the embedded engine.
@@ -207,16 +373,18 @@ class JuliaCompiled:
         """
         tangent, _, result = shadows
         wrt = self.sweep.wrt
-        jargs = tuple(jl.numba_array(*array_spec(a)) if isinstance(a, np.ndarray) else a for a in args)
         x = args[wrt]
-        if isinstance(x, np.ndarray):
-            v = jl.numba_array(*array_spec(tangent))
-            out = jl.hvp_exported(function, jargs, wrt + 1, v, runtime_activity=aliased)
-            result[...] = np.asarray(out.buffer)[out.offset:out.offset + 1].reshape(()) if x.ndim == 0 else \
-                np.lib.stride_tricks.as_strided(np.asarray(out.buffer)[out.offset:], shape=x.shape,
-                                                strides=[s * x.itemsize for s in out.strides])
-        else:
-            result[0] = float(jl.hvp_exported(function, jargs, wrt + 1, float(tangent), runtime_activity=aliased))
+        with _lock:
+            jargs = tuple(_to_julia(jl, a) for a in args)
+            if isinstance(x, np.ndarray):
+                v, _ = shadow_twin(x, tangent)
+                out, write_back = shadow_twin(x, result)
+                # juliacall spells `hvp_exported!` as `hvp_exported_b` (PythonCall src/JlWrap/raw.jl, pyjl_attr_py2jl).
+                jl.hvp_exported_b(_to_julia(jl, out), function, jargs, wrt + 1, _to_julia(jl, v),
+                                  runtime_activity=aliased)
+                write_back()
+            else:
+                result[0] = float(jl.hvp_exported(function, jargs, wrt + 1, float(tangent), runtime_activity=aliased))
         return 0.0, 0.0, ()
 
 

@@ -50,9 +50,23 @@ load(name) = load_exported(joinpath(FIX, "pyjlad_$name.ll"), joinpath(FIX, "pyjl
         v = ones(10)
         @test autodiff(Forward, f, Duplicated, Duplicated(x, v))[1] ≈ sum(cos.(x) .* x .+ sin.(x))
         dx = zero(x)
-        value, seed, adjoints = sweep(f, "reverse", ["dup"], [NumbaArray(x)], [NumbaArray(dx)], 2.0)
-        @test value ≈ f(x)
+        value, seed, adjoints = sweep(f, "reverse", ("dup",), (NumbaArray(x),), (NumbaArray(dx),), 2.0)
+        @test value ≈ sum(sin.(x) .* x)
+        @test seed == 2.0 && adjoints == ()
         @test dx ≈ 2 .* (cos.(x) .* x .+ sin.(x))
+        value, tangent, _ = sweep(f, "forward", ("dup",), (NumbaArray(x),), (NumbaArray(v),), 1.0)
+        @test tangent ≈ sum(cos.(x) .* x .+ sin.(x))
+    end
+
+    @testset "a C-layout export refuses column-major data" begin
+        # weighted was exported with layout A; the same IR declared C-contiguous must refuse a
+        # column-major Matrix and accept row-major strides.
+        abi = replace(read(joinpath(FIX, "pyjlad_weighted.json"), String), "\"layout\": \"A\"" => "\"layout\": \"C\"")
+        f = load_ir(read(joinpath(FIX, "pyjlad_weighted.ll"), String), abi)
+        a = reshape(collect(1.0:6.0), 2, 3)
+        @test_throws ArgumentError f(a, 1.0)
+        rowmajor = NumbaArray(vec(permutedims(a)), 0, (2, 3), (3, 1))
+        @test f(rowmajor, 1.0) ≈ load("weighted")(a, 1.0)
     end
 
     @testset "Hessian-vector product" begin

@@ -1,13 +1,13 @@
 # A Julia loss that integrates an ODE whose right-hand side is Numba code,
 # differentiated end to end by Enzyme.jl.
 #
-#   .venv/bin/python -m pyjlad export julia_project/test/fixtures/functions.py:rhs \
+#   .venv/bin/python -m pyjlad export pyjlad/julia_project/test/fixtures/functions.py:rhs \
 #       --signature "float64, float64, float64" -o /tmp/rhs
-#   julia --project=julia_project julia_project/examples/ode_loss.jl /tmp/rhs
+#   julia --project=pyjlad/julia_project pyjlad/julia_project/examples/ode_loss.jl /tmp/rhs
 using Enzyme, PyJlad
 
-dir = isempty(ARGS) ? joinpath(@__DIR__, "..", "test", "fixtures") : ARGS[1]
-rhs = load_exported(joinpath(dir, "pyjlad_rhs.ll"), joinpath(dir, "pyjlad_rhs.json"))
+const dir = isempty(ARGS) ? joinpath(@__DIR__, "..", "test", "fixtures") : ARGS[1]
+const rhs = load_exported(joinpath(dir, "pyjlad_rhs.ll"), joinpath(dir, "pyjlad_rhs.json"))
 
 "Squared distance of the explicit-Euler solution of dx/dt = rhs(x, k, t) from data."
 function loss(k, data)

@@ -1,0 +1,352 @@
+"""Static checks of the Julia engine, which has never executed (no Julia on pyjlad's build machines).
+
+What Julia would receive is checked here for real: every ``.jl`` file parses
+(tree-sitter's Julia grammar); the exact ``llvmcall`` module text parses with the
+LLVM that Julia 1.12 embeds (LLVM 18, opaque pointers: checked with llvm-as 16 in
+its default opaque mode and llvm-as 19), and its entry's parameters are the LLVM
+types Julia 1.12 lowers PyJlad's llvmcall signature to; Julia 1.11's typed-pointer
+form rejects it (why the engine requires 1.12); the GPU wrapper PyJlad.jl adds
+parses too; and the Python side passes JSON text, Python scalars and shadows laid
+out like their primals.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cases import CASES
+from numba import njit
+
+from pyjlad.engines.julia import (
+    _LIBC,
+    _LIBM,
+    JULIA_PROJECT,
+    MIN_JULIA,
+    _julia_version,
+    abi_json,
+    array_spec,
+    julia_module_text,
+    julia_scalar,
+    parse_julia_version,
+    shadow_like,
+    shadow_twin,
+    unresolvable_symbols,
+    zero_shadow_constants,
+)
+from pyjlad.errors import UnsupportedFunctionError
+from pyjlad.export import export, numba_argtypes
+
+JL_FILES = sorted(JULIA_PROJECT.rglob("*.jl"))
+PYJLAD_JL = (JULIA_PROJECT / "src" / "PyJlad.jl").read_text()
+FIXTURES = JULIA_PROJECT / "test" / "fixtures"
+
+# ----------------------------------------------------------- Julia syntax
+
+
+def _syntax_errors(source: bytes) -> list[str]:
+    ts = pytest.importorskip("tree_sitter", reason="pip install pyjlad[test] (tree-sitter)")
+    tsj = pytest.importorskip("tree_sitter_julia", reason="pip install pyjlad[test] (tree-sitter-julia)")
+    tree = ts.Parser(ts.Language(tsj.language())).parse(source)
+    found: list[str] = []
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            found.append(f"{'MISSING' if node.is_missing else 'ERROR'} {node.type} at {node.start_point}: "
+                         f"{node.text[:80]!r}")
+        stack.extend(node.children)
+    return found
+
+
+def test_the_julia_package_has_its_files() -> None:
+    names = {p.relative_to(JULIA_PROJECT).as_posix() for p in JL_FILES}
+    assert {"src/PyJlad.jl", "ext/PyJladCUDAExt.jl", "test/runtests.jl", "examples/ode_loss.jl"} <= names
+
+
+@pytest.mark.parametrize("path", JL_FILES, ids=lambda p: p.relative_to(JULIA_PROJECT).as_posix())
+def test_julia_file_parses(path: Path) -> None:
+    assert _syntax_errors(path.read_bytes()) == []
+
+
+@pytest.mark.parametrize("broken", ["function f(x)\n    x +\n", "f(x = [1, 2\n", "struct S{T\n end\n"])
+def test_the_parser_check_catches_broken_julia(broken: str) -> None:
+    assert _syntax_errors(broken.encode())
+
+
+# --------------------------------------------------------- llvmcall text
+
+_ENTRY = re.compile(r"^define [^@\n]*?(\S+) @(\S+)\((.*)\)[^(\n]*\{$", re.MULTILINE)
+#: The LLVM type Julia 1.12 gives each Julia type PyJlad.jl puts in the llvmcall signature
+#: (julia src/cgutils.cpp bitstype_to_llvm: Ptr{T} -> ptr; Bool is never used, Numba passes i8).
+JULIA_112_LLVM = {"double", "float", "i64", "i32", "i16", "i8", "ptr"}
+
+
+def _entry_signature(text: str, entry: str) -> tuple[str, list[str]]:
+    for ret, name, params in _ENTRY.findall(text):
+        if name == entry:
+            return ret, [p.strip().split(" ")[0] for p in params.split(",")]
+    raise AssertionError(f"no definition of {entry}")
+
+
+def _llvm_as(version: int, text: str, *flags: str) -> subprocess.CompletedProcess:
+    tool = shutil.which(f"llvm-as-{version}")
+    if tool is None:
+        pytest.skip(f"llvm-as-{version} is not installed")
+    return subprocess.run([tool, *flags, "-o", "/dev/null", "-"], input=text, capture_output=True, text=True)
+
+
+@njit
+def _flags(x, flag, n, u):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * n * u
+    return s if flag else -s
+
+
+@njit
+def _matrix_sum(a, c):
+    return np.sum(a * a) * c
+
+
+@njit
+def _inverse_sum(a):
+    return np.sum(np.linalg.inv(a))
+
+
+_CASES = [c for c in CASES if c.name in ("scalar_math", "sin_x_dot_x", "two_arrays", "numpy_reductions")]
+_EXTRA = [("bool_int32_uint8", _flags, (np.ones(3), True, np.int32(3), np.uint8(2))),
+          ("c_matrix", _matrix_sum, (np.ones((2, 3)), 2.0)),
+          ("lapack_inv", _inverse_sum, (np.eye(3) + 0.1,))]
+_EXPORTS = [(c.name, c.func, c.args) for c in _CASES] + _EXTRA
+
+
+@pytest.fixture(scope="module", params=_EXPORTS, ids=[e[0] for e in _EXPORTS])
+def exported_text(request):
+    _, func, args = request.param
+    exported = export(func, numba_argtypes(args))
+    return exported, julia_module_text(exported)
+
+
+@pytest.mark.parametrize("version", (16, 19))
+def test_llvmcall_text_parses_with_opaque_pointers(exported_text, version: int) -> None:
+    """Julia 1.12 embeds LLVM 18, opaque pointers only: llvm-as 16 (opaque by default) and 19 bracket it."""
+    _, text = exported_text
+    result = _llvm_as(version, text)
+    assert result.returncode == 0, result.stderr
+
+
+def test_julia_111_typed_pointers_reject_it(exported_text) -> None:
+    """Why PyJlad requires Julia 1.12: 1.11's LLVM 16 context has typed pointers (JuliaLang/julia#54188)."""
+    _, text = exported_text
+    result = _llvm_as(16, text, "-opaque-pointers=0")
+    assert result.returncode != 0 and "ptr type is only supported in -opaque-pointers mode" in result.stderr
+
+
+def test_entry_signature_is_what_julia_112_lowers_the_llvmcall_to(exported_text) -> None:
+    """emit_llvmcall (julia src/ccall.cpp) rejects an entry whose parameter types differ from the signature's."""
+    exported, text = exported_text
+    abi = json.loads(abi_json(exported.abi))
+    ret, params = _entry_signature(text, abi["entry"])
+    assert ret == "i32"
+    assert params[:2] == ["ptr", "ptr"]                      # retptr, excinfo: Ptr{Cvoid}
+    assert params[2:] == [p["type"] for p in abi["params"]]
+    assert set(params) <= JULIA_112_LLVM
+    for arg in abi["args"]:                                  # PyJlad.jl knows every dtype it is handed
+        assert f'"{arg["dtype"]}" =>' in PYJLAD_JL
+        if arg["kind"] == "array":
+            assert arg["layout"] in ("C", "F", "A")
+
+
+def test_bool_and_unsigned_scalars_cross_as_signed_integers_of_their_size() -> None:
+    exported = export(_flags, numba_argtypes((np.ones(3), True, np.int32(3), np.uint8(2))))
+    abi = json.loads(abi_json(exported.abi))
+    scalars = [(a["dtype"], a["llvm_type"]) for a in abi["args"] if a["kind"] == "scalar"]
+    assert scalars == [("bool", "i8"), ("int32", "i32"), ("uint8", "i8")]
+    # PyJlad.jl maps i8 to Int8 and reinterprets Bool/UInt8 values to it (same size), never to Bool.
+    assert '"i8" => Int8' in PYJLAD_JL and '"i1"' not in PYJLAD_JL
+    assert "reinterpret(L, v)" in PYJLAD_JL
+
+
+@pytest.mark.parametrize("name", ["sin_loop", "weighted", "rhs"])
+def test_julia_test_fixtures_parse_and_match_their_abi(name: str) -> None:
+    text = (FIXTURES / f"pyjlad_{name}.ll").read_text()
+    abi = json.loads((FIXTURES / f"pyjlad_{name}.json").read_text())
+    for version in (16, 19):
+        result = _llvm_as(version, text)
+        assert result.returncode == 0, result.stderr
+    ret, params = _entry_signature(text, abi["entry"])
+    assert ret == "i32" and params == ["ptr", "ptr", *[p["type"] for p in abi["params"]]]
+    assert unresolvable_symbols(text) == []
+
+
+def _device_wrapper(entry: str, result: str, params: list[str]) -> str:
+    """The IR PyJlad.device_value appends, instantiated from PyJlad.jl's own template text."""
+    template = re.search(r'wrapper = """\n(.*?)\n    """', PYJLAD_JL, re.DOTALL).group(1)
+    decl = ", ".join(f"{t} %p{i + 1}" for i, t in enumerate(params))
+    text = textwrap.dedent(template)
+    for old, new in [("$(isempty(pass) ? \"\" : \", \")", ", " if params else ""), ("$names", result),
+                     ("$decl", decl), ("$pass", decl), ("$E", entry)]:
+        text = text.replace(old, new)
+    assert "$" not in text
+    return text
+
+
+@pytest.mark.parametrize("version", (16, 19))
+def test_gpu_wrapper_ir_parses(version: int) -> None:
+    text = (FIXTURES / "pyjlad_rhs.ll").read_text()
+    wrapper = _device_wrapper("pyjlad_rhs", "double", ["double", "double", "double"])
+    result = _llvm_as(version, text + wrapper)
+    assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------ Python side
+
+
+@njit
+def _uses_blas(a, b):
+    return np.dot(a, b).sum()
+
+
+def test_functions_calling_blas_are_refused_before_julia() -> None:
+    a = np.ones((3, 3))
+    exported = export(_uses_blas, numba_argtypes((a, a)))
+    with pytest.raises(UnsupportedFunctionError, match="Julia's JIT cannot resolve"):
+        julia_module_text(exported)
+
+
+def test_numba_fatal_error_becomes_abort_and_lapack_loops_are_linked() -> None:
+    text = julia_module_text(export(_inverse_sum, numba_argtypes((np.eye(3) + 0.1,))))
+    assert "define internal i32 @numba_fatal_error()" in text and "declare void @abort()" in text
+    assert "declare i32 @numba_fatal_error" not in text
+    assert unresolvable_symbols(text) == []
+
+
+def test_unresolvable_symbols() -> None:
+    text = ("declare double @sin(double)\ndeclare float @sinf(float)\ndeclare ptr @malloc(i64)\n"
+            "declare double @llvm.exp.f64(double)\ndeclare void @numba_xxgemm(ptr)\n"
+            'declare i32 @"cblas_ddot"(i32)\n')
+    assert unresolvable_symbols(text) == ["numba_xxgemm", "cblas_ddot"]
+
+
+def test_julia_and_python_share_the_resolvable_symbols() -> None:
+    libm = re.search(r'const LIBM = Set\(split\("""(.*?)"""\)\)', PYJLAD_JL, re.DOTALL).group(1).split()
+    libc = re.findall(r'"(\w+)"', re.search(r"const LIBC = Set\(\[(.*?)\]\)", PYJLAD_JL).group(1))
+    assert set(libm) == _LIBM and set(libc) == _LIBC
+
+
+def test_the_abi_crosses_as_json_text() -> None:
+    exported = export(_flags, numba_argtypes((np.ones(3), True, np.int32(3), np.uint8(2))))
+    text = abi_json(exported.abi)
+    assert isinstance(text, str)
+    data = json.loads(text)
+    assert data["format"] == "pyjlad-abi/1" and data["entry"] == exported.abi.entry
+    assert "load_ir(ir::AbstractString, abi_json::AbstractString)" in PYJLAD_JL
+
+
+@pytest.mark.parametrize("value, expected", [
+    (np.bool_(True), True), (False, False), (np.uint8(200), 200), (np.int32(-3), -3),
+    (np.uint64(2**63 + 1), 2**63 + 1), (np.float32(1.5), 1.5), (2.25, 2.25),
+])
+def test_scalars_cross_as_python_scalars(value, expected) -> None:
+    got = julia_scalar(value)
+    assert got == expected and type(got) is type(expected)
+
+
+def test_non_real_scalars_are_refused() -> None:
+    with pytest.raises(TypeError, match="bool, integer and real"):
+        julia_scalar(1 + 2j)
+
+
+_LAYOUTS = [
+    lambda: np.arange(12.0),
+    lambda: np.arange(12.0).reshape(3, 4),
+    lambda: np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    lambda: np.arange(24.0).reshape(4, 6)[::2, 1::2],
+    lambda: np.arange(12.0)[::-1],
+    lambda: np.arange(24.0, dtype=np.float32).reshape(2, 3, 4)[:, ::-1, ::2],
+    lambda: np.array(3.0),
+]
+
+
+@pytest.mark.parametrize("make", _LAYOUTS)
+def test_shadow_like_has_its_primals_layout(make) -> None:
+    x = make()
+    s = shadow_like(x)
+    assert array_spec(s)[1:] == array_spec(x)[1:]
+    assert not np.shares_memory(s, x) and not s.any()
+
+
+@pytest.mark.parametrize("make", _LAYOUTS)
+def test_a_shadow_of_another_layout_gets_a_twin_and_its_values_back(make) -> None:
+    x = make()
+    shadow = np.ascontiguousarray(np.arange(x.size, dtype=x.dtype).reshape(x.shape))
+    before = shadow.copy()
+    twin, write_back = shadow_twin(x, shadow)
+    assert array_spec(twin)[1:] == array_spec(x)[1:]
+    np.testing.assert_array_equal(twin, before)             # accumulating sweeps see the shadow's values
+    twin += 1.0                                             # what the sweep adds
+    write_back()
+    np.testing.assert_array_equal(shadow, before + 1.0)
+
+
+def test_a_shadow_laid_out_like_its_primal_is_passed_as_is() -> None:
+    x = np.arange(12.0).reshape(3, 4)
+    shadow = np.zeros_like(x)
+    twin, _ = shadow_twin(x, shadow)
+    assert twin is shadow
+
+
+def test_c_ordered_arrays_reach_julia_with_row_major_strides() -> None:
+    """PyJlad.jl's C-layout check accepts exactly these strides (contiguous in the last axis first)."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    assert array_spec(x)[4:] == ((2, 3, 4), (12, 4, 1))
+    assert array_spec(np.asfortranarray(x))[5] == (1, 2, 6)
+    assert 'order === :C ? (N:-1:1) : (1:N)' in PYJLAD_JL
+
+
+def test_aliased_constants_get_shadows_laid_out_like_them() -> None:
+    from test_aliasing import pick
+
+    x = np.arange(8.0)[::2]
+    c = np.arange(12.0)[::3]
+    abi = export(pick, numba_argtypes((x, c, True))).abi
+    _, shadows = zero_shadow_constants(abi, ("dup", "const", "const"), (x, c, True), (np.zeros(4),))
+    assert array_spec(shadows[1])[1:] == array_spec(c)[1:]
+
+
+# ------------------------------------------------------------ packaging
+
+
+def test_juliapkg_points_at_the_shipped_package_and_requires_julia_112() -> None:
+    """juliapkg resolves "path" relative to the json file (pyjuliapkg src/juliapkg/deps.py, find_requirements)."""
+    pkg_json = JULIA_PROJECT.parent / "juliapkg.json"
+    spec = json.loads(pkg_json.read_text())
+    pyjlad = spec["packages"]["PyJlad"]
+    project = (pkg_json.parent / pyjlad["path"]).resolve()
+    assert project == JULIA_PROJECT and project.is_relative_to(pkg_json.parent)
+    toml = (project / "Project.toml").read_text()
+    assert f'uuid = "{pyjlad["uuid"]}"' in toml and pyjlad["dev"] is True
+    need = ".".join(map(str, MIN_JULIA))
+    assert spec["julia"] == need and f'julia = "{need}"' in toml
+    pyproject = (JULIA_PROJECT.parents[1] / "pyproject.toml").read_text()
+    for shipped in ('"juliapkg.json"', '"julia_project/Project.toml"', '"julia_project/src/*.jl"',
+                    '"julia_project/ext/*.jl"'):
+        assert shipped in pyproject
+
+
+def test_julia_version_probe(tmp_path: Path) -> None:
+    assert parse_julia_version("julia version 1.12.1\n") == (1, 12)
+    assert parse_julia_version("julia version 1.11.7") == (1, 11) < MIN_JULIA
+    assert parse_julia_version("nonsense") is None
+    fake = tmp_path / "julia"
+    fake.write_text(f"#!{sys.executable}\nprint('julia version 1.11.7')\n")
+    fake.chmod(0o755)
+    assert _julia_version(str(fake)) == (1, 11)
