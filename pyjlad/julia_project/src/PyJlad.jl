@@ -346,6 +346,16 @@ function hvp_exported!(hv, f::NumbaFunction, args::Tuple, wrt::Integer, v; runti
     return _hvp!(hv, f, args, Val(Int(wrt)), v, runtime_activity)
 end
 
+# Only the array's own elements: a strided view's buffer spans memory between them that
+# belongs to other arrays.
+function _zero_elements!(a::NumbaArray{T}) where {T}
+    for I in CartesianIndices(a.shape)
+        a.buffer[a.offset + 1 + sum((Tuple(I) .- 1) .* a.strides; init=0)] = zero(T)
+    end
+    return a
+end
+_zero_elements!(a::AbstractArray) = fill!(a, 0)
+
 function _hvp!(hv, f, args::Tuple, wrt::Val{I}, v, runtime_activity::Bool) where {I}
     fwd = runtime_activity ? set_runtime_activity(Forward) : Forward
     rev = runtime_activity ? set_runtime_activity(Reverse) : Reverse
@@ -355,7 +365,7 @@ function _hvp!(hv, f, args::Tuple, wrt::Val{I}, v, runtime_activity::Bool) where
         return autodiff(fwd, Const(_derivative), Duplicated, Const(rev), Const(f), Const(wrt), tangents...)[1]
     end
     x isa NumbaArray && (_check_twin(x, v); _check_twin(x, hv))
-    fill!(hv isa NumbaArray ? hv.buffer : hv, 0)
+    _zero_elements!(hv)
     dx = zero(x)
     autodiff(fwd, Const(_gradient_into!), Const, Duplicated(dx, hv), Const(rev), Const(f), Const(wrt), tangents...)
     return hv
