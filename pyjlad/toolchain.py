@@ -35,7 +35,7 @@ from pathlib import Path
 import platformdirs
 from filelock import FileLock
 
-from .errors import EnzymeError, SettingError, ToolchainError
+from .errors import EnzymeError, SettingError, ToolchainError, ToolchainSettingError
 from .ownership import foreign
 from .settings import seconds
 
@@ -54,7 +54,7 @@ def _opt_timeout_s() -> float:
     try:
         return seconds("PYJLAD_OPT_TIMEOUT", 600.0, allow_zero=False)
     except SettingError as exc:
-        raise ToolchainError(str(exc)) from None
+        raise ToolchainSettingError(str(exc)) from None
 
 _SELF_TEST_IR = """
 define double @square(double %x) {
@@ -241,9 +241,9 @@ def find_opt() -> Path | None:
     override = os.environ.get("PYJLAD_OPT")
     if override:
         if not (Path(override).is_file() and os.access(override, os.X_OK)):
-            raise ToolchainError(
+            raise ToolchainSettingError(
                 f"PYJLAD_OPT={override!r} is not an executable file: point it at LLVM 15's opt, "
-                "or unset it to use opt-15 from PATH"
+                "or unset it to use opt-15 from PATH (the default)"
             )
         return Path(override)
     candidates: list[str | None] = []
