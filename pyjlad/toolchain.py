@@ -152,6 +152,8 @@ class Toolchain:
                 f"Enzyme did not finish differentiating {what} within {timeout:.0f} s "
                 "(raise PYJLAD_OPT_TIMEOUT to wait longer)"
             ) from exc
+        except OSError as exc:  # not a program (ENOEXEC), not permitted, gone since it was located
+            raise _cannot_run(self.opt, exc) from exc
         stderr = proc.stderr.decode(errors="replace")
         if proc.returncode != 0:
             raise EnzymeError(_describe_failure(proc.returncode, stderr, what), diagnostics=stderr)
@@ -222,6 +224,17 @@ def _file_sha256(path: Path) -> str:
             "toolchain install --force"
         ) from None
     return digest
+
+
+def _cannot_run(opt: Path, exc: OSError) -> ToolchainError:
+    """The error for an ``opt`` the system would not start, naming ``PYJLAD_OPT`` when it chose it."""
+    override = os.environ.get("PYJLAD_OPT")
+    if override:
+        return ToolchainSettingError(
+            f"PYJLAD_OPT={override!r} cannot be run ({exc.strerror}): point it at LLVM 15's opt, "
+            "or unset it to use opt-15 from PATH (the default)")
+    return ToolchainError(f"LLVM 15's opt at {opt} cannot be run ({exc.strerror}): reinstall it "
+                          "(Debian package llvm-15), or set PYJLAD_OPT to a working opt-15")
 
 
 @functools.cache

@@ -127,3 +127,17 @@ def test_a_plugin_others_could_replace_is_not_loaded(tmp_path, monkeypatch):
     os.chmod(dest / "LLVMEnzyme-15.so", 0o666)
     with pytest.raises(ToolchainError, match="mode 666"):
         toolchain.locate()
+
+
+def test_an_opt_the_system_cannot_start_is_named_not_a_raw_oserror(tmp_path, monkeypatch):
+    """An executable file that is no program (ENOEXEC) was a raw OSError from subprocess."""
+    from numba import njit
+
+    fake = tmp_path / "opt"
+    fake.write_bytes(b"\x00\x01 not a program")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PYJLAD_OPT", str(fake))
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    with pytest.raises(SettingError, match=f"PYJLAD_OPT='{fake}' cannot be run .*unset it") as info:
+        pyjlad.gradient(njit(lambda x: x * x * 0.375), 2.0)
+    assert isinstance(info.value, ToolchainError)
