@@ -55,7 +55,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from . import settings
-from .errors import CacheLockTimeout, CacheWarning, SettingError
+from .errors import CacheLockTimeout, CacheWarning
 from .objcheck import InvalidObject
 from .ownership import foreign
 from .toolchain import cache_root
@@ -110,29 +110,39 @@ def cache_key(*parts: str) -> str:
 def max_bytes() -> int:
     """The cap on the entries' total size: ``PYJLAD_CACHE_MAX_BYTES`` (bytes), default 2 GiB.
 
-    A value that is not a whole number of bytes is reported (:class:`CacheWarning`) and the default used.
+    Raises
+    ------
+    SettingError
+        If the value is not a whole number of bytes (checked whenever the cache is opened).
     """
-    try:
-        return settings.byte_count("PYJLAD_CACHE_MAX_BYTES", _DEFAULT_MAX_BYTES)
-    except SettingError as exc:
-        _warn_once("max-bytes", os.environ["PYJLAD_CACHE_MAX_BYTES"], f"{exc}; using the default (2 GiB)")
-        return _DEFAULT_MAX_BYTES
+    return settings.byte_count("PYJLAD_CACHE_MAX_BYTES", _DEFAULT_MAX_BYTES)
 
 
 def lock_timeout() -> float:
     """Seconds to wait for another process's entry lock: ``PYJLAD_LOCK_TIMEOUT``, default 600.
 
-    A value that is not a non-negative number is reported (:class:`CacheWarning`) and the default used.
+    Raises
+    ------
+    SettingError
+        If the value is not a non-negative number of seconds (checked whenever the cache is opened).
     """
-    try:
-        return settings.seconds("PYJLAD_LOCK_TIMEOUT", _DEFAULT_LOCK_TIMEOUT_S)
-    except SettingError as exc:
-        _warn_once("lock-timeout", os.environ["PYJLAD_LOCK_TIMEOUT"], f"{exc}; using the default")
-        return _DEFAULT_LOCK_TIMEOUT_S
+    return settings.seconds("PYJLAD_LOCK_TIMEOUT", _DEFAULT_LOCK_TIMEOUT_S)
 
 
 def _disabled() -> bool:
-    return os.environ.get("PYJLAD_DISABLE_DISK_CACHE") == "1"
+    """``PYJLAD_DISABLE_DISK_CACHE`` is on; else the cache's settings are checked, so that a typo in them is
+    reported before any gradient is built, not after.
+
+    Raises
+    ------
+    SettingError
+        If a cache setting cannot be read.
+    """
+    if settings.flag("PYJLAD_DISABLE_DISK_CACHE"):
+        return True
+    max_bytes()
+    lock_timeout()
+    return False
 
 
 # --- warnings and degradation ---------------------------------------------------------------------------------

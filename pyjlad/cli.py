@@ -135,8 +135,13 @@ def _size(n: int) -> str:
 
 def _cache_info(_: argparse.Namespace) -> int:
     from .cache import info
+    from .errors import SettingError
 
-    report = info()
+    try:
+        report = info()
+    except SettingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"path: {report.path}")
     print(f"entries: {report.entries}")
     print(f"bytes: {_size(report.bytes)}")

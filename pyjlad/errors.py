@@ -57,6 +57,14 @@ class SettingError(PyjladError, ValueError):
     """
 
 
+class ToolchainSettingError(SettingError, ToolchainError):
+    """A setting that locates or runs Enzyme's ``opt`` (``PYJLAD_OPT``, ``PYJLAD_OPT_TIMEOUT``) is unusable.
+
+    Both a :class:`SettingError` (every bad setting is one) and a :class:`ToolchainError`, so code
+    written against either keeps working.
+    """
+
+
 class CacheLockTimeout(PyjladError, TimeoutError):
     """Another process held a disk-cache entry's lock for longer than ``PYJLAD_LOCK_TIMEOUT`` seconds.
 

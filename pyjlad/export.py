@@ -135,7 +135,7 @@ def numba_argtypes(args: Sequence[Any]) -> tuple[nbtypes.Type, ...]:
         _refuse_unsupported_value(index, value)
         try:
             ty = numba.typeof(value)
-        except ValueError as exc:
+        except (ValueError, nberrors.NumbaError) as exc:  # NumbaValueError ("Unsupported array dtype") is no ValueError
             raise UnsupportedFunctionError(
                 f"argument {index} ({type(value).__name__}) has no Numba type; pass floats, "
                 "ints, bools or NumPy arrays of them"
@@ -157,6 +157,11 @@ def _refuse_unsupported_value(index: int, value: Any) -> None:
     if dtype == np.float16:
         raise UnsupportedFunctionError(
             f"argument {index} is float16, which Numba does not support: pass x.astype(np.float32)"
+        )
+    if dtype.kind in "fc" and dtype.itemsize > (8 if dtype.kind == "f" else 16):
+        wanted = "x.astype(np.float64)" if dtype.kind == "f" else "x.real and x.imag as float64 arrays"
+        raise UnsupportedFunctionError(
+            f"argument {index} is {dtype.name} (extended precision), which Numba does not support: pass {wanted}"
         )
     if dtype.kind == "O":
         raise UnsupportedFunctionError(

@@ -4,12 +4,13 @@ Each setting is read when it is first needed, never at ``import pyjlad``, by one
 of the readers below; an unset or empty variable means the default, and a value
 the setting cannot use raises :class:`~pyjlad.errors.SettingError` (a
 ``ValueError``) naming the variable, the value, what it must be and the
-default. The disk cache's own settings (``PYJLAD_CACHE_MAX_BYTES``,
-``PYJLAD_LOCK_TIMEOUT``) turn that error into one ``CacheWarning`` and use the
-default instead, because the cache never stops a gradient; every other setting
-(``PYJLAD_POOL_BYTES``, ``PYJLAD_STACK_BYTES``, ``PYJLAD_OPT_TIMEOUT``) changes
-how the computation runs, and a typo there is an error. ``docs/settings.md``
-lists them all.
+default. The policy is the same for every setting, the disk cache's included:
+a value the user wrote but pyjlad cannot read is a typo to be told about, never
+silently replaced by the default (a cache cap of "2G" quietly read as 2 GiB, or
+"PYJLAD_DISABLE_DISK_CACHE=yes" quietly ignored, would surprise). This is
+distinct from the disk cache *failing* (unwritable, full, foreign, damaged),
+which never stops a gradient: that degrades to memory with one ``CacheWarning``.
+``docs/settings.md`` lists them all.
 
 Examples
 --------
@@ -32,7 +33,7 @@ import os
 
 from .errors import SettingError
 
-__all__ = ["byte_count", "seconds"]
+__all__ = ["byte_count", "flag", "seconds"]
 
 
 def _text(name: str) -> str:
@@ -83,3 +84,25 @@ def seconds(name: str, default: float, *, allow_zero: bool = True) -> float:
         raise _refuse(name, text, "a number of seconds" if allow_zero else "a positive number of seconds",
                       default)
     return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def flag(name: str) -> bool:
+    """``$name`` as a switch: ``1``/``true``/``yes``/``on`` (any case) is on; unset, empty, ``0``/``false``/
+    ``no``/``off`` is off.
+
+    Raises
+    ------
+    SettingError
+        If the value is none of these.
+    """
+    text = _text(name).lower()
+    if text in _TRUE:
+        return True
+    if not text or text in _FALSE:
+        return False
+    raise SettingError(f"{name}={os.environ[name]!r} is not a switch (1, true, yes or on; 0, false, no or off, "
+                       "the default, unset it to use the default)")

@@ -35,7 +35,7 @@ from pathlib import Path
 import platformdirs
 from filelock import FileLock
 
-from .errors import EnzymeError, SettingError, ToolchainError
+from .errors import EnzymeError, SettingError, ToolchainError, ToolchainSettingError
 from .ownership import foreign
 from .settings import seconds
 
@@ -54,7 +54,7 @@ def _opt_timeout_s() -> float:
     try:
         return seconds("PYJLAD_OPT_TIMEOUT", 600.0, allow_zero=False)
     except SettingError as exc:
-        raise ToolchainError(str(exc)) from None
+        raise ToolchainSettingError(str(exc)) from None
 
 _SELF_TEST_IR = """
 define double @square(double %x) {
@@ -152,6 +152,8 @@ class Toolchain:
                 f"Enzyme did not finish differentiating {what} within {timeout:.0f} s "
                 "(raise PYJLAD_OPT_TIMEOUT to wait longer)"
             ) from exc
+        except OSError as exc:  # not a program (ENOEXEC), not permitted, gone since it was located
+            raise _cannot_run(self.opt, exc) from exc
         stderr = proc.stderr.decode(errors="replace")
         if proc.returncode != 0:
             raise EnzymeError(_describe_failure(proc.returncode, stderr, what), diagnostics=stderr)
@@ -224,6 +226,17 @@ def _file_sha256(path: Path) -> str:
     return digest
 
 
+def _cannot_run(opt: Path, exc: OSError) -> ToolchainError:
+    """The error for an ``opt`` the system would not start, naming ``PYJLAD_OPT`` when it chose it."""
+    override = os.environ.get("PYJLAD_OPT")
+    if override:
+        return ToolchainSettingError(
+            f"PYJLAD_OPT={override!r} cannot be run ({exc.strerror}): point it at LLVM 15's opt, "
+            "or unset it to use opt-15 from PATH (the default)")
+    return ToolchainError(f"LLVM 15's opt at {opt} cannot be run ({exc.strerror}): reinstall it "
+                          "(Debian package llvm-15), or set PYJLAD_OPT to a working opt-15")
+
+
 @functools.cache
 def _opt_version(opt: Path) -> str:
     try:
@@ -241,9 +254,9 @@ def find_opt() -> Path | None:
     override = os.environ.get("PYJLAD_OPT")
     if override:
         if not (Path(override).is_file() and os.access(override, os.X_OK)):
-            raise ToolchainError(
+            raise ToolchainSettingError(
                 f"PYJLAD_OPT={override!r} is not an executable file: point it at LLVM 15's opt, "
-                "or unset it to use opt-15 from PATH"
+                "or unset it to use opt-15 from PATH (the default)"
             )
         return Path(override)
     candidates: list[str | None] = []

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from pyjlad import cache
-from pyjlad.errors import CacheLockTimeout, CacheWarning
+from pyjlad.errors import CacheLockTimeout, CacheWarning, SettingError
 from pyjlad.objcheck import InvalidObject, check_llvm_module
 from pyjlad.toolchain import Toolchain, find_opt, locate
 
@@ -490,13 +490,16 @@ def test_cli_cache_info_and_clear(cache_dir: Path) -> None:
     assert fields(cli("info"))["entries"] == "0"
 
 
-def test_bad_settings_are_reported_and_defaults_used(monkeypatch) -> None:
-    monkeypatch.setenv("PYJLAD_CACHE_MAX_BYTES", "2 gigs")
-    monkeypatch.setenv("PYJLAD_LOCK_TIMEOUT", "soon")
-    with pytest.warns(CacheWarning, match="PYJLAD_CACHE_MAX_BYTES='2 gigs'"):
-        assert cache.max_bytes() == 2 * 1024**3
-    with pytest.warns(CacheWarning, match="PYJLAD_LOCK_TIMEOUT='soon'"):
-        assert cache.lock_timeout() == 600
+def test_bad_settings_are_errors_before_anything_is_built(cache_dir: Path, monkeypatch) -> None:
+    """A typo in a cache setting is a SettingError when the cache is opened (never silently the default);
+    nothing is built or written first."""
+    built = []
+    for name, bad in (("PYJLAD_CACHE_MAX_BYTES", "2 gigs"), ("PYJLAD_LOCK_TIMEOUT", "soon")):
+        with monkeypatch.context() as m:
+            m.setenv(name, bad)
+            with pytest.raises(SettingError, match=f"{name}='{bad}' is not"):
+                cache.get_or_build(cache.cache_key("settings"), lambda: built.append(1) or b"x")
+    assert built == [] and _files(cache_dir, "*.bin") == []
 
 
 # --- lock waits are bounded; dead processes leave nothing that blocks -------------------------------------------------
