@@ -133,7 +133,7 @@ class NativeCompiler:
 
     def __init__(self) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _BOOT, json.dumps(sys.path), str(_CHILD)],
+            [sys.executable, "-I", "-S", "-c", _BOOT, json.dumps([str(p) for p in sys.path]), str(_CHILD)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
         )
 
@@ -222,6 +222,9 @@ def start() -> NativeCompiler:
     EnzymeError
         If the interpreter cannot be started.
     """
+    if not sys.executable:
+        raise EnzymeError("pyjlad compiles derivatives to machine code in a child Python process, and this "
+                          "interpreter does not know its own executable (sys.executable is empty)")
     try:
         return NativeCompiler()
     except OSError as exc:
