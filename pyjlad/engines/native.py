@@ -66,9 +66,15 @@ def drop_invariant_groups(bitcode: bytes) -> bytes:
     (the verifier accepts it; the path never runs), an LLVM bug. The metadata
     is only a hint (removing it is always correct), and ``opt`` has already
     optimized with it after Enzyme ran.
+
+    Bytes LLVM cannot read (a truncated ``opt`` output) are returned as they are:
+    the cache's check of ``opt``'s output reports them.
     """
     context = llvm.create_context()
-    text = str(llvm.parse_bitcode(bitcode, context=context))
+    try:
+        text = str(llvm.parse_bitcode(bitcode, context=context))
+    except RuntimeError:
+        return bitcode
     stripped, count = _INVARIANT_GROUP.subn(r"\1", text)
     if not count:
         return bitcode
