@@ -33,11 +33,12 @@ class ToolchainError(PyjladError, RuntimeError):
 
 
 class EnzymeError(PyjladError, RuntimeError):
-    """Enzyme failed to differentiate the function.
+    """Enzyme failed to differentiate the function, or LLVM to compile its derivative.
 
-    Enzyme runs in a separate ``opt`` process, so a crash or an assertion in
-    Enzyme never takes the Python interpreter down; its diagnostic output is
-    kept in :attr:`diagnostics` and summarised in the message.
+    Enzyme runs in a separate ``opt`` process, and LLVM compiles the result to
+    machine code in a child process (:mod:`pyjlad.engines.native`), so a crash
+    or an assertion in either never takes the Python interpreter down; the
+    diagnostic output is kept in :attr:`diagnostics` and summarised in the message.
     """
 
     def __init__(self, message: str, diagnostics: str = "") -> None:

@@ -19,6 +19,11 @@ Three causes, each checked here through the class of functions it broke:
   instructions, "PHI nodes not grouped at top of basic block"): Enzyme fails on
   the vectorized loops of these library functions; pyjlad retries with vector
   operations, loads and stores split into scalar ones.
+* Slice assignment into a fresh array with its ends wrapped around (``y[1:-1] = x;
+  y[0] = x[-1]; y[-1] = x[0]``) aborted the process in reverse mode: LLVM 22's GVN
+  asserts on a load of Enzyme's cache (``!invariant.group``) whose address the
+  optimizer folded to a constant (see ``pyjlad.engines.native.drop_invariant_groups``
+  and ``tests/test_native.py``).
 * ``np.cumsum(X, axis=k)`` of a 2-D array still needs Enzyme's loose-types retry
   (the ``memset`` zeroing its fresh accumulator has no type Enzyme can deduce);
   forward and reverse sweeps are checked so that a dropped adjoint or tangent
@@ -57,6 +62,32 @@ def mask_assign(x):
     y = x.copy()
     y[x < 0.0] = 0.0
     return y * x
+
+
+def pad_wrapped(x):
+    """Slice assignment into a fresh array, its ends wrapped around (corpus ``indexing/setitem_slice/1d``)."""
+    y = np.zeros(x.shape[0] + 2)
+    y[1:-1] = x
+    y[0] = x[-1]
+    y[-1] = x[0]
+    return y[1:] * y[:-1]
+
+
+def jpad_wrapped(x):
+    y = jnp.concatenate([x[-1:], x, x[:1]])
+    return y[1:] * y[:-1]
+
+
+def pad_rows(x):
+    y = np.zeros((x.shape[0] + 2, x.shape[1]))
+    y[1:-1] = x
+    y[0] = x[-1]
+    return y[1:] * y[:-1]
+
+
+def jpad_rows(x):
+    y = jnp.concatenate([x[-1:], x, jnp.zeros((1, x.shape[1]))])
+    return y[1:] * y[:-1]
 
 
 def mask_assign_array(x, y):
@@ -119,6 +150,8 @@ ARRAY_CASES = [
     _case("mask assignment", mask_assign, lambda x: jnp.where(x < 0.0, 0.0, x) * x, (SPREAD,)),
     _case("mask assignment from an array", mask_assign_array, lambda x, y: jnp.where(x > y, y, x),
           (SPREAD, SPREAD[::-1].copy())),
+    _case("slice assignment, ends wrapped", pad_wrapped, jpad_wrapped, (SPREAD[:5],)),
+    _case("slice assignment, 2-D rows", pad_rows, jpad_rows, (M1.T.copy(),)),
 ]
 
 # (Numba function, JAX twin, arguments): each returns a float.
@@ -184,7 +217,8 @@ def test_gradient_of_a_scalar_idiom(body, jbody, args):
 # loose-types retry of cumsum along an axis must neither drop adjoints nor leave tangents unset.
 JACOBIAN_IDS = ["concatenate 2 1-D", "stack 3 1-D axis 1", "vstack 2 1-D", "hstack 2 2-D", "cumsum 2-D axis 0",
                 "cumsum 2-D axis 1", "cumsum 3-D axis 1", "solve(A.T @ A, v)", "where scalar branches",
-                "where two arrays", "where 2-D", "mask assignment", "mask assignment from an array"]
+                "where two arrays", "where 2-D", "mask assignment", "mask assignment from an array",
+                "slice assignment, ends wrapped", "slice assignment, 2-D rows"]
 
 
 @pytest.mark.parametrize("body, jbody, args", [c for c in ARRAY_CASES if c.id in JACOBIAN_IDS])

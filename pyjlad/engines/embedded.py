@@ -55,6 +55,7 @@ from ..settings import byte_count
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
+from . import native
 from .blas import BLAS_NAME, resolve_blas_symbols
 from .driver import ACTIVITIES, OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
 from .pool import capacity, failed_bytes, resolve_pool_symbols, use_pool
@@ -283,9 +284,12 @@ class Built:
     library: Any  # numba CodeLibrary holding the driver
 
 
-def _load_into_numba(bitcode: bytes, name: str) -> tuple[Any, list[str]]:
-    """A Numba code library of ``bitcode`` (optimized and compiled for this CPU), with its declarations."""
-    module = llvm.parse_bitcode(bitcode)
+def _prepare_module(bitcode: bytes, name: str) -> tuple[bytes, list[str]]:
+    """``bitcode`` as the JIT gets it, with its declarations: only ``name`` visible, allocations pooled.
+
+    Parsed in an LLVM context of its own (no lock shared with Numba's compiler needed).
+    """
+    module = llvm.parse_bitcode(bitcode, context=llvm.create_context())
     module.verify()
     # Only the driver is looked up from outside: every other definition (the exported entry
     # `pyjlad_<name>`, Numba's functions) becomes internal, so two libraries that define the
@@ -298,14 +302,20 @@ def _load_into_numba(bitcode: bytes, name: str) -> tuple[Any, list[str]]:
             variable.linkage = "internal"
     use_pool(module)
     declared = [f.name for f in module.functions if f.is_declaration]
-    resolve_pool_symbols(declared)
-    resolve_blas_symbols(declared)
-    codegen = cpu_target.target_context.codegen()
-    library = codegen.create_library(name)
-    library.enable_object_caching()
-    library.add_llvm_module(module)
-    library.finalize()
-    return library, declared
+    return module.as_bitcode(), declared
+
+
+def _compile_object(compiler: native.NativeCompiler, bitcode: bytes, name: str, what: str) -> bytes:
+    """The object entry (see :func:`_pack_object`) of ``bitcode``, compiled by ``compiler``'s child process.
+
+    Raises
+    ------
+    EnzymeError
+        If LLVM crashes or fails on the module (in the child: this process lives on).
+    """
+    prepared, declared = _prepare_module(bitcode, name)
+    obj, shared = compiler.compile(prepared, name, what)
+    return _pack_object(name, declared, obj, shared)
 
 
 _OBJECT_FORMAT = "pyjlad-object/5"  # 5: out-of-memory exit; every definition but the driver internal
@@ -318,9 +328,10 @@ def _object_key(key: str) -> str:
                            llvm.get_host_cpu_features().flatten())
 
 
-def _pack_object(library: Any, declared: list[str]) -> bytes:
-    name, kind, (obj, shared) = library.serialize_using_object_code()
-    header = json.dumps({"format": _OBJECT_FORMAT, "name": name, "kind": kind, "declared": declared,
+def _pack_object(name: str, declared: list[str], obj: bytes, shared: bytes) -> bytes:
+    """An object entry: the library ``name``'s ELF object and linking bitcode (what Numba's
+    ``serialize_using_object_code`` gives) with the module's declarations."""
+    header = json.dumps({"format": _OBJECT_FORMAT, "name": name, "kind": "object", "declared": declared,
                          "sizes": [len(obj), len(shared)]}).encode()
     return len(header).to_bytes(8, "little") + header + obj + shared
 
@@ -362,13 +373,15 @@ def _unpack_object(payload: bytes) -> Any:
     return codegen.unserialize_library((header["name"], header["kind"], (obj, shared)))
 
 
-def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str) -> Any:
-    """The JIT-compiled library of cache entry ``key``.
+def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str, what: str) -> Any:
+    """The JIT-compiled library of cache entry ``key`` (``what``: the derivative, in the user's terms).
 
-    A second process loads the machine code Numba compiled the first time
-    (no Enzyme run, no LLVM optimization or code generation); otherwise the
-    bitcode (cached, or built by ``build_bitcode``) is optimized and compiled,
-    and its machine code stored for the next process.
+    A second process loads the machine code compiled the first time (no
+    Enzyme run, no LLVM optimization or code generation); otherwise the bitcode
+    (cached, or built by ``build_bitcode``) is optimized and compiled by Numba's
+    pipeline in a child process (:mod:`pyjlad.engines.native`: an LLVM crash
+    cannot kill this one), its machine code loaded here and stored for the next
+    process.
     """
     object_key = _object_key(key)
     payload = cache.get(object_key, check=_check_object)  # checked: a damaged ELF object could crash the JIT
@@ -378,19 +391,26 @@ def _load_library(key: str, build_bitcode: Callable[[], bytes], name: str) -> An
                 return _unpack_object(payload)
         except (ValueError, KeyError, RuntimeError):
             pass  # an unreadable entry: rebuilt below, and replaced
+    with native.start() as compiler:  # started first: the interpreter starts while Enzyme runs
+        try:
+            # Enzyme runs here, with no Numba lock held; its output is parsed before it is stored or used.
+            bitcode = cache.get_or_build(key, build_bitcode, check=check_llvm_module)
+        except InvalidObject as exc:
+            raise EnzymeError(
+                f"opt reported success twice but its output for {name} is not a valid LLVM module ({exc}); "
+                f"the toolchain is broken: reinstall it with python -m pyjlad toolchain install --force",
+                diagnostics=str(exc),
+            ) from None
+        payload = _compile_object(compiler, bitcode, name, what)
     try:
-        # Enzyme runs here, with no Numba lock held; its output is parsed before it is stored or used.
-        bitcode = cache.get_or_build(key, build_bitcode, check=check_llvm_module)
+        _check_object(payload)
     except InvalidObject as exc:
-        raise EnzymeError(
-            f"opt reported success twice but its output for {name} is not a valid LLVM module ({exc}); "
-            f"the toolchain is broken: reinstall it with python -m pyjlad toolchain install --force",
-            diagnostics=str(exc),
-        ) from None
+        raise EnzymeError(f"the machine code compiled for {what} is not a valid object ({exc})",
+                          diagnostics=str(exc)) from None
     with global_compiler_lock:
-        library, declared = _load_into_numba(bitcode, name)
+        library = _unpack_object(payload)
     try:
-        cache.put(object_key, _pack_object(library, declared), check=_check_object)
+        cache.put(object_key, payload, check=_check_object)
     except (OSError, RuntimeError, InvalidObject):
         pass  # the machine code is an optimization (a lock held too long, say); the bitcode entry is enough
     return library
@@ -468,6 +488,13 @@ def _check_result(exported: ExportedFunction, sweep: Sweep) -> None:
     )
 
 
+def _derivative_name(exported: ExportedFunction, sweep: Sweep) -> str:
+    """The derivative ``sweep`` builds, in the user's terms (for messages)."""
+    if sweep.kind == "hvp":
+        return f"the Hessian-vector product of {exported.name}"
+    return f"the {sweep.mode}-mode derivative of {exported.name}"
+
+
 def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     """Export, differentiate and JIT ``sweep`` of ``func`` for ``argtypes``."""
     exported = export(func, argtypes)
@@ -482,12 +509,15 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
     # identified by their source (compiled only on a miss); rules by their IR.
-    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, _special_source_hash(), toolchain.identity,
+    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
+                          toolchain.identity,
                           exported.module.text, driver.text, *custom_rule_modules(exported),
                           *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
     try:
         library = _load_library(
-            key, lambda: _run_enzyme(exported, driver.module(exported.enzyme_module.text)), driver.symbol)
+            key, lambda: native.drop_invariant_groups(_run_enzyme(exported, driver.module(exported.enzyme_module.text))),
+            driver.symbol,
+            _derivative_name(exported, sweep))
     except (EnzymeError, ToolchainError):
         raise  # Enzyme's own failure (diagnostics kept), or the toolchain's, already in words
     except RuntimeError as exc:

@@ -267,11 +267,9 @@ program(FAMILY, "slice_2d/2d-transposed", slice_2d, lambda x: x[1:, :-1] * x[:-1
 program(FAMILY, "slice_3d/3d", slice_3d, lambda x: x[:, 1, :] + x[1, :, ::-1], args(normal(2, 2, 2)),
         transforms=ARRAY)
 program(FAMILY, "setitem_slice/1d", setitem_slice, _setitem_slice, args(normal(5)), transforms=ARRAY,
-        expect="crash",
-        notes="an open defect found on 2026-11-24 (already at the commit before that session): the reverse "
-              "sweep's module aborts the process in Numba's own LLVM 22 optimizer (Value.h: Assertion "
-              "'hasUseList()' in the O3 pipeline run after its cheap pipeline, once every function but the "
-              "driver is internal); opt-22 and each pipeline alone accept the same module")
+        notes="its reverse sweep aborted the process until 2026-11-24: LLVM 22's GVN asserted (Value.h "
+              "hasUseList()) on a load of Enzyme's cache marked !invariant.group whose address folded to a "
+              "constant; pyjlad drops that metadata and compiles in a child process (pyjlad.engines.native)")
 program(FAMILY, "argsort_gather/1d", argsort_gather, lambda x: x[jnp.argsort(x)] * jnp.arange(x.shape[0]),
         args(normal(6, gap=0.05)), transforms=("jacobian", "vjp"))
 program(FAMILY, "argsort_gather/1d-jvp", argsort_gather,
