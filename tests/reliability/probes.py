@@ -483,6 +483,15 @@ def _segfault_in_opt():
         locate().self_test()
 
 
+def _llvm_crash_in_compile():
+    from test_native import CODEGEN_CRASH_IR, _bitcode
+
+    from pyjlad import cache
+    from pyjlad.engines import embedded
+
+    embedded._load_library(cache.cache_key("probe-llvm-crash"), lambda: _bitcode(CODEGEN_CRASH_IR), "driver", "a module LLVM 22 aborts on")
+
+
 _ONES = np.ones(3)
 _X6 = np.linspace(0.1, 0.6, 6)
 
@@ -912,6 +921,8 @@ def _memory_probes() -> list[Probe]:
         Probe("deep recursion (depth 3e5)", "memory-safety", "correct", script="deep", rows=(56,)),
         Probe("Enzyme segfaulting inside opt", "memory-safety", "clear-error", call=_segfault_in_opt,
               error=pyjlad.EnzymeError, words="crashed with signal 11", rows=(28,)),
+        Probe("LLVM aborting while compiling a derivative to machine code", "memory-safety", "clear-error",
+              call=_llvm_crash_in_compile, error=pyjlad.EnzymeError, words="LLVM crashed", rows=(67,)),
         Probe("solve with a vector b held constant", "memory-safety", "correct", call=_solve_constant_b,
               oracle=lambda: True, rows=(32,)),
     ]
