@@ -31,7 +31,11 @@ settings are restored afterwards, under Numba's compiler lock, which every
 compile takes. ``opt`` runs Enzyme with the same speculation limits
 (:data:`NO_SPECULATION_ARGS`): Enzyme's pre-optimization of the function runs
 SimplifyCFG too. They hold for the optimization of the derivative after it as
-well (one ``opt`` process); its loops are still vectorized.
+well (one ``opt`` process); its loops are still vectorized. The price: a
+guarded loop's gradient keeps its branch (``math.log(x) if x > 0 else x``
+over 10**6 elements: about 40 ms instead of 20 ms on the development
+machine); ``-enzyme-preopt=false`` instead of the limits measured as fast and
+as right on that loop, but changes Enzyme's preprocessing of every function.
 """
 
 from __future__ import annotations
