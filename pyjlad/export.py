@@ -20,7 +20,6 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types as nbtypes
-from numba.core import config
 from numba.core import errors as nberrors
 from numba.core.ccallback import CFunc
 from numba.core.codegen import JITCodeLibrary
@@ -29,6 +28,7 @@ from numba.core.dispatcher import Dispatcher
 
 from .abi import ArgABI, ArrayArg, FunctionABI, ScalarArg
 from .aliasing import mixed_pointer_arguments
+from .enzyme_copy import branch_preserving_compile, unvectorized_copy
 from .errors import ExportError, UnsupportedFunctionError
 from .memo import cached_for
 from .portable import PortableModule, make_portable, split_top_level
@@ -361,33 +361,25 @@ def _ir_before_codegen(captured: list[tuple[Any, str]]) -> Iterator[None]:
 def _enzyme_ir(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> tuple[Any, str] | None:
     """A fresh compile of ``dispatcher`` for Enzyme: its compile result and its IR before code generation.
 
-    A copy of the function, compiled without LLVM's loop and SLP vectorizers:
-    Enzyme differentiates vectorized loops poorly (each vector body, scalar
-    remainder and peeled iteration caches its own copy of the values it
-    overwrites, with one cache allocation per outer iteration: the 2-D heat
-    stencil of the benchmarks). The differentiated module is optimized again
-    after Enzyme (vectorizers included), and the user's own function keeps its
-    vectorized code. Its IR is taken before Numba generates machine code (see
-    :func:`_ir_before_codegen`). ``None`` if the copy does not compile.
+    A copy of the function and of every ``@njit`` function it calls, compiled
+    without LLVM's loop and SLP vectorizers and without SimplifyCFG's
+    speculation (see :mod:`pyjlad.enzyme_copy`): Enzyme differentiates
+    vectorized loops poorly (each vector body, scalar remainder and peeled
+    iteration caches its own copy of the values it overwrites, with one cache
+    allocation per outer iteration: the 2-D heat stencil of the benchmarks),
+    and differentiates both sides of a branch LLVM turned into a ``select``,
+    the untaken side giving NaN where it is singular. The differentiated module
+    is optimized again after Enzyme (vectorizers included), and the user's own
+    function keeps its vectorized code. Its IR is taken before Numba generates
+    machine code (see :func:`_ir_before_codegen`). ``None`` if the copy does not
+    compile.
     """
-    def build() -> Dispatcher:
-        py = dispatcher.py_func
-        clone = pytypes.FunctionType(py.__code__, py.__globals__, py.__name__, py.__defaults__, py.__closure__)
-        clone.__qualname__ = py.__qualname__
-        # No ``cache``: the copy must never share the on-disk cache of the user's function.
-        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("nopython", "cache")}
-        return numba.njit(**options)(clone)
-
-    copy = cached_for(dispatcher, ("unvectorized",), build)
-    with global_compiler_lock:
-        saved = config.LOOP_VECTORIZE, config.SLP_VECTORIZE
-        config.LOOP_VECTORIZE = config.SLP_VECTORIZE = 0
+    copy = unvectorized_copy(dispatcher)
+    with branch_preserving_compile():
         try:
             return _compile_before_codegen(copy, argtypes)
         except Exception:
             return None
-        finally:
-            config.LOOP_VECTORIZE, config.SLP_VECTORIZE = saved
 
 
 def _compile_before_codegen(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> tuple[Any, str] | None:

@@ -43,6 +43,7 @@ from numba.extending import intrinsic
 
 from .. import cache
 from ..abi import ArrayArg, FunctionABI
+from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
@@ -110,7 +111,8 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
 
 
 #: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
-_ENZYME_INPUT = "unvectorized-copy/2"  # 2: IR before code generation
+#: 2: IR before code generation; 3: @njit callees and Numba's internal helpers copied too, no speculation.
+_ENZYME_INPUT = "unvectorized-copy/3 " + " ".join(NO_SPECULATION_ARGS)
 
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
 #: Enzyme's failures on vector code (the loops of Numba's library functions, e.g. ``np.where``'s, are
@@ -233,7 +235,8 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     extra = [prepare_special(m) for m in linked_modules(exported)]
     if extra:
         module = toolchain.link([module_text, *extra], what=exported.name)
-    passes, options = PASSES, ()
+    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
+    passes, options = PASSES, NO_SPECULATION_ARGS
     while True:
         try:
             return _differentiate(toolchain, module, passes, exported.name, options)
