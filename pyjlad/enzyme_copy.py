@@ -20,6 +20,13 @@ pyjlad therefore compiles, for Enzyme only, a copy of the function
 * without SimplifyCFG's speculation (the folding thresholds at zero, no
   "one expensive instruction" allowance), so a branch whose arm has any cost
   stays a branch and Enzyme differentiates only the side that ran;
+* without loop unrolling and interleaving: Enzyme v0.0.289 loses adjoints in
+  unrolled loop nests (a 1-D max pool whose outer loop LLVM unrolled by 4 and
+  whose inner loop has an unrolled body and a remainder loop: every window but
+  the first got a zero reverse-mode derivative on an AMD Zen 3 host, while the
+  rolled loops differentiate right), and each unrolled copy of a loop body
+  caches its own values. The derivative is unrolled after Enzyme, by ``opt``'s
+  ``default<O2>`` and Numba's optimizer when it is loaded;
 * with every ``@njit`` function it calls (by global name or closure, at any
   depth) replaced by such a copy, and with an empty cache of Numba's internal
   helpers (``context.compile_internal``): Numba links a function's callees
@@ -47,7 +54,7 @@ from typing import Any
 
 import llvmlite.binding as llvm
 import numba
-from numba.core import config
+from numba.core import codegen, config
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
@@ -71,6 +78,20 @@ _COPY_KEY = ("unvectorized",)
 _DROPPED_OPTIONS = ("nopython", "cache", "parallel")
 
 
+def _rolled_pass_builder(tm: Any, opt: int = 2, loop_vectorize: bool = False,
+                         slp_vectorize: bool = False) -> Any:
+    """Numba's pass builder for Enzyme's copy: no vectorizers, no loop unrolling or interleaving.
+
+    Stands in for ``numba.core.llvm_bindings.create_pass_builder`` (same
+    signature) while :func:`branch_preserving_compile` holds the compiler lock.
+    """
+    options = llvm.create_pipeline_tuning_options()
+    options.speed_level = opt
+    options.loop_vectorization = options.slp_vectorization = False
+    options.loop_unrolling = options.loop_interleaving = False
+    return llvm.create_pass_builder(tm, options)
+
+
 def _set_llvm_options(values: dict[str, str]) -> None:
     for name, value in values.items():
         llvm.set_option("pyjlad", f"-{name}={value}")
@@ -78,7 +99,7 @@ def _set_llvm_options(values: dict[str, str]) -> None:
 
 @contextlib.contextmanager
 def branch_preserving_compile() -> Iterator[None]:
-    """Compile (inside the block) with no vectorizers, no speculation and no cached internal helpers.
+    """Compile (inside the block) with no vectorizers, no loop unrolling, no speculation and no cached internal helpers.
 
     Holds Numba's compiler lock for the block, so no other compile (the user's
     own, in another thread) sees these settings.
@@ -89,11 +110,14 @@ def branch_preserving_compile() -> Iterator[None]:
         saved_internal = context.cached_internal_func
         config.LOOP_VECTORIZE = config.SLP_VECTORIZE = 0
         context.cached_internal_func = {}
+        builder = codegen.create_pass_builder
+        codegen.create_pass_builder = _rolled_pass_builder
         _set_llvm_options({name: value for name, value, _ in NO_SPECULATION})
         try:
             yield
         finally:
             _set_llvm_options({name: default for name, _, default in NO_SPECULATION})
+            codegen.create_pass_builder = builder
             context.cached_internal_func = saved_internal
             config.LOOP_VECTORIZE, config.SLP_VECTORIZE = saved
 

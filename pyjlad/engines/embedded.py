@@ -112,7 +112,8 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
 
 #: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
 #: 2: IR before code generation; 3: @njit callees and Numba's internal helpers copied too, no speculation.
-_ENZYME_INPUT = "unvectorized-copy/3 " + " ".join(NO_SPECULATION_ARGS)
+#: 4: no loop unrolling or interleaving.
+_ENZYME_INPUT = "unvectorized-copy/4 " + " ".join(NO_SPECULATION_ARGS)
 
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
 #: Enzyme's failures on vector code (the loops of Numba's library functions, e.g. ``np.where``'s, are
