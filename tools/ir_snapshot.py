@@ -38,6 +38,9 @@ Workflow (refactor proving byte-identical output)::
     /work/main/.venv/bin/python tools/ir_snapshot.py --compare /tmp/snap-base /tmp/snap-after
     git worktree remove /tmp/ir-base
 
+``--check-ir DIR`` parses every module of a snapshot with ``pyjlad.ir``: each must render back byte
+for byte, and agree with llvmlite (Numba's modules) and with today's regex readers (portable modules).
+
 ``--compare`` prints the items only one side has and those that differ (a unified diff of the
 first few) and exits 1 if there are any. Run the script from the tree being snapshotted: it
 imports that tree's ``pyjlad`` (the repository root is put first on ``sys.path``).
@@ -106,6 +109,7 @@ class Recorder:
         self.numba_inputs: list[str] = []
         self.seen: dict[str, str] = {}  # key -> sha of its portable module
         self.next_key: str | None = None
+        self.context = ""  # the test being run (its node id), part of the keys
 
     def install(self) -> None:
         """Wrap ``pyjlad.export._export`` and ``make_portable`` (kept for the life of the process)."""
@@ -133,8 +137,10 @@ class Recorder:
 
         target = as_numba_function(func)
         inner = getattr(target, "py_func", None) or getattr(target, "_pyfunc", None) or target
-        full = f"{getattr(inner, '__module__', '')}.{describe_function(target)}{exported.argtypes}"
-        base = f"t-{_sanitize(full)}-{hashlib.sha256(full.encode()).hexdigest()[:8]}"
+        function = f"{getattr(inner, '__module__', '')}.{describe_function(target)}{exported.argtypes}"
+        full = f"{self.context}::{function}"
+        base = (f"t-{_sanitize(self.context, 60)}--{_sanitize(function, 60)}-"
+                f"{hashlib.sha256(full.encode()).hexdigest()[:8]}")
         digest = hashlib.sha256(exported.module.text.encode()).hexdigest()
         key, n = base, 1
         while key in self.seen and self.seen[key] != digest:
@@ -197,12 +203,17 @@ def _driver_modules(exported: Any, enzyme_text: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ pytest plugin side
+_PLUGIN_RECORDER: list[Recorder] = []
+
+
 def pytest_configure(config: Any) -> None:
     """Plugin hook (``-p ir_snapshot``): record exports into ``$PYJLAD_IR_SNAPSHOT_DIR``."""
     directory = os.environ.get(_ENV_DIR)
     if not directory:
         return
-    Recorder(Path(directory)).install()
+    recorder = Recorder(Path(directory))
+    recorder.install()
+    _PLUGIN_RECORDER.append(recorder)
     if os.environ.get(_ENV_ENZYME) != "1":
         from pyjlad.engines import embedded
 
@@ -212,6 +223,12 @@ def pytest_configure(config: Any) -> None:
         embedded._load_library = no_enzyme
 
 
+def pytest_runtest_setup(item: Any) -> None:
+    """Plugin hook: the keys of what a test exports start with its node id."""
+    for recorder in _PLUGIN_RECORDER:
+        recorder.context = item.nodeid
+
+
 def _record_tests(directory: Path, pytest_args: list[str], with_enzyme: bool) -> int:
     env = dict(os.environ)
     env[_ENV_DIR] = str(directory)
@@ -219,11 +236,7 @@ def _record_tests(directory: Path, pytest_args: list[str], with_enzyme: bool) ->
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tools"), env.get("PYTHONPATH", "")])
     command = [sys.executable, "-m", "pytest", "-p", "ir_snapshot", *pytest_args]
     print("running:", " ".join(command), flush=True)
-    result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    tail = result.stdout.strip().splitlines()[-1:] if result.stdout.strip() else []
-    print("pytest:", *tail, flush=True)
-    return result.returncode
+    return subprocess.run(command, cwd=ROOT, env=env).returncode
 
 
 def _record_cases(recorder: Recorder) -> None:
@@ -251,6 +264,7 @@ def _record_fuzz(recorder: Recorder, count: int) -> None:
             program = generate(seed)
             recorder.next_key = key
             export(program.func, numba_argtypes(sample_point(seed)))
+            print(f"fuzz {seed}", flush=True)
         except Exception as exc:  # noqa: BLE001 - recorded as an item
             _write(recorder.directory, key, "export.error", _error_text(exc))
         recorder.next_key = None
@@ -288,11 +302,86 @@ def compare(a: Path, b: Path, diffs: int = 3, context_lines: int = 80) -> int:
     return 1 if (only_a or only_b or changed) else 0
 
 
+# ----------------------------------------------------------------------------------------- check IR
+def _existing_views(text: str, entry: str | None) -> dict[str, Any]:
+    """What today's regex passes read from ``text`` (absent where a refactor removed them)."""
+    views: dict[str, Any] = {}
+    try:
+        from pyjlad.aliasing import _graph
+
+        graph = _graph(text)
+        views["pointer_flow"] = (graph.edges, graph.merges)
+    except (ImportError, AttributeError):
+        pass
+    if entry is not None:
+        try:
+            from pyjlad.export import _entry_params
+
+            views["entry_parameters"] = _entry_params(text, entry)
+        except (ImportError, AttributeError):
+            pass
+    return views
+
+
+def check_ir(directory: Path) -> int:
+    """Parse every ``.ll`` item of a snapshot: it must render back byte for byte; Numba's modules must
+    agree with llvmlite (function names, declarations, parameter counts, globals); portable modules
+    with the pointer-flow graph and entry parameters today's regex passes read. 0 if all hold."""
+    import llvmlite.binding as llvm
+
+    from pyjlad.ir import parse
+    from pyjlad.ir.analysis import llvmlite_signatures, numba_entry, pointer_flow
+
+    counts = {"modules": 0, "round-trip": 0, "llvmlite": 0, "pointer_flow": 0, "entry_parameters": 0}
+    failures: list[str] = []
+    for path in sorted(directory.glob("*.ll")):
+        text = path.read_text()
+        counts["modules"] += 1
+        module = parse(text)
+        if module.render() != text:
+            failures.append(f"{path.name}: does not render back")
+            continue
+        counts["round-trip"] += 1
+        if path.name.endswith("numba.ll"):
+            mine = {f.name: (f.is_declaration, len(f.parameters)) for f in module.functions.values()}
+            globals_ = {g.name for g in module.globals.values() if g.kind in ("global", "constant")}
+            theirs = {g.name for g in llvm.parse_assembly(text).global_variables}
+            if mine != llvmlite_signatures(text) or globals_ != theirs:
+                failures.append(f"{path.name}: differs from llvmlite's view")
+            else:
+                counts["llvmlite"] += 1
+            continue
+        if not path.name.endswith((".portable.ll", ".enzyme.ll")):
+            continue
+        key = path.name.removesuffix(".portable.ll").removesuffix(".enzyme.ll")
+        abi = json.loads((directory / f"{key}.abi.json").read_text())["abi"]
+        views = _existing_views(text, abi["entry"])
+        if "pointer_flow" in views:
+            flow = pointer_flow(module)
+            if (flow.edges, flow.merges) != views["pointer_flow"]:
+                failures.append(f"{path.name}: pointer flow differs from pyjlad.aliasing's")
+            else:
+                counts["pointer_flow"] += 1
+        if "entry_parameters" in views:
+            entry = numba_entry(module, abi["entry"])
+            mine = [p.render() for p in (entry.retptr, entry.excinfo, *entry.arguments)]
+            if mine != views["entry_parameters"]:
+                failures.append(f"{path.name}: entry parameters differ from pyjlad.export's")
+            else:
+                counts["entry_parameters"] += 1
+    for failure in failures:
+        print(failure)
+    print(", ".join(f"{k} {v}" for k, v in counts.items()) + f"; {len(failures)} failures")
+    return 1 if failures else 0
+
+
 # --------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", nargs="?", type=Path, help="where to write the snapshot")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("DIR_A", "DIR_B"))
+    parser.add_argument("--check-ir", type=Path, metavar="DIR",
+                        help="round-trip every module of snapshot DIR through pyjlad.ir and cross-check it")
     parser.add_argument("--fuzz", type=int, default=200, help="the fuzzer's first N programs (default 200)")
     parser.add_argument("--tests", choices=("pytest", "cases", "none"), default="pytest")
     parser.add_argument("--with-enzyme", action="store_true", help="let the test suite run Enzyme")
@@ -301,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
+    if args.check_ir:
+        sys.path.insert(0, str(ROOT))
+        return check_ir(args.check_ir)
     if args.directory is None:
         parser.error("give a directory to write, or --compare DIR_A DIR_B")
     sys.path.insert(0, str(ROOT))
@@ -309,16 +401,16 @@ def main(argv: list[str] | None = None) -> int:
     if any(directory.iterdir()):
         parser.error(f"{directory} is not empty")
     start = time.perf_counter()
-    if args.tests == "pytest":
-        _record_tests(directory, args.pytest_args or DEFAULT_PYTEST_ARGS, args.with_enzyme)
     recorder = Recorder(directory)
     recorder.install()
-    if args.tests == "cases":
-        _record_cases(recorder)
     try:
         _record_fuzz(recorder, args.fuzz)
+        if args.tests == "cases":
+            _record_cases(recorder)
     except Exception:  # noqa: BLE001 - the snapshot is still written
         traceback.print_exc()
+    if args.tests == "pytest":
+        _record_tests(directory, args.pytest_args or DEFAULT_PYTEST_ARGS, args.with_enzyme)
     index = write_index(directory)
     print(f"{len(index)} items in {directory} ({time.perf_counter() - start:.0f} s)")
     return 0
