@@ -39,7 +39,9 @@ Workflow (refactor proving byte-identical output)::
     git worktree remove /tmp/ir-base
 
 ``--check-ir DIR`` parses every module of a snapshot with ``pyjlad.ir``: each must render back byte
-for byte, and agree with llvmlite (Numba's modules) and with today's regex readers (portable modules).
+for byte, and agree with llvmlite (Numba's modules: functions, declarations, parameter counts, globals) and with
+today's regex readers (reachability from every definition of Numba's modules; pointer flow and
+entry parameters of the portable modules).
 
 ``--compare`` prints the items only one side has and those that differ (a unified diff of the
 first few) and exits 1 if there are any. Run the script from the tree being snapshotted: it
@@ -323,6 +325,22 @@ def _existing_views(text: str, entry: str | None) -> dict[str, Any]:
     return views
 
 
+def _reachability_agrees(text: str, module: Any) -> bool | None:
+    """Whether :func:`pyjlad.ir.analysis.reachable` gives ``pyjlad.portable._reachable``'s order from every
+    definition of Numba's module ``text`` (``None`` where a refactor removed the latter)."""
+    from pyjlad.ir.analysis import reachable
+
+    try:
+        from pyjlad.portable import _PORTABLE_RUNTIME_DEPS, PORTABLE_RUNTIME, _reachable, split_module
+    except ImportError:
+        return None
+    _, entity_list, _ = split_module(text)
+    entities = {e.name: e for e in entity_list}
+    extra = {name: _PORTABLE_RUNTIME_DEPS.get(name, set()) for name in PORTABLE_RUNTIME}
+    return all(_reachable(entities, e.name) == reachable(module, e.name, extra=extra)
+               for e in entity_list if e.kind == "define")
+
+
 def check_ir(directory: Path) -> int:
     """Parse every ``.ll`` item of a snapshot: it must render back byte for byte; Numba's modules must
     agree with llvmlite (function names, declarations, parameter counts, globals); portable modules
@@ -332,7 +350,8 @@ def check_ir(directory: Path) -> int:
     from pyjlad.ir import parse
     from pyjlad.ir.analysis import llvmlite_signatures, numba_entry, pointer_flow
 
-    counts = {"modules": 0, "round-trip": 0, "llvmlite": 0, "pointer_flow": 0, "entry_parameters": 0}
+    counts = {"modules": 0, "round-trip": 0, "llvmlite": 0, "reachable": 0, "pointer_flow": 0,
+              "entry_parameters": 0}
     failures: list[str] = []
     for path in sorted(directory.glob("*.ll")):
         text = path.read_text()
@@ -350,6 +369,10 @@ def check_ir(directory: Path) -> int:
                 failures.append(f"{path.name}: differs from llvmlite's view")
             else:
                 counts["llvmlite"] += 1
+            agrees = _reachability_agrees(text, module)
+            if agrees is False:
+                failures.append(f"{path.name}: reachability differs from pyjlad.portable's")
+            counts["reachable"] += bool(agrees)
             continue
         if not path.name.endswith((".portable.ll", ".enzyme.ll")):
             continue
