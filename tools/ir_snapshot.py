@@ -15,7 +15,9 @@ For each exported function it records, one file per item named by a stable key:
                           respect to the first one
 ``KEY.*.error``           the exception, where a step refuses the function
 
-and ``index.json`` (file name to SHA-256). Keys: ``fuzz-NNNN`` for the fuzzer's programs
+and ``index.json`` (file name to SHA-256). Recording runs with ``PYTHONHASHSEED=0`` (the script
+restarts itself so): Numba names string constants by Python's ``hash()`` (``@.bytes.<hash>``), so
+without a fixed seed those names, and every module holding one, change from one process to the next. Keys: ``fuzz-NNNN`` for the fuzzer's programs
 (``tests/program_generator.py``), ``t-<module>.<qualname>(<argtypes>)-<hash>`` for the functions the
 test suite exports (``~2``, ``~3`` appended where one key exports different modules).
 
@@ -418,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         return check_ir(args.check_ir)
     if args.directory is None:
         parser.error("give a directory to write, or --compare DIR_A DIR_B")
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # Numba names string constants by Python's hash() (``@.bytes.-4446739099191175225``), which
+        # changes from one process to the next unless the hash seed is fixed.
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *(argv or sys.argv[1:])], env)
     sys.path.insert(0, str(ROOT))
     directory: Path = args.directory
     directory.mkdir(parents=True, exist_ok=True)
