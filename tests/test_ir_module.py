@@ -20,6 +20,7 @@ from pyjlad.ir.analysis import (
     pointer_flow,
     reachable,
     references,
+    users,
 )
 from pyjlad.ir.lexer import closing, split_top_level, words
 
@@ -158,6 +159,18 @@ def test_instructions_and_calls(hand) -> None:
     assert [c.callee for c in calls] == ["@llvm.sin.f64", "@printf", "@helper"]
     assert calls[1].arguments == ["ptr @.str", "double %c"]
     assert calls[2].values == ["%m", "@tab"]
+
+
+def test_operands_phis_and_users(hand) -> None:
+    foo = hand.function("foo bar")
+    by_result = {i.result: i for i in foo.instructions()}
+    assert by_result["%m"].phi_incoming() == [("%arr", "%entry"), ("%m", '%"loop body"')]
+    assert by_result["%q"].phi_incoming() == []
+    assert by_result["%q"].operands() == ["%p", "%arr"]
+    assert by_result["%m"].operands() == ["%arr", "%entry", "%m", '%"loop body"']
+    read = users(foo)
+    assert [foo.body[k].split(" = ")[0].strip() for k in read["%arr"]] == ["%p", "%q", "%m"]
+    assert [foo.body[k].strip().split()[0] for k in read["%c"]] == ["%r", "store"]
 
 
 def test_edits_render(hand) -> None:

@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .lexer import Token, closing, split_top_level, tokenize, words
-from .module import Function, Instruction, Item, Module, Parameter
+from .module import Function, Instruction, Item, Module, Parameter, parse_instruction
 
 __all__ = [
     "references", "reachable", "NumbaEntry", "numba_entry", "PointerFlow", "pointer_flow",
-    "mixed_pointer_arguments", "external_functions", "llvmlite_signatures",
+    "mixed_pointer_arguments", "external_functions", "users", "llvmlite_signatures",
 ]
 
 
@@ -78,6 +78,17 @@ def reachable(module: Module, root: str, extra: Mapping[str, Iterable[str]] | No
             refs = set()
         stack.extend(sorted(refs - seen))
     return order
+
+
+def users(function: Function) -> dict[str, list[int]]:
+    """For each local value of ``function``, the indices (into ``function.body``) of the lines that read it."""
+    out: dict[str, list[int]] = {}
+    for index, line in enumerate(function.body or ()):
+        instruction = parse_instruction(line)
+        if instruction is not None:
+            for value in dict.fromkeys(instruction.operands()):
+                out.setdefault(value, []).append(index)
+    return out
 
 
 def external_functions(module: Module) -> list[str]:

@@ -136,6 +136,28 @@ class Instruction:
     opcode: str
     tokens: tuple[Token, ...]
 
+    def operands(self) -> list[str]:
+        """The local values (``%x``) the instruction reads, in order, its result excluded."""
+        found = [t.text for t in self.tokens if t.kind == "local"]
+        if self.result is not None and found and found[0] == self.result:
+            found = found[1:]
+        return found
+
+    def phi_incoming(self) -> list[tuple[str, str]]:
+        """``(value, block)`` pairs of a ``phi`` (``[ %a, %bb ]``); ``[]`` for other opcodes."""
+        if self.opcode != "phi":
+            return []
+        pairs, index, tokens = [], 0, self.tokens
+        while index < len(tokens):
+            if tokens[index].text == "[":
+                end = closing(tokens, index)
+                parts = ["".join(t.text for t in part).strip() for part in split_top_level(tokens[index + 1:end])]
+                if len(parts) == 2:
+                    pairs.append((parts[0], parts[1]))
+                index = end
+            index += 1
+        return pairs
+
     def call(self) -> Call | None:
         """The call site, for a ``call``/``invoke``/``callbr``; ``None`` for other opcodes."""
         if self.opcode not in ("call", "invoke", "callbr"):
