@@ -192,6 +192,15 @@ def test_references_ignore_string_data(hand) -> None:
     assert references(hand.function("foo bar")) == {"@llvm.sin.f64", "@printf", "@.str", "@helper", "@tab"}
 
 
+def test_references_after_a_quoted_name_ending_in_c() -> None:
+    # pyjlad.portable strips c"..." with the regex c"[^"]*", which also matches the end of a quoted
+    # name ending in "c" and hides the symbols up to the next quote (Numba's cpython wrappers pass
+    # @".const.f.<locals>.func"): the lexer reads the name as one token.
+    module = parse('define void @w() {\n  call void @g(ptr @".const.<locals>.func", ptr @env, ptr @"q")\n'
+                   '  ret void\n}\n')
+    assert references(module.function("w")) == {"@g", '@".const.<locals>.func"', "@env", '@"q"'}
+
+
 def test_reachable_order(hand) -> None:
     # a stack of sorted references: @"foo bar" pushes @.str @helper @llvm.sin.f64 @printf @tab (sorted),
     # so @tab is visited next, then its references @"h h" and @g, then @printf, ...
