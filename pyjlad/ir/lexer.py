@@ -1,0 +1,150 @@
+"""The one tokenizer of LLVM IR text in pyjlad.
+
+Lossless: the tokens of a text, concatenated, are the text (whitespace and
+comments are tokens too), so every rewrite built on them can reproduce the
+parts it does not touch byte for byte. Never fails: a character no rule knows
+becomes a one-character ``punct`` token.
+
+Token kinds
+-----------
+``ws``        whitespace (spaces, tabs, newlines)
+``comment``   ``; ...`` up to the end of the line
+``cstring``   ``c"..."`` (a constant byte string; ``@``, ``%`` and ``\\22`` inside are data)
+``string``    ``"..."`` (quoted attribute keys/values, section names, quoted labels)
+``global``    ``@name``, ``@"quoted name"``, ``@0``
+``local``     ``%name``, ``%"quoted name"``, ``%0``
+``attrgroup`` ``#0``
+``metadata``  ``!name``, ``!0``, ``!"string"`` (a lone ``!`` of ``!{`` is ``punct``)
+``comdat``    ``$name``
+``word``      keywords, types, numbers, labels: ``define``, ``i64``, ``x``, ``1.0e+00``, ``0x7FF0...``, ``...``
+``punct``     every other single character: brackets, ``,``, ``=``, ``*``, ``:``, ``!``
+
+LLVM's lexer has no backslash escape inside quotes: ``"`` always ends a
+string, and a quote inside a name or constant is written ``\\22``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
+
+__all__ = [
+    "Token", "tokenize", "OPEN", "CLOSE", "closing", "split_top_level", "words", "decode_name", "symbol_for",
+]
+
+_NAME = r'(?:"[^"]*"|[-a-zA-Z$._][-a-zA-Z$._0-9]*|\d+)'
+_RULES = (
+    ("ws", r"\s+"),
+    ("comment", r";[^\n]*"),
+    ("cstring", r'c"[^"]*"'),
+    ("global", "@" + _NAME),
+    ("local", "%" + _NAME),
+    ("attrgroup", r"#\d+"),
+    ("metadata", r'!(?:"[^"]*"|[-a-zA-Z$._][-a-zA-Z$._0-9\\]*|\d+)'),
+    ("comdat", r"\$" + _NAME),
+    ("string", r'"[^"]*"'),
+    ("word", r"[-a-zA-Z$._0-9]+(?:\+[0-9]+)?"),
+    ("punct", r"[\s\S]"),
+)
+_MASTER = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in _RULES))
+
+#: Opening and closing brackets (``<``/``>``: vector and packed-struct types).
+OPEN = frozenset("([{<")
+CLOSE = frozenset(")]}>")
+
+
+class Token(NamedTuple):
+    """One token: its kind (see the module docstring) and its exact text."""
+
+    kind: str
+    text: str
+
+
+def tokenize(text: str) -> list[Token]:
+    """The tokens of ``text``; ``"".join(t.text for t in tokenize(text)) == text``."""
+    return [Token(m.lastgroup, m.group()) for m in _MASTER.finditer(text)]  # type: ignore[arg-type]
+
+
+def _depth_change(token: Token) -> int:
+    if token.kind != "punct":
+        return 0
+    if token.text in OPEN:
+        return 1
+    if token.text in CLOSE:
+        return -1
+    return 0
+
+
+def closing(tokens: Sequence[Token], start: int) -> int:
+    """Index of the bracket closing the one at ``tokens[start]``.
+
+    Raises
+    ------
+    ValueError
+        If ``tokens[start]`` is not an opening bracket or is never closed.
+    """
+    if _depth_change(tokens[start]) != 1:
+        raise ValueError(f"token {start} ({tokens[start].text!r}) is not an opening bracket")
+    depth = 0
+    for index in range(start, len(tokens)):
+        depth += _depth_change(tokens[index])
+        if depth == 0:
+            return index
+    raise ValueError(f"bracket {tokens[start].text!r} at token {start} is never closed")
+
+
+def _split(tokens: Sequence[Token], at: Callable[[Token], bool]) -> Iterator[list[Token]]:
+    depth, current = 0, []
+    for token in tokens:
+        if depth == 0 and at(token):
+            yield current
+            current = []
+            continue
+        depth += _depth_change(token)
+        current.append(token)
+    yield current
+
+
+def split_top_level(tokens: Sequence[Token]) -> list[list[Token]]:
+    """``tokens`` split at the commas outside brackets (operand and parameter lists), commas dropped.
+
+    An empty sequence gives one empty part, as ``"".split(",")`` does.
+    """
+    return list(_split(tokens, lambda t: t.kind == "punct" and t.text == ","))
+
+
+def words(tokens: Sequence[Token]) -> list[str]:
+    """The texts of ``tokens`` split at whitespace outside brackets: ``ptr noalias align 8 %x`` gives
+    ``["ptr", "noalias", "align", "8", "%x"]``, ``{ i64, ptr } %s`` gives ``["{ i64, ptr }", "%s"]``."""
+    groups = _split(tokens, lambda t: t.kind == "ws")
+    return ["".join(t.text for t in group) for group in groups if group]
+
+
+def decode_name(symbol: str) -> str:
+    """The name a ``@``/``%``/``$`` symbol stands for: sigil and quotes removed, ``\\XX`` escapes decoded.
+
+    >>> decode_name('@"a\\\\22b c"')
+    'a"b c'
+    >>> decode_name("@llvm.sin.f64")
+    'llvm.sin.f64'
+    """
+    body = symbol[1:]
+    if not body.startswith('"'):
+        return body
+    raw = body[1:-1]
+    return re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), raw.replace("\\\\", "\\5C"))
+
+
+def symbol_for(name: str, sigil: str = "@") -> str:
+    """The symbol LLVM writes for ``name``: bare if it is a plain identifier, else quoted and escaped.
+
+    >>> symbol_for("f.1")
+    '@f.1'
+    >>> symbol_for("a b")
+    '@"a b"'
+    """
+    if re.fullmatch(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*", name):
+        return sigil + name
+    escaped = "".join(c if c.isprintable() and c not in '"\\' else f"\\{ord(c):02X}" for c in name)
+    return f'{sigil}"{escaped}"'
