@@ -30,11 +30,14 @@ from pyjlad.engines.julia import (
     _LIBM,
     JULIA_PROJECT,
     MIN_JULIA,
+    MIN_OPENSSL,
     _julia_version,
     abi_json,
     array_spec,
     julia_module_text,
     julia_scalar,
+    julia_status,
+    openssl_conflict,
     parse_julia_version,
     shadow_like,
     shadow_twin,
@@ -350,3 +353,28 @@ def test_julia_version_probe(tmp_path: Path) -> None:
     fake.write_text(f"#!{sys.executable}\nprint('julia version 1.11.7')\n")
     fake.chmod(0o755)
     assert _julia_version(str(fake)) == (1, 11)
+
+
+@pytest.mark.parametrize(("version", "conflicts", "shown"), [((3, 0, 0, 19, 0), True, "3.0.19"),
+                                                             ((1, 1, 1, 23, 15), True, "1.1.1"),
+                                                             ((3, 4, 0, 1, 0), True, "3.4.1"),
+                                                             ((3, 5, 0, 0, 0), False, ""),
+                                                             ((4, 0, 0, 1, 0), False, "")])
+def test_python_openssl_older_than_3_5_is_reported_before_juliacall(version, conflicts, shown) -> None:
+    # juliapkg (JuliaPy/pyjuliapkg, deps.openssl_compat) restricts Julia to 1.11 or older when Python's OpenSSL
+    # is older than 3.5, which contradicts the engine's Julia 1.12+: say so, with the fix, instead of
+    # letting juliacall fail to resolve.
+    why = openssl_conflict(version)
+    assert (why is not None) == conflicts
+    if conflicts:
+        assert "OpenSSL 3.5" in why and "fix:" in why and f"OpenSSL {shown};" in why
+
+
+def test_julia_status_names_this_pythons_openssl_when_it_is_too_old() -> None:
+    import ssl
+
+    ok, detail = julia_status()
+    if ssl.OPENSSL_VERSION_INFO[:2] < MIN_OPENSSL:  # the build machines: OpenSSL 3.0
+        assert not ok and detail == openssl_conflict(ssl.OPENSSL_VERSION_INFO)
+    else:
+        assert "OpenSSL" not in detail

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import threading
 from collections.abc import Callable
@@ -42,7 +43,8 @@ from ..toolchain import locate
 from .embedded import Sweep, linked_modules, reraise_from_function, resolve_activities
 
 __all__ = ["JuliaEngine", "llvmcall_module", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
-           "MIN_JULIA", "abi_json", "julia_scalar", "shadow_like", "shadow_twin", "unresolvable_symbols"]
+           "MIN_JULIA", "MIN_OPENSSL", "openssl_conflict", "abi_json", "julia_scalar", "shadow_like", "shadow_twin",
+           "unresolvable_symbols"]
 
 NAME = "julia"
 #: The bundled Julia package (package data; ``juliapkg.json`` points at it).
@@ -209,6 +211,40 @@ def _julia_version(exe: str) -> tuple[int, int] | None:
     return _probed[exe]
 
 
+MIN_OPENSSL = (3, 5)
+
+
+def openssl_conflict(version: tuple[int, ...]) -> str | None:
+    """Why juliacall cannot pair this Python with Julia 1.12+, or ``None``.
+
+    juliacall's installer (juliapkg) keeps Julia's OpenSSL no newer than
+    Python's, so that one process loads one ``libssl``; Julia 1.12 brings
+    OpenSSL 3.5, so with an older Python OpenSSL juliapkg restricts Julia to
+    1.11 or older, which the engine cannot use, and resolution fails.
+
+    Parameters
+    ----------
+    version
+        The OpenSSL version Python is linked against, as ``ssl.OPENSSL_VERSION_INFO``
+        gives it (OpenSSL 3.0.19 is ``(3, 0, 0, 19, 0)``).
+
+    Examples
+    --------
+    >>> openssl_conflict((3, 5, 0, 0, 0)) is None
+    True
+    >>> "OpenSSL 3.0.19" in openssl_conflict((3, 0, 0, 19, 0))
+    True
+    """
+    if tuple(version[:2]) >= MIN_OPENSSL:
+        return None
+    patch = version[3] if version[0] >= 3 else version[2]  # OpenSSL 3 numbers its patch where 1.x had letters
+    found = f"{version[0]}.{version[1]}.{patch}"
+    need = ".".join(map(str, MIN_OPENSSL))
+    return (f"this Python is linked against OpenSSL {found}; juliacall pairs Julia 1.12+ (which the engine needs) "
+            f"only with a Python linked against OpenSSL {need}+ (fix: use a Python built with OpenSSL {need} or "
+            "newer, e.g. from conda-forge or python-build-standalone)")
+
+
 _lock = threading.RLock()   # every juliacall call: Julia must not be entered from two Python threads at once
 _module: dict[str, Any] = {}
 
@@ -222,6 +258,9 @@ def julia_status() -> tuple[bool, str]:
     ``import PyJlad`` is remembered and reported here (``pyjlad doctor``).
     """
     need = ".".join(map(str, MIN_JULIA))
+    conflict = openssl_conflict(ssl.OPENSSL_VERSION_INFO)
+    if conflict is not None:
+        return False, conflict
     if importlib.util.find_spec("juliacall") is None:
         return False, "juliacall is not installed (fix: pip install juliacall; it brings Julia and Enzyme.jl)"
     if "error" in _module:
