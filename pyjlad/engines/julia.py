@@ -42,7 +42,7 @@ from ..rules import is_rule_symbol
 from ..toolchain import locate
 from .embedded import Sweep, linked_modules, reraise_from_function, resolve_activities
 
-__all__ = ["JuliaEngine", "llvmcall_module", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
+__all__ = ["JuliaEngine", "llvmcall_module", "internalize", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
            "MIN_JULIA", "MIN_OPENSSL", "openssl_conflict", "abi_json", "julia_scalar", "shadow_like", "shadow_twin",
            "unresolvable_symbols"]
 
@@ -85,6 +85,39 @@ def llvmcall_module(portable_text: str) -> str:
     if count and not re.search(r"^declare void @abort\(", text, re.MULTILINE):
         text += "declare void @abort()\n"
     return text
+
+
+_LINKAGE = frozenset({"private", "internal", "available_externally", "linkonce", "weak", "common", "appending",
+                      "extern_weak", "linkonce_odr", "weak_odr", "external"})
+_DEFINITION = re.compile(r'^(define|@(?:"[^"]*"|[-\w.$]+) =)( [^\n]*)$', re.MULTILINE)
+_DEFINED_NAME = re.compile(r'@("[^"]*"|[-\w.$]+)')
+
+
+def internalize(module_text: str, entry: str) -> str:
+    """``module_text`` with every external definition but ``entry``'s made ``internal``.
+
+    Julia parses a module per ``llvmcall`` site, renames only the entry and
+    links the module into the calling function's (julia src/ccall.cpp,
+    ``emit_llvmcall``: ``f->setName(ir_name)``, ``ctx.llvmcall_modules``); two
+    sites of one function, or two functions sharing a callee (pyjlad's LAPACK
+    loops), would define the same external symbol twice ("symbol multiply
+    defined"). Internal definitions are private to each copy.
+    """
+
+    def local(match: re.Match) -> str:
+        head, rest = match.group(1), match.group(2)
+        if head == "define":
+            name = _DEFINED_NAME.search(rest)
+            prefix, name = rest[:name.start()], name.group(1)
+        else:
+            keyword = re.search(r" (?:global|constant) ", rest + " ")
+            prefix, name = rest[:keyword.start()] if keyword else rest, _DEFINED_NAME.match(head).group(1)
+        if name.strip('"') == entry or _LINKAGE.intersection(prefix.split()):
+            return match.group(0)
+        visible = re.sub(r" (?:hidden|protected)\b", "", prefix)   # local linkage needs default visibility
+        return f"{head} internal{visible}{rest[len(prefix):]}"
+
+    return _DEFINITION.sub(local, module_text)
 
 
 def unresolvable_symbols(module_text: str) -> list[str]:
@@ -317,7 +350,7 @@ def julia_module_text(exported: Any) -> str:
     extra = linked_modules(exported)
     if extra:
         text = locate().link([text, *extra], what=exported.name, text=True).decode()
-    text = llvmcall_module(text)
+    text = internalize(llvmcall_module(text), exported.abi.entry)
     missing = unresolvable_symbols(text)
     if missing:
         raise UnsupportedFunctionError(
