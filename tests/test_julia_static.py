@@ -13,6 +13,7 @@ out like their primals.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -82,6 +83,48 @@ def test_julia_file_parses(path: Path) -> None:
 @pytest.mark.parametrize("broken", ["function f(x)\n    x +\n", "f(x = [1, 2\n", "struct S{T\n end\n"])
 def test_the_parser_check_catches_broken_julia(broken: str) -> None:
     assert _syntax_errors(broken.encode())
+
+
+# ------------------------------------------------------------- Julia lint
+#: fatou (PyPI), a Julia linter that needs no Julia; the package's config enables its opt-in rules.
+FATOU_CONFIG = JULIA_PROJECT / "fatou.toml"
+
+
+def _fatou() -> str:
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    exe = shutil.which("fatou", path=path)
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("fatou is not installed: scripts/setup.sh --tests installs pyjlad[test]")
+        pytest.skip("pip install pyjlad[test] (fatou, the Julia linter)")
+    return exe
+
+
+def _fatou_findings(*paths: Path) -> list[str]:
+    result = subprocess.run([_fatou(), "lint", "--config", str(FATOU_CONFIG), "--output", "json", "--color",
+                             "never", *map(str, paths)], capture_output=True, text=True, timeout=120)
+    findings = json.loads(result.stdout or "[]")
+    assert (result.returncode != 0) == bool(findings), result.stderr
+    return [f"{f['path']}: {f['rule']}: {f['message']['body']}" for f in findings]
+
+
+def test_julia_files_pass_fatou() -> None:
+    """Every finding fails, unless a `# fatou-ignore <rule>: <reason>` comment accepts it in the source."""
+    assert _fatou_findings(JULIA_PROJECT) == []
+
+
+def test_fatou_runs_the_opt_in_rules(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jl"
+    bad.write_text("function f(x, unused)\n    y = 1\n    a, reverse = x\n    return reverse(a)\nend\n")
+    rules = {line.split(": ")[1] for line in _fatou_findings(bad)}
+    assert {"unused-argument", "unused-binding", "shadowed-base-name"} <= rules
+
+
+def test_accepted_lint_findings_give_their_reason() -> None:
+    for path in JL_FILES:
+        for line in path.read_text().splitlines():
+            if "fatou-ignore" in line:
+                assert re.fullmatch(r"\s*# fatou-ignore [a-z-]+: \S.*", line), f"{path.name}: {line}"
 
 
 # --------------------------------------------------------- llvmcall text

@@ -175,6 +175,7 @@ _param_types(::Type{A}) where {A<:Tuple} = reduce(vcat, (_param_types(S) for S i
 # type parameters, so the module text is a literal in the generated body: Enzyme.jl builds
 # its own llvmcall helpers the same way (Enzyme.jl src/typeutils/recursive_add.jl,
 # atomicrmw_add!; src/compiler.jl returns `Base.llvmcall(($ir, $fn), ...)` from a generator).
+# fatou-ignore unused-argument: `ret` and `exc` are used by the generated expression
 @generated function _entry(::NumbaFunction{IR,E,A,R}, ret::Ptr{Cvoid}, exc::Ptr{Cvoid},
                            params::Vararg{Any,M}) where {IR,E,A,R,M}
     types = _param_types(A)
@@ -292,9 +293,9 @@ function _reverse(f::NumbaFunction{IR,E,A,R}, seed::Float64, activities, annotat
     end
     # Split mode: one forward pass gives the primal and the tape, the reverse pass takes the
     # seed as the result's adjoint (Enzyme.jl src/Enzyme.jl, autodiff_thunk docstring).
-    forward, reverse = autodiff_thunk(ReverseSplitWithPrimal, Const{typeof(f)}, Active, map(Core.Typeof, annotated)...)
+    forward, pullback = autodiff_thunk(ReverseSplitWithPrimal, Const{typeof(f)}, Active, map(Core.Typeof, annotated)...)
     tape, value, _ = forward(Const(f), annotated...)
-    derivs = reverse(Const(f), annotated..., R(seed), tape)[1]
+    derivs = pullback(Const(f), annotated..., R(seed), tape)[1]
     return (Float64(value), seed, _adjoints(activities, derivs))
 end
 
@@ -375,7 +376,8 @@ end
 # The CUDA extension differentiates this: the entry wrapped in IR that keeps the result and
 # the exception slot on the stack and returns NaN when the Numba code raised. No Ref, no
 # string, no dynamic dispatch: all a kernel can hold.
-@generated function device_value(f::NumbaFunction{IR,E,A,R}, args::Vararg{Any,N}) where {IR,E,A,R,N}
+# fatou-ignore unused-argument: `args` is used by the generated expression
+@generated function device_value(::NumbaFunction{IR,E,A,R}, args::Vararg{Any,N}) where {IR,E,A,R,N}
     all(S -> S <: ScalarSpec, fieldtypes(A)) && R <: Union{Float32,Float64} && N == fieldcount(A) ||
         return :(throw(ArgumentError("device_value needs a function of scalars with a float result")))
     types = _param_types(A)
