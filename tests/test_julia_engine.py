@@ -7,7 +7,10 @@ it are parametrized over engines and skip with the reason where it is missing.
 from __future__ import annotations
 
 import ctypes
+import importlib.abc
+import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -133,3 +136,64 @@ def test_engines_match_the_hand_derived_gradients(case: Case, engine: str) -> No
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-13)
+
+
+# ----------------------------------------------------- starting Julia through juliacall
+
+
+class _JuliacallThatCannotStart(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Stands in for the juliacall package (not installable here) at import time only: records the
+    environment juliacall would read its settings from, then fails the way PythonCall.jl does when Julia
+    cannot start."""
+
+    def __init__(self) -> None:
+        self.seen: list[str | None] = []
+
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == "juliacall" else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        self.seen.append(os.environ.get("PYTHON_JULIACALL_HANDLE_SIGNALS"))
+        raise RuntimeError("PythonCall.jl did not start properly")
+
+
+@pytest.fixture
+def fake_juliacall(monkeypatch):
+    import pyjlad.engines.julia as julia
+
+    finder = _JuliacallThatCannotStart()
+    monkeypatch.setattr(julia, "julia_status", lambda: (True, "test"))
+    monkeypatch.setattr(julia, "_module", {})
+    monkeypatch.delitem(sys.modules, "juliacall", raising=False)
+    monkeypatch.delenv("PYTHON_JULIACALL_HANDLE_SIGNALS", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    yield julia, finder
+    sys.modules.pop("juliacall", None)
+
+
+def test_juliacall_starts_julia_with_signal_handling_and_a_failure_is_not_retried(fake_juliacall) -> None:
+    julia, finder = fake_juliacall
+    with pytest.raises(pyjlad.EngineUnavailableError, match="import juliacall` before `import pyjlad`"):
+        julia._pyjlad_julia()
+    assert finder.seen == ["yes"]           # set before juliacall read it
+    with pytest.raises(pyjlad.EngineUnavailableError, match="did not start properly"):
+        julia._pyjlad_julia()
+    assert finder.seen == ["yes"]           # cached: no second start
+
+
+def test_a_users_juliacall_setting_is_kept(fake_juliacall, monkeypatch) -> None:
+    julia, finder = fake_juliacall
+    monkeypatch.setenv("PYTHON_JULIACALL_HANDLE_SIGNALS", "no")
+    with pytest.raises(pyjlad.EngineUnavailableError):
+        julia._pyjlad_julia()
+    assert finder.seen == ["no"]
+    assert julia.juliacall_environment({}, {"juliacall-handle-signals": "no"}) == {}
+
+
+def test_the_julia_extra_needs_juliacall_0_9_22() -> None:
+    """juliacall supports calls from any Python thread from 0.9.22 (PythonCall.jl docs/src/juliacall.md)."""
+    pyproject = (JULIA_PROJECT.parents[1] / "pyproject.toml").read_text()
+    assert 'julia = ["juliacall>=0.9.22"]' in pyproject

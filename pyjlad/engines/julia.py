@@ -26,8 +26,9 @@ import re
 import shutil
 import ssl
 import subprocess
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from .embedded import Sweep, linked_modules, reraise_from_function, resolve_acti
 
 __all__ = ["JuliaEngine", "llvmcall_module", "internalize", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
            "MIN_JULIA", "MIN_OPENSSL", "openssl_conflict", "abi_json", "julia_scalar", "shadow_like", "shadow_twin",
-           "unresolvable_symbols"]
+           "unresolvable_symbols", "juliacall_environment", "JULIACALL_SETTINGS"]
 
 NAME = "julia"
 #: The bundled Julia package (package data; ``juliapkg.json`` points at it).
@@ -312,20 +313,63 @@ def julia_status() -> tuple[bool, str]:
     return True, f"juliacall with {exe or 'a Julia juliacall installs'}; Julia project {JULIA_PROJECT}"
 
 
+#: juliacall's settings pyjlad needs, each applied before juliacall starts Julia unless the user chose it
+#: (environment variable or ``-X juliacall-...`` option; PythonCall.jl pysrc/juliacall/__init__.py, option()).
+#: HANDLE_SIGNALS: juliacall starts Julia with ``--handle-signals=no`` unless told otherwise, but Julia stops
+#: threads for its GC by making them fault on a protected page, which only its own handler survives; pyjlad
+#: enters Julia from whichever Python thread calls it (Julia adopts each as a thread of its own), the case
+#: PythonCall's docs (docs/src/juliacall.md, "Caveat: Signal handling") say needs ``yes``. The price, per the
+#: same docs: Ctrl-C during a Julia call does not raise KeyboardInterrupt.
+JULIACALL_SETTINGS = {"handle_signals": "yes"}
+
+
+def juliacall_environment(environ: Mapping[str, str], xoptions: Mapping[str, Any]) -> dict[str, str]:
+    """The ``PYTHON_JULIACALL_*`` variables to set before importing juliacall: those the user left unset.
+
+    Examples
+    --------
+    >>> juliacall_environment({}, {})
+    {'PYTHON_JULIACALL_HANDLE_SIGNALS': 'yes'}
+    >>> juliacall_environment({"PYTHON_JULIACALL_HANDLE_SIGNALS": "no"}, {})
+    {}
+    >>> juliacall_environment({}, {"juliacall-handle-signals": "no"})
+    {}
+    """
+    out = {}
+    for name, value in JULIACALL_SETTINGS.items():
+        key = "PYTHON_JULIACALL_" + name.upper()
+        if key not in environ and "juliacall-" + name.replace("_", "-") not in xoptions:
+            out[key] = value
+    return out
+
+
+def _start_failure(exc: BaseException, juliacall_was_first: bool) -> str:
+    """Why ``import PyJlad`` failed, with the known fix when Julia could not start after numba."""
+    why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    if not juliacall_was_first and re.search(r"GLIBCXX|did not start properly|libstdc\+\+", str(exc)):
+        why += (" (numba, imported by pyjlad, loaded this system's libstdc++ before Julia's; fix: `import juliacall` "
+                "before `import pyjlad`, or use a Python whose libstdc++ is as new as Julia's, e.g. conda's; "
+                "PythonCall.jl docs/src/faq.md)")
+    return why
+
+
 def _pyjlad_julia() -> Any:
     """The ``PyJlad`` Julia module, loaded through juliacall once; a failure is cached, not retried."""
     with _lock:
         ok, detail = julia_status()
-        if not ok:
-            raise EngineUnavailableError(f"the Julia engine cannot run here: {detail}")
+        if not ok or "error" in _module:
+            raise EngineUnavailableError(f"the Julia engine cannot run here: {_module.get('error', detail)}")
         if "PyJlad" not in _module:
+            juliacall_was_first = "juliacall" in sys.modules   # then Julia already runs with the user's settings
+            if not juliacall_was_first:
+                os.environ.update(juliacall_environment(os.environ, sys._xoptions))
             try:
                 from juliacall import Main as jl  # noqa: PLC0415 - deliberately lazy
 
                 jl.seval("import PyJlad")
                 _module["PyJlad"] = jl.PyJlad
             except Exception as exc:  # noqa: BLE001 - juliacall raises its own JuliaError
-                _module["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                _module["error"] = _start_failure(exc, juliacall_was_first)
                 raise EngineUnavailableError(f"the Julia engine cannot run here: {_module['error']}") from exc
         return _module["PyJlad"]
 
