@@ -127,6 +127,117 @@ def test_accepted_lint_findings_give_their_reason() -> None:
                 assert re.fullmatch(r"\s*# fatou-ignore [a-z-]+: \S.*", line), f"{path.name}: {line}"
 
 
+# ------------------------------------------------- Julia performance hazards
+# fatou has no rule for the hazards issue 19 names, so this walks tree-sitter's syntax tree for them:
+# a non-const global read inside a function (type-unstable on every call), `@eval`/`eval` inside a
+# function (world age: the new code is invisible to the caller), and containers of `Any`
+# (`Any[]`, `Vector{Any}`, `Dict{Any,...}`...; `Vararg{Any,N}` specializes and is fine).
+
+#: (file, function, finding) -> why it is accepted.
+ACCEPTED_HAZARDS = {
+    ("src/PyJlad.jl", "load_ir", "container of Any: Any[]"):
+        "builds the argument specs once per load, before any call or differentiation; the specs become "
+        "the type parameter Tuple{specs...}",
+}
+_CONTAINERS = {"Vector", "Array", "Dict", "Set", "Ref", "AbstractVector", "AbstractArray"}
+
+
+def _tree(source: bytes):
+    ts = pytest.importorskip("tree_sitter", reason="pip install pyjlad[test] (tree-sitter)")
+    tsj = pytest.importorskip("tree_sitter_julia", reason="pip install pyjlad[test] (tree-sitter-julia)")
+    return ts.Parser(ts.Language(tsj.language())).parse(source).root_node
+
+
+def _walk(node):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _names(node) -> set[str]:
+    return {n.text.decode() for n in _walk(node) if n.type == "identifier"}
+
+
+def _bound_names(node) -> set[str]:
+    """Names an assignment target or a for binding introduces (``x``, ``a, b``, ``y::Int``)."""
+    if node.type == "identifier":
+        return {node.text.decode()}
+    if node.type in ("open_tuple", "tuple_expression", "typed_expression"):
+        return set().union(*(_bound_names(c) for c in node.children[:1 if node.type == "typed_expression" else None]))
+    return set()
+
+
+def _global_bindings(root) -> set[str]:
+    """Non-const names assigned at the top level of the file or of a module in it."""
+    found: set[str] = set()
+    for scope in [root, *(n for n in _walk(root) if n.type == "module_definition")]:
+        for child in scope.children:
+            if child.type == "assignment":
+                found |= _bound_names(child.children[0])
+    return found
+
+
+def _functions(root):
+    """``(name, signature node, body nodes)`` of every long- and short-form function definition."""
+    for node in _walk(root):
+        if node.type == "function_definition":
+            signature = next(c for c in node.children if c.type == "signature")
+            yield _call_name(signature), signature, [c for c in node.children if c is not signature]
+        elif node.type == "assignment" and node.children[0].type in ("call_expression", "where_expression"):
+            yield _call_name(node.children[0]), node.children[0], node.children[2:]
+
+
+def _call_name(signature) -> str:
+    call = next((n for n in _walk(signature) if n.type == "call_expression"), signature)   # `function f end`
+    return call.children[0].text.decode() if call.children else call.text.decode()
+
+
+def _julia_hazards(source: bytes) -> set[tuple[str, str]]:
+    """``(function, finding)`` for each hazard in ``source``."""
+    root = _tree(source)
+    globals_ = _global_bindings(root)
+    found: set[tuple[str, str]] = set()
+    for name, signature, body in _functions(root):
+        nodes = [n for part in body for n in _walk(part)]
+        local = _names(signature) | set().union(
+            *(_bound_names(n.children[0]) for n in nodes if n.type in ("assignment", "for_binding")))
+        for n in nodes:
+            if n.type == "identifier" and n.text.decode() in globals_ - local:
+                found.add((name, f"non-const global: {n.text.decode()}"))
+            if n.type == "macro_identifier" and n.text.decode() == "@eval" or (
+                    n.type == "call_expression" and n.children[0].text.decode() in ("eval", "Core.eval")):
+                found.add((name, "eval in a function"))
+        for n in [*_walk(signature), *nodes]:
+            if n.type == "index_expression" and n.children[0].text.decode() == "Any":
+                found.add((name, "container of Any: Any[]"))
+            if (n.type == "parametrized_type_expression" and n.children[0].text.decode() in _CONTAINERS
+                    and "Any" in [c.text.decode() for c in n.children[1].children]):
+                found.add((name, f"container of Any: {n.text.decode()}"))
+    return found
+
+
+def test_julia_files_have_no_unaccepted_hazards() -> None:
+    found = {(path.relative_to(JULIA_PROJECT).as_posix(), *hazard)
+             for path in JL_FILES for hazard in _julia_hazards(path.read_bytes())}
+    assert found == set(ACCEPTED_HAZARDS)
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    (b"k = 0.3\nf(x) = x * k\n", {("f", "non-const global: k")}),
+    (b"module M\nw = [1.0]\nfunction g(x)\n    return x + w[1]\nend\nend\n", {("g", "non-const global: w")}),
+    (b"const k = 0.3\nf(x) = x * k\n", set()),
+    (b"data = [1.0]\nfunction loss(k, data)\n    s = 0.0\n    for (i, d) in enumerate(data)\n"
+     b"        s += d * k\n    end\n    return s\nend\n", set()),
+    (b"function load(ir)\n    @eval h() = $ir\nend\n", {("load", "eval in a function")}),
+    (b"function load(ir)\n    Core.eval(Main, ir)\nend\n", {("load", "eval in a function")}),
+    (b"function flat(xs)\n    out = Any[]\n    return out\nend\n", {("flat", "container of Any: Any[]")}),
+    (b"flat(xs::Vector{Any}) = xs\n", {("flat", "container of Any: Vector{Any}")}),
+    (b"function f(args::Vararg{Any,N}) where {N}\n    return args\nend\n", set()),
+])
+def test_the_hazard_check_finds_each_hazard(source: bytes, expected: set) -> None:
+    assert _julia_hazards(source) == expected
+
+
 # --------------------------------------------------------- llvmcall text
 
 _ENTRY = re.compile(r"^define [^@\n]*?(\S+) @(\S+)\((.*)\)[^(\n]*\{$", re.MULTILINE)
