@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from .carried_selects import freeze_carried_selects
 from .errors import PortabilityError
+from .ir.lexer import tokenize
 
 __all__ = ["PortableModule", "make_portable", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
 
 # A global symbol: @name or @"quoted name".
 _SYMBOL = r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
-_SYMBOL_RE = re.compile(_SYMBOL)
 _DEFINE_NAME_RE = re.compile(r"^(?:define|declare)\b[^@]*?(" + _SYMBOL + r")\(")
 _GLOBAL_NAME_RE = re.compile(r"^(" + _SYMBOL + r")\s*=")
 _ATTR_GROUP_RE = re.compile(r"^attributes (#\d+) = \{(.*)\}\s*$")
@@ -512,12 +512,20 @@ def split_module(ir: str) -> tuple[list[str], list[_Entity], dict[str, str]]:
     return header, entities, groups
 
 
-_STRING_LITERAL_RE = re.compile(r'c"[^"]*"')
+def _global_symbols(text: str) -> set[str]:
+    """The ``@`` symbols ``text`` mentions, read by the IR lexer.
+
+    The lexer tells quoted names (``@"f.<locals>.func"``, ``%"arg.spéc"``), constant byte strings
+    (``c"..@x.."``: data, not references) and comments apart. Stripping ``c"..."`` with a regex does
+    not: ``c"[^"]*"`` also matches the end of a quoted name ending in ``c`` and swallows every symbol
+    up to the next quote, so a function's callees went missing from the portable module.
+    """
+    return {token.text for token in tokenize(text) if token.kind == "global"}
 
 
 def _references(text: str, own_name: str) -> set[str]:
-    """Global symbols ``text`` refers to (ignoring string constants such as ``c"..@x.."``)."""
-    return {s for s in _SYMBOL_RE.findall(_STRING_LITERAL_RE.sub('c""', text)) if s != own_name}
+    """Global symbols ``text`` refers to, other than ``own_name`` (never those inside ``c"..."`` data)."""
+    return _global_symbols(text) - {own_name}
 
 
 def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:
@@ -992,8 +1000,7 @@ def has_recursion(text: str) -> bool:
     """
     _, entities, _ = split_module(text)
     defined = {e.name: e for e in entities if e.kind == "define"}
-    calls = {name: {s for s in _SYMBOL_RE.findall(_STRING_LITERAL_RE.sub('c""', e.text.split("\n", 1)[-1]))
-                    if s in defined} for name, e in defined.items()}
+    calls = {name: _global_symbols(e.text.split("\n", 1)[-1]) & defined.keys() for name, e in defined.items()}
     state: dict[str, int] = {}  # 1: on the current path, 2: finished
 
     def cycle_from(name: str) -> bool:
