@@ -17,6 +17,7 @@ removes information an optimizer may use; nothing here changes semantics.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -528,6 +529,51 @@ def _references(text: str, own_name: str) -> set[str]:
     return _global_symbols(text) - {own_name}
 
 
+#: The names Numba gives the constant bytes of string literals (``BaseContext.insert_const_bytes``):
+#: ``.bytes.`` and Python's ``hash()`` of the bytes, randomized per process (``@.bytes.-4446739099191175225``;
+#: LLVM appends ``.1``, ``.2`` when linking two such constants of one name). The only names of a portable
+#: module that change from one process to the next (measured on the fuzzer's programs: bounds-check messages).
+_PROCESS_HASH_NAME_RE = re.compile(r"@\.bytes\.-?\d+(?:\.\d+)*")
+#: Their names in the portable module: the SHA-256 of the global's definition (a namespace Numba never uses).
+_CONTENT_NAME_PREFIX = "@.bytes.content."
+
+
+def _content_names(entities: list[_Entity]) -> dict[str, str]:
+    """New names, by content, for the globals Numba named by a per-process hash (old symbol to new).
+
+    Globals of the same definition are numbered in module order (``.1``, ``.2``), which, unlike their
+    names, is the same in every process.
+    """
+    renames: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for entity in entities:
+        if entity.kind == "global" and _PROCESS_HASH_NAME_RE.fullmatch(entity.name):
+            definition = entity.text.split("=", 1)[1]
+            base = _CONTENT_NAME_PREFIX + hashlib.sha256(definition.encode()).hexdigest()[:20]
+            n = counts[base] = counts.get(base, -1) + 1
+            renames[entity.name] = base + (f".{n}" if n else "")
+    return renames
+
+
+def _rename_symbols(text: str, renames: dict[str, str]) -> str:
+    """``text`` with the ``@`` symbols of ``renames`` renamed (never text inside ``c"..."`` data or comments)."""
+    return "".join(renames.get(t.text, t.text) if t.kind == "global" else t.text for t in tokenize(text))
+
+
+def _name_by_content(entities: list[_Entity]) -> list[_Entity]:
+    """``entities`` with the per-process names of :func:`_content_names` replaced in names and references.
+
+    The portable module's text is part of the gradient disk cache's key, so a name that differs from
+    one process to the next made the same function miss the cache in every new process. Renaming
+    happens before the reachable symbols are ordered (by name), so their order is stable too.
+    """
+    renames = _content_names(entities)
+    if not renames:
+        return entities
+    return [_Entity(e.kind, renames.get(e.name, e.name),
+                    _rename_symbols(e.text, renames) if "@.bytes." in e.text else e.text) for e in entities]
+
+
 def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:
     seen: set[str] = set()
     order: list[str] = []
@@ -888,6 +934,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
     links = sorted({(m.group(1), _BLAS_KINDS[m.group(2)][0]) for m in _LAPACK_CALL_RE.finditer(ir)})
     ir = _LAPACK_CALL_RE.sub(lambda m: f"@{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
     header, entity_list, groups = split_module(ir)
+    entity_list = _name_by_content(entity_list)
     for helper, kind in links:  # declare the kind-specific name with the helper's own signature
         declaration = next((e for e in entity_list if e.name == "@" + helper), None)
         if declaration is not None:
