@@ -574,6 +574,99 @@ def _name_by_content(entities: list[_Entity]) -> list[_Entity]:
                     _rename_symbols(e.text, renames) if "@.bytes." in e.text else e.text) for e in entities]
 
 
+#: Numba's unique id of a compiled function, an ABI tag of its mangled name: ``B3v29`` (the tag "v29",
+#: the 29th function this process compiled), followed by the next tag or the ``E`` closing the name.
+_UID_TAG_RE = re.compile(r"(?<=[A-Za-z0-9_])B(\d+)v(\d+)(?=B\d|E)")
+_CSTRING_GLOBAL_RE = re.compile(r'\[(\d+) x i8\] c"([^"]*)"')
+
+
+def _uid_tags(text: str) -> list[str]:
+    """The uids (digits) of the mangled names in ``text``, in order, each once."""
+    return list(dict.fromkeys(m.group(2) for m in _UID_TAG_RE.finditer(text)
+                              if int(m.group(1)) == len(m.group(2)) + 1))
+
+
+def _uid_numbers(entities: list[_Entity]) -> dict[str, int]:
+    """The uids of the names ``entities`` define, numbered 1, 2... in order of first appearance.
+
+    Uids of declared (external) symbols are left out: those names are resolved when the module is loaded.
+    """
+    external = {u for e in entities if e.kind == "declare" for u in _uid_tags(e.name)}
+    numbers: dict[str, int] = {}
+    for entity in entities:
+        for uid in _uid_tags(entity.text):
+            if uid not in external and uid not in numbers:
+                numbers[uid] = len(numbers) + 1
+    return numbers
+
+
+_BYTE_ESCAPE_RE = re.compile(r"\\[0-9A-Fa-f]{2}")
+
+
+def _fix_length(match: re.Match[str]) -> str:
+    """``[N x i8] c"..."`` with N the byte length of the string (an escape ``\\XX`` is one byte)."""
+    size = len(_BYTE_ESCAPE_RE.sub("x", match.group(2)))
+    return f'[{size} x i8] c"{match.group(2)}"'
+
+
+def _retag(entities: list[_Entity], entry: str, tags: dict[str, str]) -> tuple[list[_Entity], str]:
+    """``entities`` and ``entry`` with each uid tag ``v<uid>`` of ``tags`` replaced by its new tag."""
+
+    def retag(match: re.Match[str]) -> str:
+        new = tags.get(match.group(2)) if int(match.group(1)) == len(match.group(2)) + 1 else None
+        return match.group(0) if new is None else f"B{len(new)}{new}"
+
+    renamed = []
+    for entity in entities:
+        text = _UID_TAG_RE.sub(retag, entity.text)
+        if entity.kind == "global" and text != entity.text:
+            text = _CSTRING_GLOBAL_RE.sub(_fix_length, text)
+        renamed.append(_Entity(entity.kind, _UID_TAG_RE.sub(retag, entity.name), text))
+    return renamed, _UID_TAG_RE.sub(retag, entry)
+
+
+def _stable_uids(entities: list[_Entity], entry: str) -> tuple[list[_Entity], str]:
+    """``entities`` and ``entry`` with Numba's per-process function uids renumbered (``v<uid>`` to ``u<k>``).
+
+    A uid counts the functions the process compiled before, so the same function's callees (Numba's
+    library code, the user's other ``@njit`` functions) had other names after another history (a
+    gradient found in the disk cache compiles less), and so had the module and its cache key. The uids
+    of the names the module defines are numbered in order of first appearance; :func:`_salt_uids` then
+    makes the names unique to the module. Numba writes ``v<uid>``, so the new tags never meet a declared
+    symbol's. The text of a ``c"..."`` message naming a symbol (``missing Environment: ...``) follows
+    it, with its length.
+    """
+    numbers = _uid_numbers(entities)
+    if not numbers:
+        return entities, entry
+    return _retag(entities, entry, {uid: f"u{k}" for uid, k in numbers.items()})
+
+
+_NUMBERED_TAG_RE = re.compile(r"(?<=[A-Za-z0-9_])B(\d+)u(\d+)(?=B\d|E)")
+
+
+def _salt_uids(text: str, salt: str) -> str:
+    """``text`` (a module or a symbol) with the tags ``u<k>`` of :func:`_stable_uids` made ``u<k>h<salt>``.
+
+    With ``salt`` a digest of the module, two modules linked together (LAPACK, custom rules) never give
+    one name to two different functions, which Numba's ``linkonce_odr`` would merge.
+    """
+
+    def salted(match: re.Match[str]) -> str:
+        if int(match.group(1)) != len(match.group(2)) + 1:
+            return match.group(0)
+        tag = f"u{match.group(2)}h{salt}"
+        return f"B{len(tag)}{tag}"
+
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        new = _NUMBERED_TAG_RE.sub(salted, line)
+        if new != line and new.startswith("@"):
+            new = _CSTRING_GLOBAL_RE.sub(_fix_length, new)
+        lines[k] = new
+    return "\n".join(lines)
+
+
 def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:
     seen: set[str] = set()
     order: list[str] = []
@@ -935,13 +1028,14 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
     ir = _LAPACK_CALL_RE.sub(lambda m: f"@{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
     header, entity_list, groups = split_module(ir)
     entity_list = _name_by_content(entity_list)
+    entity_list, stable_entry = _stable_uids(entity_list, entry)
     for helper, kind in links:  # declare the kind-specific name with the helper's own signature
         declaration = next((e for e in entity_list if e.name == "@" + helper), None)
         if declaration is not None:
             entity_list.append(_Entity("declare", f"@{helper}.{kind}",
                                        declaration.text.replace(f"@{helper}(", f"@{helper}.{kind}(")))
     entities = {e.name: e for e in entity_list}
-    entry_symbol = "@" + entry if re.fullmatch(r"[-a-zA-Z$._0-9]+", entry) else '@"' + entry + '"'
+    entry_symbol = "@" + stable_entry if re.fullmatch(r"[-a-zA-Z$._0-9]+", stable_entry) else f'@"{stable_entry}"'
     if entry_symbol not in entities or entities[entry_symbol].kind != "define":
         raise PortabilityError(f"entry function {entry!r} is not defined in the module")
 
@@ -990,7 +1084,8 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
         attrs = _translate_attr_group(groups.get(group, ""))
         out_lines.append(f"attributes {group} = {{ {attrs} }}" if attrs else f"attributes {group} = {{ }}")
     text = "\n".join(out_lines) + "\n"
-    text = _rename(text, entry_symbol, "@" + name)
+    salt = hashlib.sha256(text.encode()).hexdigest()[:12]  # the module with numbered uids: stable
+    text = _rename(_salt_uids(text, salt), _salt_uids(entry_symbol, salt), "@" + name)
 
     # Declarations may now repeat (two intrinsics mapped onto one libm name), or
     # be missing (a scalarized vector intrinsic calls a libm function).

@@ -62,6 +62,64 @@ def test_hash_named_constants_are_named_by_content() -> None:
     assert result.returncode == 0, result.stderr
 
 
+_UID_IR = r"""@_ZN08NumbaEnv4main4calleB{L}v{U}B2xyEd = common global ptr null
+@".const.missing Environment: _ZN08NumbaEnv4main4calleB{L}v{U}B2xyEd" = internal constant [{N} x i8] c"missing Environment: _ZN08NumbaEnv4main4calleB{L}v{U}B2xyEd\00"
+
+define i32 @_ZN4main5entryB2v1B2xyEd(ptr noalias %retptr, ptr noalias %excinfo, double %x) {
+entry:
+  %r = call i32 @_ZN4main4calleB{L}v{U}B2xyEd(ptr %retptr, ptr %excinfo, double %x)
+  %s = call i32 @_ZN4main6externB3v42B2xyEd(ptr %retptr, ptr %excinfo, double %x)
+  ret i32 %r
+}
+
+define i32 @_ZN4main4calleB{L}v{U}B2xyEd(ptr noalias %retptr, ptr noalias %excinfo, double %x) {
+entry:
+  %e = load ptr, ptr @_ZN08NumbaEnv4main4calleB{L}v{U}B2xyEd, align 8
+  %m = load i8, ptr @".const.missing Environment: _ZN08NumbaEnv4main4calleB{L}v{U}B2xyEd", align 1
+  store double %x, ptr %retptr, align 8
+  ret i32 0
+}
+
+declare i32 @_ZN4main6externB3v42B2xyEd(ptr, ptr, double)
+"""
+
+
+def _uid_module(uid: str) -> str:
+    tag = f"v{uid}"
+    message = f"missing Environment: _ZN08NumbaEnv4main4calleB{len(tag)}{tag}B2xyEd"
+    return _UID_IR.replace("{L}", str(len(tag))).replace("{U}", uid).replace("{N}", str(len(message) + 1))
+
+
+def _callee_names(text: str) -> set[str]:
+    return set(re.findall(r"@_ZN4main4calle\w+", text))
+
+
+def test_numba_uids_are_renumbered_in_module_order() -> None:
+    """Numba's function uids count what the process compiled before; the module must not depend on them."""
+    one = make_portable(_uid_module("29"), "_ZN4main5entryB2v1B2xyEd", name="f").text
+    two = make_portable(_uid_module("1234"), "_ZN4main5entryB2v1B2xyEd", name="f").text
+    assert one == two
+    assert _callee_names(one) and all(re.fullmatch(r"@_ZN4main4calleB15u1h[0-9a-f]{12}B2xyEd", n)
+                                      for n in _callee_names(one)), _callee_names(one)
+    assert "v29" not in one
+    # a declared (external) function keeps its name: it is resolved by name when the module is loaded
+    assert "declare i32 @_ZN4main6externB3v42B2xyEd(" in one
+    size, message = re.search(r'\[(\d+) x i8\] c"(missing Environment: [^"]*)\\00"', one).groups()
+    assert int(size) == len(message) + 1 and "v29" not in message
+    tool = shutil.which("llvm-as-15")
+    assert tool is not None, "llvm-as-15 (part of the Enzyme toolchain) is not installed"
+    result = subprocess.run([tool, "-o", "/dev/null", "-"], input=one, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_renumbered_names_differ_between_different_modules() -> None:
+    """Modules linked together (LAPACK, custom rules) must not give one name to two different functions."""
+    one = make_portable(_uid_module("29"), "_ZN4main5entryB2v1B2xyEd", name="f").text
+    other = _uid_module("29").replace("store double %x, ptr %retptr", "store double 2.0, ptr %retptr")
+    two = make_portable(other, "_ZN4main5entryB2v1B2xyEd", name="f").text
+    assert _callee_names(one) and not _callee_names(one) & _callee_names(two)
+
+
 _SCRIPT = textwrap.dedent("""
     import hashlib, json, re, sys
     import numpy as np
@@ -96,13 +154,16 @@ _SCRIPT = textwrap.dedent("""
 
     functions = {"column_sines": (column_sines, (np.arange(6.0).reshape(3, 2) / 7.0,)),
                  "checked_square": (checked_square, (1.5, 3))}
-    func, args = functions[sys.argv[2]]
-    before = [np.array(v, copy=True) for v in args]
-    text = export(func, numba_argtypes(args)).module.text
-    grad = pyjlad.gradient(func, *args)
-    assert all(np.array_equal(v, b) for v, b in zip(args, before))
-    out = {"sha": hashlib.sha256(text.encode()).hexdigest(), "keys": keys, "grad": np.asarray(grad).tolist(),
-           "bytes": sorted(set(re.findall(r"@\\.bytes\\.[-\\w.]+", text)))}
+    out = {}
+    for name in sys.argv[2].split(","):
+        func, args = functions[name]
+        before = [np.array(v, copy=True) for v in args]
+        text = export(func, numba_argtypes(args)).module.text
+        grad = pyjlad.gradient(func, *args)
+        assert all(np.array_equal(v, b) for v, b in zip(args, before))
+        out[name] = {"sha": hashlib.sha256(text.encode()).hexdigest(), "grad": np.asarray(grad).tolist(),
+                     "bytes": sorted(set(re.findall(r"@\\.bytes\\.[-\\w.]+", text)))}
+    out["keys"] = keys
     print(json.dumps(out))
 """)
 
@@ -112,20 +173,38 @@ _EXPECTED = {"column_sines": np.broadcast_to(np.cos(np.sum(np.arange(6.0).reshap
              "checked_square": 2 * 1.5 * 3}
 
 
-@pytest.mark.parametrize("name", sorted(_EXPECTED))
-def test_second_process_with_another_hash_seed_hits_the_disk_cache(tmp_path: Path, name: str) -> None:
-    """One function per process: what a process compiled before also changes names (see the report)."""
+def _cold_then_warm(cache: Path, names: str) -> tuple[dict, dict]:
+    """Run the script on ``names`` (comma-separated) in a process, then in another with another hash seed
+    that refuses to run ``opt``; their outputs."""
     results = []
     for mode, seed in (("cold", "1"), ("warm", "2")):  # two seeds: Python's hash() of bytes differs
-        env = {**os.environ, "PYJLAD_GRADIENT_CACHE_DIR": str(tmp_path), "PYTHONHASHSEED": seed,
+        env = {**os.environ, "PYJLAD_GRADIENT_CACHE_DIR": str(cache), "PYTHONHASHSEED": seed,
                "PYTHONPATH": os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])}
-        out = subprocess.run([sys.executable, "-c", _SCRIPT, mode, name], env=env, capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-c", _SCRIPT, mode, names], env=env, capture_output=True, text=True,
                              timeout=900)
         assert out.returncode == 0, out.stderr[-3000:]
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    cold, warm = results
-    assert cold["bytes"], f"{name} no longer holds a string constant: the shape under test is gone"
-    assert cold["sha"] == warm["sha"], (cold["bytes"], warm["bytes"])
+    return results[0], results[1]
+
+
+@pytest.mark.parametrize("name", sorted(_EXPECTED))
+def test_second_process_with_another_hash_seed_hits_the_disk_cache(tmp_path: Path, name: str) -> None:
+    cold, warm = _cold_then_warm(tmp_path, name)
+    assert cold[name]["bytes"], f"{name} no longer holds a string constant: the shape under test is gone"
+    assert cold[name]["sha"] == warm[name]["sha"], (cold[name]["bytes"], warm[name]["bytes"])
     assert cold["keys"] and cold["keys"] == warm["keys"]
-    for result in results:
-        np.testing.assert_allclose(result["grad"], _EXPECTED[name], rtol=1e-12)
+    for result in (cold, warm):
+        np.testing.assert_allclose(result[name]["grad"], _EXPECTED[name], rtol=1e-12)
+
+
+def test_a_gradient_found_on_disk_does_not_rename_the_next_function(tmp_path: Path) -> None:
+    """Numba's uids count what the process compiled: the warm process, finding the first gradient on
+    disk, compiles less before the second, whose callees (str(n), string concatenation) then had other
+    uids in their names, so the second missed the cache although nothing about it had changed."""
+    names = ",".join(sorted(_EXPECTED))
+    cold, warm = _cold_then_warm(tmp_path, names)
+    assert len(cold["keys"]) == 2 and cold["keys"] == warm["keys"]
+    for name in _EXPECTED:
+        assert cold[name]["sha"] == warm[name]["sha"], name
+        for result in (cold, warm):
+            np.testing.assert_allclose(result[name]["grad"], _EXPECTED[name], rtol=1e-12)
