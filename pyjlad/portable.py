@@ -7,7 +7,10 @@ it keeps holds much more than the function to differentiate: the CPython and
 compiled, x86-specific intrinsics that the JIT's code generator introduced.
 
 :func:`make_portable` keeps only the entry function and what it transitively
-references, renames the entry to a short stable name, and rewrites every
+references, renames the entry to a short stable name (and the names Numba
+derives from per-process state, string constants named by ``hash()`` and the
+uids in mangled names, to names that are the same in every process: the text
+is part of the gradient cache's key), and rewrites every
 construct newer than LLVM 15 into an equivalent (or a conservative) LLVM 15
 form. The result is accepted by ``llvm-as`` 15, 16, 19 and 22 alike, which is
 what the Enzyme plugin (LLVM 15) and Julia's ``Base.llvmcall`` (LLVM 16/18)
