@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .carried_selects import freeze_carried_selects
 from .errors import PortabilityError
-from .ir.lexer import tokenize
+from .ir.lexer import substitute, texts_of
 
 __all__ = ["PortableModule", "make_portable", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
 
@@ -524,7 +524,7 @@ def _global_symbols(text: str) -> set[str]:
     not: ``c"[^"]*"`` also matches the end of a quoted name ending in ``c`` and swallows every symbol
     up to the next quote, so a function's callees went missing from the portable module.
     """
-    return {token.text for token in tokenize(text) if token.kind == "global"}
+    return set(texts_of(text, "global"))
 
 
 def _references(text: str, own_name: str) -> set[str]:
@@ -560,7 +560,7 @@ def _content_names(entities: list[_Entity]) -> dict[str, str]:
 
 def _rename_symbols(text: str, renames: dict[str, str]) -> str:
     """``text`` with the ``@`` symbols of ``renames`` renamed (never text inside ``c"..."`` data or comments)."""
-    return "".join(renames.get(t.text, t.text) if t.kind == "global" else t.text for t in tokenize(text))
+    return substitute(text, "global", lambda symbol: renames.get(symbol, symbol))
 
 
 def _name_by_content(entities: list[_Entity]) -> list[_Entity]:

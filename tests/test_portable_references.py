@@ -22,7 +22,7 @@ import pytest
 
 import pyjlad
 from pyjlad.export import export, numba_argtypes
-from pyjlad.ir.lexer import tokenize
+from pyjlad.ir.lexer import substitute, texts_of, tokenize
 from pyjlad.portable import _references, has_recursion, make_portable
 
 jax.config.update("jax_enable_x64", True)
@@ -50,6 +50,26 @@ def test_reference_scan_reads_quoted_names_strings_and_comments_apart() -> None:
     # a quoted global ending in c followed by more references and, later, a quote
     call = 'call void @g(ptr @".const.<locals>.func", ptr @env, ptr @"q")'
     assert _references(call, "@w") == {"@g", '@".const.<locals>.func"', "@env", '@"q"'}
+
+
+_KINDS = ("comment", "cstring", "string", "global", "local", "attrgroup", "metadata", "comdat", "word")
+
+
+@pytest.mark.parametrize("source", ["handwritten", "numba"])
+def test_fast_token_scans_agree_with_the_lexer(source: str) -> None:
+    """texts_of / substitute (what the reference scan and the renames use) read exactly as tokenize does."""
+    if source == "handwritten":
+        text = _QUOTED_C_IR + _DECLARATIONS + 'attributes #0 = { "a"="b c" }\n!0 = !{!"x@y", i64 1}\n'
+    else:
+        func = numba.njit(lambda a, spéc: np.sum(np.sin(a)) * spéc)
+        func(np.ones(3), 2.0)
+        text = next(iter(func.inspect_llvm().values()))  # Numba's whole module: wrappers, constants
+    tokens = tokenize(text)
+    for kind in _KINDS:
+        assert texts_of(text, kind) == [t.text for t in tokens if t.kind == kind], kind
+        mark = lambda s: f"<{s}>"  # noqa: E731
+        assert substitute(text, kind, mark) == "".join(mark(t.text) if t.kind == kind else t.text
+                                                       for t in tokens), kind
 
 
 _DECLARATIONS = ("declare double @tanh(double)\ndeclare double @llvm.exp.f64(double)\n"
