@@ -100,11 +100,12 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
         ("list", "list.append", "np.clip", "np.moveaxis"), True,
         "fill a preallocated NumPy array instead of appending to a list; for np.clip with array bounds write "
         "np.minimum(np.maximum(x, lo), hi)"),
+    # np.transpose(x, axes), np.swapaxes and np.rot90 reach it too, in Numba's permute_arrays, which
+    # pyjlad makes inactive (see pyjlad.portable._INTEGER_CODE); np.moveaxis builds its order itself.
     "NRT_MemInfo_varsize_alloc": Construct(
-        "a transpose of a 3-D or higher array in a given axis order (np.transpose(x, axes), x.transpose(...), "
-        "np.swapaxes, np.moveaxis: Numba builds the order in a list)",
-        ("np.transpose", "array.transpose", "np.swapaxes", "array.swapaxes", "np.moveaxis"), True,
-        "x.T (all axes reversed) differentiates; for another order, copy into a preallocated array in a loop"),
+        "np.moveaxis (Numba builds the new axis order in containers of its own, which Enzyme cannot follow)",
+        ("np.moveaxis",), True,
+        "write the axis order out with np.transpose(x, axes) (or np.swapaxes), which differentiate"),
     "numba_unicode": Construct("string operations", ("str",), True,
                                "keep string handling outside the differentiated function"),
 }
