@@ -365,33 +365,13 @@ _EXCINFO_UNWRAP = "@__excinfo_unwrap_args"
 #: carries no derivative, and Enzyme's type analysis cannot type their byte arithmetic.
 _STRING_CODE = ("@_ZN5numba7cpython7unicode", "@_ZN5numba7cpython15unicode_support", "@_ZN5numba7cpython7charseq")
 
-#: Numba's permutation of an array's shape and strides (``numba.np.arrayobj.permute_arrays``),
-#: behind every transpose in a given axis order: ``np.transpose(x, axes)``, ``x.transpose(...)``,
-#: ``np.swapaxes`` and so ``np.rot90``. It works on three integer arrays only (the axes, the
-#: shape, the strides), yet Enzyme must refuse it: its check for a repeated axis builds a
-#: ``set``, whose storage comes from ``NRT_MemInfo_varsize_alloc``, a runtime call Enzyme
-#: cannot see into. Integers carry no derivative, so the whole function is inactive.
-_INTEGER_CODE = ("@_ZN5numba2np8arrayobj14permute_arrays",)
 
-
-def _inactive_definition(text: str, extra: str = "") -> str:
-    """``text`` (a definition) with the ``"enzyme_inactive"`` function attribute (and ``extra`` ones)."""
+def _inactive_definition(text: str) -> str:
+    """``text`` (a definition) with the ``"enzyme_inactive"`` function attribute."""
     header, rest = text.split("\n", 1)
     if "enzyme_inactive" in header:
         return text
-    attributes = " ".join(a for a in (extra, '"enzyme_inactive"') if a)
-    return f'{header[:header.rindex("{")].rstrip()} {attributes} {{\n{rest}'
-
-
-def _integer_definition(text: str) -> str:
-    """A definition of :data:`_INTEGER_CODE`: inactive, and ``nofree``.
-
-    ``nofree`` is true of them (LLVM's meaning: they free no memory allocated before the
-    call; the set they build is freed where it was made), and Enzyme needs it to keep the
-    call in a reverse pass: it otherwise rewrites the callee without frees, which fails on
-    the runtime's ``NRT_MemInfo_varsize_alloc`` ("No create nofree of empty function").
-    """
-    return _inactive_definition(text, "nofree")
+    return header[:header.rindex("{")].rstrip() + ' "enzyme_inactive" {\n' + rest
 
 
 def _excinfo_unwrap_stub(symbol: str) -> str:
@@ -933,8 +913,6 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
             defines.append(_excinfo_unwrap_stub(symbol))
         elif entity.kind == "define" and symbol.startswith(_STRING_CODE):
             defines.append(_inactive_definition(entity.text))
-        elif entity.kind == "define" and symbol.startswith(_INTEGER_CODE):
-            defines.append(_integer_definition(entity.text))
         elif entity.kind == "define":
             text, compared = _opaque_address_comparisons(_split_shared_excinfo_slots(entity.text, numba_functions))
             defines.append(freeze_carried_selects(text)[0])

@@ -100,12 +100,14 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
         ("list", "list.append", "np.clip", "np.moveaxis"), True,
         "fill a preallocated NumPy array instead of appending to a list; for np.clip with array bounds write "
         "np.minimum(np.maximum(x, lo), hi)"),
-    # np.transpose(x, axes), np.swapaxes and np.rot90 reach it too, in Numba's permute_arrays, which
-    # pyjlad makes inactive (see pyjlad.portable._INTEGER_CODE); np.moveaxis builds its order itself.
+    # Numba's permute_arrays (numba.np.arrayobj) checks the new axis order for repeats with a set.
     "NRT_MemInfo_varsize_alloc": Construct(
-        "np.moveaxis (Numba builds the new axis order in containers of its own, which Enzyme cannot follow)",
-        ("np.moveaxis",), True,
-        "write the axis order out with np.transpose(x, axes) (or np.swapaxes), which differentiate"),
+        "an axis reordering (np.swapaxes, np.rot90 with k=1 or 3, np.transpose(x, axes), x.transpose(axes), "
+        "np.moveaxis: Numba checks the new axis order with a set)",
+        ("np.swapaxes", "array.swapaxes", "np.rot90", "np.transpose", "array.transpose", "np.moveaxis"), True,
+        "x.T (all axes reversed), np.flip, np.fliplr and np.flipud differentiate: write np.rot90(x) as "
+        "np.flipud(x.T), np.rot90(x, 3) as np.fliplr(x.T), np.swapaxes of a 2-D array as x.T; for another "
+        "order, copy into a preallocated array in a loop"),
     "numba_unicode": Construct("string operations", ("str",), True,
                                "keep string handling outside the differentiated function"),
 }
