@@ -100,11 +100,14 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
         ("list", "list.append", "np.clip", "np.moveaxis"), True,
         "fill a preallocated NumPy array instead of appending to a list; for np.clip with array bounds write "
         "np.minimum(np.maximum(x, lo), hi)"),
+    # Numba's permute_arrays (numba.np.arrayobj) checks the new axis order for repeats with a set.
     "NRT_MemInfo_varsize_alloc": Construct(
-        "a transpose of a 3-D or higher array in a given axis order (np.transpose(x, axes), x.transpose(...), "
-        "np.swapaxes, np.moveaxis: Numba builds the order in a list)",
-        ("np.transpose", "array.transpose", "np.swapaxes", "array.swapaxes", "np.moveaxis"), True,
-        "x.T (all axes reversed) differentiates; for another order, copy into a preallocated array in a loop"),
+        "an axis reordering (np.swapaxes, np.rot90 with k=1 or 3, np.transpose(x, axes), x.transpose(axes), "
+        "np.moveaxis: Numba checks the new axis order with a set)",
+        ("np.swapaxes", "array.swapaxes", "np.rot90", "np.transpose", "array.transpose", "np.moveaxis"), True,
+        "x.T (all axes reversed), np.flip, np.fliplr and np.flipud differentiate: write np.rot90(x) as "
+        "np.flipud(x.T), np.rot90(x, 3) as np.fliplr(x.T), np.swapaxes of a 2-D array as x.T; for another "
+        "order, copy into a preallocated array in a loop"),
     "numba_unicode": Construct("string operations", ("str",), True,
                                "keep string handling outside the differentiated function"),
 }

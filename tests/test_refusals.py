@@ -95,7 +95,7 @@ def swaps_axes_of_a_3d_array(x):
 
 CASES = [
     (uses_print, "print()", "print outside"),
-    (swaps_axes_of_a_3d_array, "a transpose of a 3-D or higher array", "x.T (all axes reversed)"),
+    (swaps_axes_of_a_3d_array, "an axis reordering (np.swapaxes", "x.T (all axes reversed)"),
     (appends_to_a_list, "a list that grows", "preallocated NumPy array"),
     (clips_to_array_bounds, "a list that grows", "np.minimum(np.maximum(x, lo), hi)"),
     (uses_typed_list, "a typed list", "preallocated NumPy array"),

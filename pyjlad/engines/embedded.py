@@ -43,6 +43,7 @@ from numba.extending import intrinsic
 
 from .. import cache
 from ..abi import ArrayArg, FunctionABI
+from ..block_order import dominance_ordered
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
@@ -228,20 +229,35 @@ def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tu
     return None
 
 
-def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
-    toolchain = locate()
+#: Enzyme v0.0.289's forward mode reached a value's use before its definition (see :mod:`pyjlad.block_order`).
+_BLOCK_ORDER_FAILURE = "forwardModeInvertedPointerFallback"
+
+
+def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str,
+                  dominance: bool = False) -> str | bytes:
+    """The module Enzyme gets: ``module_text`` linked with the modules it needs, blocks in dominance order
+    if ``dominance``."""
     # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
-    module_text = prepare_special(module_text)
-    module: str | bytes = module_text
-    extra = [prepare_special(m) for m in linked_modules(exported)]
-    if extra:
-        module = toolchain.link([module_text, *extra], what=exported.name)
+    texts = [prepare_special(m) for m in (module_text, *linked_modules(exported))]
+    if dominance:
+        texts = [dominance_ordered(t) for t in texts]
+    return toolchain.link(texts, what=exported.name) if len(texts) > 1 else texts[0]
+
+
+def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
+    """Enzyme's output for ``module_text``, retried as :func:`_next_attempt` says and, once, with the blocks
+    in dominance order where Enzyme's forward mode met a use before its definition."""
+    toolchain = locate()
+    module, reordered = _enzyme_input(toolchain, exported, module_text), False
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
     passes, options = PASSES, NO_SPECULATION_ARGS
     while True:
         try:
             return _differentiate(toolchain, module, passes, exported.name, options)
         except EnzymeError as exc:
+            if _BLOCK_ORDER_FAILURE in exc.diagnostics and not reordered:
+                module, reordered = _enzyme_input(toolchain, exported, module_text, dominance=True), True
+                continue
             attempt = _next_attempt(passes, options, exc.diagnostics)
             if attempt is None:
                 # In the user's terms: the construct, where it is used, what to write instead.
