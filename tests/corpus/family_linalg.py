@@ -297,9 +297,9 @@ program(FAMILY, "inv/2d", inv, jnp.linalg.inv, args(A3), transforms=ARRAY)
 program(FAMILY, "inv/2d-transposed", inv, jnp.linalg.inv, args(well_conditioned(3, kind="transposed")),
         transforms=("jacobian", "vjp"))
 program(FAMILY, "inv/2d-transposed-jvp", inv, jnp.linalg.inv, args(well_conditioned(3, kind="transposed")),
-        transforms=("jvp",), expect="refused",
-        notes="np.linalg.inv of a transposed view in forward mode: Enzyme asserts 'found != "
-              "gutils->invertedPointers' (contiguous input and reverse mode work); the refusal names no construct")
+        transforms=("jvp",),
+        notes="Enzyme's forward mode asserted 'found != gutils->invertedPointers' until pyjlad retried with blocks in "
+              "reverse post-order (pyjlad/block_order.py)")
 program(FAMILY, "inv_sum/2d", inv_sum, lambda a: jnp.sum(jnp.linalg.inv(a) ** 2), args(A3), transforms=SMOOTH)
 program(FAMILY, "inv_product/2d", inv_product, lambda b, c: jnp.linalg.inv(b @ c), args(A3, A3), wrt=(0, 1),
         transforms=ARRAY)
