@@ -278,12 +278,10 @@ def _integrity_probes() -> list[Probe]:
               call=lambda a, w: pyjlad.gradient(weighted_2d, a, w), oracle=lambda a, w: 2 * a * w),
         Probe("gradient of a 2-D weighted sum, Fortran order", "integrity", "correct", inputs=fortran,
               call=lambda a, w: pyjlad.gradient(weighted_2d, a, w), oracle=lambda a, w: 2 * a * w),
-        Probe("hessian of a 2-D weighted sum (doubled shape)", "integrity", "defect", inputs=inputs_2d,
-              call=lambda a, w: pyjlad.hessian(weighted_2d, a, w), oracle=hess_2d, timeout=120.0,
-              note="known defect: Enzyme's opt runs for minutes (over 200 s seen; PYJLAD_OPT_TIMEOUT, 600 s by "
-                   "default, then ends it with an EnzymeError) on the reverse-over-forward sweep of "
-                   "np.sum(a * a * w) with two 2-D arrays; first derivatives of it, and the Hessian of "
-                   "np.sum(a ** 4) of one 2-D array, take seconds"),
+        # Was a known defect until Enzyme got a copy compiled without vectorizers (pyjlad/enzyme_copy.py): opt ran for
+        # minutes (over 200 s) on the reverse-over-forward sweep of the vectorized loop; now seconds.
+        Probe("hessian of a 2-D weighted sum (doubled shape)", "integrity", "correct", inputs=inputs_2d,
+              call=lambda a, w: pyjlad.hessian(weighted_2d, a, w), oracle=hess_2d, timeout=120.0),
         Probe("hessian of a 2-D array's np.sum(a ** 4) (doubled shape)", "integrity", "correct",
               inputs=lambda: (_X2.copy(),), call=lambda a: pyjlad.hessian(fourth_power_2d, a),
               oracle=lambda a: np.diag(12 * a.ravel() ** 2).reshape(3, 4, 3, 4)),
