@@ -96,10 +96,11 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
     "numba_rnd_": Construct("np.random / random (a random number generator inside the function)",
                             ("np.random", "random"), True, _RANDOM_ADVICE),
     "NRT_MemInfo_varsize_realloc": Construct(
-        "a list that grows (list.append, or Numba's own lists inside np.clip with array bounds and np.moveaxis)",
-        ("list", "list.append", "np.clip", "np.moveaxis"), True,
+        "a list that grows (list.append, or Numba's own lists inside np.clip with array bounds, np.moveaxis and "
+        "np.partition)",
+        ("list", "list.append", "np.clip", "np.moveaxis", "np.partition", "array.partition"), True,
         "fill a preallocated NumPy array instead of appending to a list; for np.clip with array bounds write "
-        "np.minimum(np.maximum(x, lo), hi)"),
+        "np.minimum(np.maximum(x, lo), hi); for np.partition(x, k)[k] write np.sort(x)[k]"),
     # Numba's permute_arrays (numba.np.arrayobj) checks the new axis order for repeats with a set.
     "NRT_MemInfo_varsize_alloc": Construct(
         "an axis reordering (np.swapaxes, np.rot90 with k=1 or 3, np.transpose(x, axes), x.transpose(axes), "
@@ -122,6 +123,8 @@ _IMPL_NAMES = (
     (re.compile(r"^numba\.cpython\.mathimpl\.(\w+?)_impl"), "math.{0}", ("math.{0}",)),
     (re.compile(r"^numba\.np\.arrayobj\.(fancy_getitem|fancy_setslice|array_getitem)\w*"), "array indexing",
      ("getitem[array]", "setitem[array]")),
+    (re.compile(r"^numba\.misc\.quicksort\."), "a sort (np.sort, np.argsort: Numba's quicksort)",
+     ("np.sort", "np.argsort", "array.sort", "array.argsort")),
 )
 
 _MANGLED_RE = re.compile(r"_ZN(?:\d+[A-Za-z_0-9]+?)+(?=E|B\d|\b)")

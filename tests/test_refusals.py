@@ -93,8 +93,14 @@ def swaps_axes_of_a_3d_array(x):
     return np.sum(np.swapaxes(t, 0, 2) * x.reshape(3, 1, 1))  # REFUSED
 
 
+@njit
+def partitions(x):
+    return np.partition(x, 1)[1] * 2.0  # REFUSED
+
+
 CASES = [
     (uses_print, "print()", "print outside"),
+    (partitions, "a list that grows", "np.sort(x)[k]"),
     (swaps_axes_of_a_3d_array, "an axis reordering (np.swapaxes", "x.T (all axes reversed)"),
     (appends_to_a_list, "a list that grows", "preallocated NumPy array"),
     (clips_to_array_bounds, "a list that grows", "np.minimum(np.maximum(x, lo), hi)"),
@@ -133,7 +139,7 @@ def test_refusal_names_the_construct_and_its_line(func, construct, advice):
         assert "print" not in message.lower()
     if func not in (uses_typed_list, uses_typed_dict):
         assert "typed" not in message
-    if func not in (appends_to_a_list, clips_to_array_bounds):
+    if func not in (appends_to_a_list, clips_to_array_bounds, partitions):
         assert "grows" not in message
     assert x.tobytes() == before.tobytes()
 
@@ -198,3 +204,22 @@ def test_helpers_reached_only_by_numba_are_not_blamed():
                           ["numba_gil_ensure", "numba_dict_new_sized"]))
     assert "print()" not in message and "typed" not in message
     assert "a matrix product (@ / np.dot)" in message.splitlines()[0]
+
+
+def test_a_failure_inside_numbas_quicksort_names_the_sort():
+    """np.argsort in forward mode: Enzyme cannot type a store inside Numba's quicksort."""
+
+    @njit
+    def sorted_gather(x):
+        return x[np.argsort(x)] * 1.0  # the line
+
+    x = np.array([0.3, -1.2, 2.0, 0.7])
+    before = x.copy()
+    with pytest.raises(EnzymeError) as info:
+        pyjlad.jvp(sorted_gather, (x,), (np.ones(4),))
+    message = str(info.value)
+    assert message.splitlines()[0].endswith("it uses a sort (np.sort, np.argsort: Numba's quicksort).")
+    line = inspect.getsourcelines(sorted_gather.py_func)[1] + 2
+    assert f":{line} (in " in message
+    assert "Cannot deduce type" in message.splitlines()[-2]  # Enzyme's reason, last
+    assert x.tobytes() == before.tobytes()
