@@ -30,8 +30,12 @@ from .abi import ArgABI, ArrayArg, FunctionABI, ScalarArg
 from .aliasing import mixed_pointer_arguments
 from .enzyme_copy import branch_preserving_compile, unvectorized_copy
 from .errors import ExportError, UnsupportedFunctionError
+from .ir import Module, Parameter
+from .ir import parse as parse_module
+from .ir.analysis import numba_entry
 from .memo import cached_for
-from .portable import PortableModule, make_portable, split_top_level
+from .portable import PortableModule
+from .portable_pipeline import make_portable
 
 __all__ = [
     "ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function", "result_type",
@@ -250,14 +254,13 @@ def _compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any
     return cres
 
 
-_PARAM_LIST_RE = re.compile(r"^define [^@]*@(\S+)\((.*)\)[^)]*\{$", re.MULTILINE)
-
-
-def _entry_params(text: str, entry: str) -> list[str]:
-    for match in _PARAM_LIST_RE.finditer(text):
-        if match.group(1) == entry:
-            return [p.strip() for p in split_top_level(match.group(2)) if p.strip()]
-    raise ExportError(f"entry {entry} not found in exported module")
+def _entry_params(module: Module, entry: str) -> list[Parameter]:
+    """Every parameter of the portable module's entry (``retptr``, ``excinfo``, then the arguments')."""
+    try:
+        found = numba_entry(module, entry)
+    except (KeyError, ValueError) as exc:
+        raise ExportError(f"entry {entry} not found in exported module ({exc})") from None
+    return [found.retptr, found.excinfo, *found.arguments]
 
 
 def _sanitize(name: str) -> str:
@@ -433,7 +436,7 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
             fresh = _enzyme_ir(serial, argtypes)
             if fresh is None:
                 return module
-            return make_portable(fresh[1], fresh[0].fndesc.mangled_name, name=entry)
+            return make_portable(fresh[1], fresh[0].fndesc.mangled_name, name=entry, dump_as="enzyme-copy")
 
     args_abi = [_arg_abi(i, t) for i, t in enumerate(argtypes)]
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):
@@ -444,8 +447,9 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         )
     entry = "pyjlad_" + _sanitize(name.split(".")[-1])
     module = make_portable(ir, mangled, name=entry)
-    param_decls = _entry_params(module.text, entry)
-    param_types = [p.split()[0] for p in param_decls]
+    parsed = parse_module(module.text)
+    param_decls = _entry_params(parsed, entry)
+    param_types = [p.type for p in param_decls]
     expected = sum(len(a.param_roles) for a in args_abi)
     if len(param_types) != 2 + expected:
         raise ExportError(
@@ -458,17 +462,16 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
     position = 0
     for index, arg in enumerate(args_abi):
         if isinstance(arg, ArrayArg) and arg.differentiable:
-            data_params[decls[position + arg.param_roles.index("data")].split()[-1]] = index
+            data_params[decls[position + arg.param_roles.index("data")].name or ""] = index
         position += len(arg.param_roles)
-    aliased = mixed_pointer_arguments(module.text, entry, data_params)
+    aliased = mixed_pointer_arguments(parsed, entry, data_params)
     filled: list[ArgABI] = []
     position = 0
     for index, arg in enumerate(args_abi):
         n = len(arg.param_roles)
         chunk = llvm_params[position:position + n]
         if isinstance(arg, ArrayArg):
-            data_decl = decls[position + arg.param_roles.index("data")].split()
-            writes = not ({"readonly", "readnone"} & set(data_decl))
+            writes = not decls[position + arg.param_roles.index("data")].readonly
             filled.append(ArrayArg(arg.dtype, arg.ndim, arg.layout, _llvm_type_of(arg.dtype), writes,
                                    aliased=index in aliased))
         else:

@@ -19,7 +19,7 @@ import numpy as np
 from numba import carray, njit, types
 
 from .memo import cached_for
-from .portable import make_portable
+from .portable_pipeline import make_portable
 
 __all__ = ["lapack_module", "LAPACK_HELPERS"]
 

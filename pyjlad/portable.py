@@ -24,11 +24,10 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from .carried_selects import freeze_carried_selects
 from .errors import PortabilityError
 from .ir.lexer import substitute, texts_of
 
-__all__ = ["PortableModule", "make_portable", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
+__all__ = ["PortableModule", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
 
 # A global symbol: @name or @"quoted name".
 _SYMBOL = r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
@@ -999,110 +998,6 @@ def _clean_global(text: str) -> str:
     text = re.sub(r",\s*comdat(\([^)]*\))?", "", text)
     text = re.sub(r"\s+comdat(\([^)]*\))?", "", text)
     return text
-
-
-def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
-    """Extract ``entry`` and its dependencies from ``ir`` as a portable module.
-
-    Parameters
-    ----------
-    ir : str
-        LLVM IR text of a Numba library (``library.get_llvm_str()``).
-    entry : str
-        Mangled name of Numba's inner ABI function to keep.
-    name : str
-        New, readable name for the entry function (a valid LLVM identifier).
-
-    Returns
-    -------
-    PortableModule
-        The portable module.
-
-    Raises
-    ------
-    PortabilityError
-        If the entry is missing, or the module uses a construct with no LLVM 15
-        equivalent (for example an x86-specific intrinsic in user code).
-    """
-    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.]*", name):
-        raise ValueError(f"invalid LLVM identifier for the entry: {name!r}")
-    ir = _BLAS_CALL_RE.sub(lambda m: f"@numba_xx{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
-    links = sorted({(m.group(1), _BLAS_KINDS[m.group(2)][0]) for m in _LAPACK_CALL_RE.finditer(ir)})
-    ir = _LAPACK_CALL_RE.sub(lambda m: f"@{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
-    header, entity_list, groups = split_module(ir)
-    entity_list = _name_by_content(entity_list)
-    entity_list, stable_entry = _stable_uids(entity_list, entry)
-    for helper, kind in links:  # declare the kind-specific name with the helper's own signature
-        declaration = next((e for e in entity_list if e.name == "@" + helper), None)
-        if declaration is not None:
-            entity_list.append(_Entity("declare", f"@{helper}.{kind}",
-                                       declaration.text.replace(f"@{helper}(", f"@{helper}.{kind}(")))
-    entities = {e.name: e for e in entity_list}
-    entry_symbol = "@" + stable_entry if re.fullmatch(r"[-a-zA-Z$._0-9]+", stable_entry) else f'@"{stable_entry}"'
-    if entry_symbol not in entities or entities[entry_symbol].kind != "define":
-        raise PortabilityError(f"entry function {entry!r} is not defined in the module")
-
-    keep = _reachable(entities, entry_symbol)
-    numba_functions = {m.group(1) for e in entity_list if e.kind == "define"
-                       if (m := _NUMBA_ABI_DEFINE_RE.match(e.text))}
-    types = [e.text for e in entity_list if e.kind == "type"]
-    globals_, defines, declares = [], [], []
-    externals: list[str] = []
-    for symbol in keep:
-        if symbol in PORTABLE_RUNTIME:
-            defines.append(PORTABLE_RUNTIME[symbol])
-            continue
-        entity = entities.get(symbol)
-        if entity is None or (entity.kind == "declare" and symbol in _PORTABLE_RUNTIME_DECLS):
-            if symbol in _PORTABLE_RUNTIME_DECLS:
-                declares.append(_PORTABLE_RUNTIME_DECLS[symbol])
-                externals.append(symbol.lstrip("@"))
-                continue
-            raise PortabilityError(f"symbol {symbol} is referenced but not declared")
-        if entity.kind == "global":
-            globals_.append(_clean_global(entity.text))
-        elif entity.kind == "define" and symbol.startswith(_EXCINFO_UNWRAP):
-            defines.append(_excinfo_unwrap_stub(symbol))
-        elif entity.kind == "define" and symbol.startswith(_STRING_CODE):
-            defines.append(_inactive_definition(entity.text))
-        elif entity.kind == "define":
-            text, compared = _opaque_address_comparisons(_split_shared_excinfo_slots(entity.text, numba_functions))
-            defines.append(freeze_carried_selects(text)[0])
-            if compared and _ADDRESS_DEFINITION not in defines:
-                defines.append(_ADDRESS_DEFINITION)
-        elif symbol.lstrip("@") in ERROR_PATH_STUBS:
-            defines.append(_stub(entity.text))
-        else:
-            declares.append(_libm_declaration(_mark_inactive(entity.text), groups))
-            externals.append(symbol.lstrip("@").strip('"'))
-
-    used_groups: set[str] = set()
-    out_lines: list[str] = [*header, ""]
-    body = "\n".join([*types, "", *globals_, "", *defines, "", *declares])
-    for line in body.splitlines():
-        line = _rewrite_line(line)
-        used_groups.update(re.findall(r"(?<![\w])#\d+\b", line))
-        out_lines.append(line)
-    for group in sorted(used_groups, key=lambda g: int(g[1:])):
-        attrs = _translate_attr_group(groups.get(group, ""))
-        out_lines.append(f"attributes {group} = {{ {attrs} }}" if attrs else f"attributes {group} = {{ }}")
-    text = "\n".join(out_lines) + "\n"
-    salt = hashlib.sha256(text.encode()).hexdigest()[:12]  # the module with numbered uids: stable
-    text = _rename(_salt_uids(text, salt), _salt_uids(entry_symbol, salt), "@" + name)
-
-    # Declarations may now repeat (two intrinsics mapped onto one libm name), or
-    # be missing (a scalarized vector intrinsic calls a libm function).
-    text = dedupe_declarations(text)
-    text, added = _declare_libm_calls(text)
-    externals.extend(added)
-    leftover = re.search(r"@llvm\.x86\.[a-z0-9_.]+", text)
-    if leftover:
-        raise PortabilityError(
-            f"the function uses the target-specific intrinsic {leftover.group(0)}, "
-            "which cannot be made portable; rewrite the code that produces it"
-        )
-    return PortableModule(text=text, entry=name, external_functions=tuple(sorted(set(externals))),
-                          links=tuple(links))
 
 
 _LIBM_CALL_RE = re.compile(

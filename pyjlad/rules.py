@@ -60,7 +60,7 @@ from numba.core.typing.templates import make_concrete_template
 from numba.extending import typeof_impl
 
 from .errors import UnsupportedFunctionError
-from .portable import make_portable
+from .portable_pipeline import make_portable
 
 __all__ = ["custom_derivative", "CustomDerivative", "RULE_PREFIX", "rule_modules", "is_rule_symbol"]
 

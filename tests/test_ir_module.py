@@ -304,19 +304,3 @@ def test_real_modules_agree_with_llvmlite(real_modules) -> None:
         import llvmlite.binding as llvm
 
         assert globals_ == {g.name for g in llvm.parse_assembly(numba_text).global_variables}, name
-
-
-def test_real_modules_analyses_match_existing_passes(real_modules) -> None:
-    """The analyses give what the regex passes they will replace compute today."""
-    from pyjlad.aliasing import _graph
-    from pyjlad.export import _entry_params
-
-    for name, _, portable_text in real_modules:
-        module = parse(portable_text)
-        graph = _graph(portable_text)
-        flow = pointer_flow(module)
-        assert (flow.edges, flow.merges) == (graph.edges, graph.merges), name
-        entry = next(f.name for f in module.definitions if f.name.startswith("pyjlad_"))
-        params = numba_entry(module, entry)
-        assert [p.render() for p in (params.retptr, params.excinfo, *params.arguments)] == \
-            _entry_params(portable_text, entry), name

@@ -11,7 +11,7 @@ from cases import CASES, Case
 
 from pyjlad.errors import PortabilityError
 from pyjlad.export import export, numba_argtypes
-from pyjlad.portable import make_portable
+from pyjlad.portable_pipeline import make_portable
 
 LLVM_VERSIONS = (15, 16, 19, 22)
 

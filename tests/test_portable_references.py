@@ -23,7 +23,8 @@ import pytest
 import pyjlad
 from pyjlad.export import export, numba_argtypes
 from pyjlad.ir.lexer import substitute, texts_of, tokenize
-from pyjlad.portable import _references, has_recursion, make_portable
+from pyjlad.portable import _references, has_recursion
+from pyjlad.portable_pipeline import make_portable
 
 jax.config.update("jax_enable_x64", True)
 

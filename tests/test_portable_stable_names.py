@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyjlad.portable import make_portable
+from pyjlad.portable_pipeline import make_portable
 
 _ROOT = Path(__file__).resolve().parent.parent  # the pyjlad under test, also in the subprocesses
 

@@ -47,6 +47,7 @@ from ..block_order import dominance_ordered
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
+from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
 from ..memo import cached_for
 from ..objcheck import InvalidObject, check_elf, check_llvm_module
@@ -248,15 +249,21 @@ def _run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     """Enzyme's output for ``module_text``, retried as :func:`_next_attempt` says and, once, with the blocks
     in dominance order where Enzyme's forward mode met a use before its definition."""
     toolchain = locate()
+    label = exported.abi.entry
+    dump(label, "driver", module_text)
     module, reordered = _enzyme_input(toolchain, exported, module_text), False
+    dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
     passes, options = PASSES, NO_SPECULATION_ARGS
     while True:
         try:
-            return _differentiate(toolchain, module, passes, exported.name, options)
+            derivative = _differentiate(toolchain, module, passes, exported.name, options)
+            dump(label, "enzyme.output", derivative)
+            return derivative
         except EnzymeError as exc:
             if _BLOCK_ORDER_FAILURE in exc.diagnostics and not reordered:
                 module, reordered = _enzyme_input(toolchain, exported, module_text, dominance=True), True
+                dump(label, "enzyme.input-blocks-in-dominance-order", module)
                 continue
             attempt = _next_attempt(passes, options, exc.diagnostics)
             if attempt is None:

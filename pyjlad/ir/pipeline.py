@@ -1,0 +1,183 @@
+"""Named passes over LLVM IR text, run in order by a :class:`Pipeline`, with a dump after each.
+
+A pass is a documented function ``(text, context) -> text``: it gets a whole module as LLVM IR text
+and the pipeline's context (what earlier passes found: the entry's symbol, the functions a module
+needs from outside, ...), and returns the module it made. Each pass says in its docstring why it
+exists (the Enzyme or LLVM reason) and is registered with what it changes, like the passes of
+Numba's ``numba/core`` pipeline. Passes are tested one by one on small hand-written IR
+(``tests/test_ir_passes.py``).
+
+Setting ``PYJLAD_DUMP_IR`` to a directory writes the module after every pass of every pipeline,
+and the module Enzyme got and the derivative it produced (see :func:`dump`), so every step from
+Numba's IR to the derivative can be read::
+
+    PYJLAD_DUMP_IR=/tmp/ir python script.py
+    ls /tmp/ir/pyjlad_f/      # 01-portable.input.ll  02-portable.kind-specific-blas.ll ...
+
+Examples
+--------
+>>> from dataclasses import dataclass
+>>> @dataclass
+... class Seen:
+...     names: list
+>>> def shout(text: str, context: Seen) -> str:
+...     '''Upper-case every line (an example).'''
+...     context.names.append("shout")
+...     return text.upper()
+>>> pipeline = Pipeline("example", (Pass("shout", shout, "every line"),))
+>>> context = Seen([])
+>>> pipeline.run("ret void", context, label="example")
+'RET VOID'
+>>> context.names
+['shout']
+>>> print(pipeline.describe())
+example:
+  shout  Upper-case every line (an example).  [changes: every line]
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import SettingError
+
+__all__ = ["DUMP_VARIABLE", "Pass", "Pipeline", "dump", "dump_directory"]
+
+#: The environment variable naming the directory :func:`dump` writes into (unset: no dumps).
+DUMP_VARIABLE = "PYJLAD_DUMP_IR"
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One named step of a :class:`Pipeline`.
+
+    Attributes
+    ----------
+    name : str
+        Short name, used in dumps and in README's pipeline (``"down-level"``).
+    run : callable
+        ``(text, context) -> text``; its docstring's first line is the pass's summary.
+    changes : str
+        What the pass may change (``"function bodies"``, ``"nothing: a check"``), for the reader.
+    """
+
+    name: str
+    run: Callable[[str, Any], str]
+    changes: str
+
+    @property
+    def summary(self) -> str:
+        """The first line of the pass function's docstring."""
+        return (self.run.__doc__ or "").strip().splitlines()[0] if self.run.__doc__ else ""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Passes run in order; each gets the module the one before it returned.
+
+    Attributes
+    ----------
+    name : str
+        The pipeline's name, the prefix of its dumps (``"portable"``).
+    passes : sequence of Pass
+        In the order they run.
+    """
+
+    name: str
+    passes: Sequence[Pass]
+
+    def run(self, text: str, context: Any, *, label: str, prefix: str | None = None) -> str:
+        """``text`` after every pass, in order; with ``PYJLAD_DUMP_IR`` set, dumped before and after each.
+
+        Parameters
+        ----------
+        text : str
+            The module the first pass gets.
+        context : object
+            Shared by the passes (each pipeline defines its own).
+        label : str
+            Names the dump directory: the function the module holds (``"pyjlad_f"``).
+        prefix : str, optional
+            Names the dumps of this run (default: the pipeline's name).
+        """
+        prefix = prefix or self.name
+        dump(label, f"{prefix}.input", text)
+        for step in self.passes:
+            text = step.run(text, context)
+            dump(label, f"{prefix}.{step.name}", text)
+        return text
+
+    def describe(self) -> str:
+        """The pipeline as text: each pass's name, summary and what it changes (README shows this)."""
+        width = max(len(p.name) for p in self.passes) + 2
+        rows = [f"  {p.name:<{width}}{p.summary}  [changes: {p.changes}]" for p in self.passes]
+        return "\n".join([f"{self.name}:", *rows])
+
+
+def dump_directory() -> Path | None:
+    """Where dumps go: ``$PYJLAD_DUMP_IR`` as a path, or ``None`` when unset or empty."""
+    value = os.environ.get(DUMP_VARIABLE, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+_counter_lock = threading.Lock()
+_counters: dict[Path, itertools.count] = {}
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _next_number(directory: Path) -> int:
+    with _counter_lock:
+        return next(_counters.setdefault(directory, itertools.count(1)))
+
+
+def dump(label: str, stage: str, module: str | bytes) -> Path | None:
+    """Write ``module`` as ``$PYJLAD_DUMP_IR/<label>/<NN>-<stage>.ll``; nothing when the variable is unset.
+
+    ``NN`` counts the dumps of ``label`` in this process, so files sort in the order the steps ran.
+    Bitcode (Enzyme's input and output) is written as LLVM's text of it, read by llvmlite.
+
+    Parameters
+    ----------
+    label : str
+        The function (``"pyjlad_f"``); made safe as a file name.
+    stage : str
+        ``"<pipeline>.<pass>"`` or an engine step (``"enzyme.input"``, ``"enzyme.output"``).
+    module : str or bytes
+        LLVM IR text or bitcode.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The file written, or ``None`` if dumps are off.
+
+    Raises
+    ------
+    SettingError
+        If the directory cannot be created or written (the user asked for dumps: never silently skipped).
+    """
+    root = dump_directory()
+    if root is None:
+        return None
+    directory = root / _UNSAFE.sub("_", label)
+    text = module if isinstance(module, str) else _bitcode_text(module)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{_next_number(directory):02d}-{_UNSAFE.sub('_', stage)}.ll"
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise SettingError(f"{DUMP_VARIABLE}={str(root)!r}: cannot write the IR dumps there ({exc.strerror or exc}); "
+                           "name a directory you can write, or unset it to write no dumps") from exc
+    return path
+
+
+def _bitcode_text(bitcode: bytes) -> str:
+    import llvmlite.binding as llvm
+
+    return str(llvm.parse_bitcode(bitcode, context=llvm.create_context()))

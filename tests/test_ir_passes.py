@@ -1,0 +1,342 @@
+"""Each pass of the portable pipeline on small hand-written IR, the pipeline object, and ``PYJLAD_DUMP_IR``.
+
+The expected texts are written from the passes' contracts (their docstrings), not taken from their output.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numba
+import numpy as np
+import pytest
+
+import pyjlad
+from pyjlad.errors import PortabilityError, SettingError
+from pyjlad.ir.pipeline import DUMP_VARIABLE, Pass, Pipeline, dump
+from pyjlad.portable_pipeline import (
+    PORTABLE,
+    PortableContext,
+    declare_libm_calls,
+    dedupe_declarations,
+    down_level,
+    extract,
+    freeze_selects,
+    kind_specific_blas,
+    opaque_address_comparisons,
+    refuse_target_intrinsics,
+    split_excinfo_slots,
+    stable_names,
+    unique_names,
+)
+
+HEADER = 'target datalayout = "e-m:e-i64:64-n8:16:32:64-S128"\ntarget triple = "x86_64-unknown-linux-gnu"\n'
+
+
+def _context(entry: str = "entry", **fields) -> PortableContext:
+    context = PortableContext(entry=entry, name="pyjlad_f")
+    for key, value in fields.items():
+        setattr(context, key, value)
+    return context
+
+
+def _llvm_as_15(text: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["llvm-as-15", "-o", "/dev/null", "-"], input=text.encode(), capture_output=True)
+
+
+# ------------------------------------------------------------------ kind-specific-blas
+BLAS_IR = HEADER + """
+define i32 @entry(ptr %a, ptr %b) {
+  %r = call i32 @numba_xxdot(i8 100, i8 0, i64 3, ptr %a, ptr %b, ptr %a)
+  %s = call i32 @numba_xxgetrf(i8 115, i64 2, i64 2, ptr %a, i64 2, ptr %b)
+  ret i32 %r
+}
+declare i32 @numba_xxdot(i8, i8, i64, ptr, ptr, ptr)
+declare i32 @numba_xxgetrf(i8, i64, i64, ptr, i64, ptr)
+"""
+
+
+def test_kind_specific_blas_names_calls_by_kind_and_declares_lapack_helpers() -> None:
+    context = _context()
+    text = kind_specific_blas(BLAS_IR, context)
+    assert "call i32 @numba_xxdot.d(i8 100, i8 0," in text  # 100 = 'd': double
+    assert "call i32 @numba_xxgetrf.s(i8 115, i64 2," in text  # 115 = 's': float
+    assert context.links == [("numba_xxgetrf", "s")]
+    assert text.endswith("declare i32 @numba_xxgetrf.s(i8, i64, i64, ptr, i64, ptr)\n")
+    assert _llvm_as_15(text.replace("@numba_xxdot(", "@numba_xxdot.d(")).returncode == 0
+
+
+def test_kind_specific_blas_leaves_a_module_without_blas_alone() -> None:
+    text = HEADER + "define i32 @entry() {\n  ret i32 0\n}\n"
+    assert kind_specific_blas(text, _context()) == text
+
+
+# ------------------------------------------------------------------ stable-names
+NAMES_IR = HEADER + """
+@.bytes.-4446739099191175225 = internal constant [3 x i8] c"ab\\00"
+define i32 @_ZN4main1fB3v29Ed(ptr %retptr, ptr %excinfo, double %x) {
+  %m = load i8, ptr @.bytes.-4446739099191175225
+  %r = call i32 @_ZN4main1gB3v30Ed(ptr %retptr, ptr %excinfo, double %x)
+  ret i32 %r
+}
+define i32 @_ZN4main1gB3v30Ed(ptr %retptr, ptr %excinfo, double %x) {
+  ret i32 0
+}
+attributes #0 = { nounwind }
+"""
+
+
+def test_stable_names_renames_per_process_names_by_content_and_order() -> None:
+    context = _context("_ZN4main1fB3v29Ed")
+    text = stable_names(NAMES_IR, context)
+    assert "@.bytes.-" not in text and text.count("@.bytes.content.") == 2  # the global and its use
+    # uids 29 and 30 become 1 and 2, in order of appearance: B3v29 -> B2u1, B3v30 -> B2u2
+    assert "@_ZN4main1fB2u1Ed(" in text and "@_ZN4main1gB2u2Ed(" in text
+    assert context.entry_symbol == "@_ZN4main1fB2u1Ed"
+    assert "attributes #0 = { nounwind }" in text
+    # by content: the same constant in another process (another hash) gets the same name
+    other = stable_names(NAMES_IR.replace("-4446739099191175225", "771"), _context("_ZN4main1fB3v29Ed"))
+    assert other == text
+
+
+def test_stable_names_refuses_a_missing_entry() -> None:
+    with pytest.raises(PortabilityError, match="not defined"):
+        stable_names(NAMES_IR, _context("no_such_function"))
+
+
+# ------------------------------------------------------------------ extract
+EXTRACT_IR = HEADER + """
+%T = type { double }
+@unused = internal global i64 0
+@_ZN08NumbaEnv1f = common local_unnamed_addr global ptr null
+define i32 @entry(ptr %retptr, ptr %excinfo, double %x) {
+  %e = load ptr, ptr @_ZN08NumbaEnv1f
+  %m = call ptr @NRT_MemInfo_alloc_aligned(i64 8, i32 32)
+  %y = call double @erfc(double %x) #1
+  %s = call ptr @PyUnicode_FromString(ptr null)
+  ret i32 0
+}
+define i32 @cpython.wrapper(ptr %a) {
+  %r = call i32 @entry(ptr %a, ptr %a, double 0.0)
+  ret i32 %r
+}
+declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)
+declare double @erfc(double) #1
+declare ptr @PyUnicode_FromString(ptr)
+attributes #0 = { nounwind }
+attributes #1 = { nounwind memory(read) }
+"""
+
+
+def test_extract_keeps_what_the_entry_reaches_and_replaces_the_runtime() -> None:
+    context = _context(entry_symbol="@entry")
+    text = extract(EXTRACT_IR, context)
+    assert "@cpython.wrapper" not in text and "@unused" not in text  # not reached from the entry
+    assert "%T = type { double }" in text  # every named type is kept (unused ones are harmless)
+    assert "@_ZN08NumbaEnv1f = internal global ptr null" in text  # common -> internal
+    # Numba's allocator is pyjlad's definition now (Enzyme follows it); its declaration is gone
+    assert "define" in text and "@NRT_MemInfo_alloc_aligned(" in text
+    assert "declare ptr @NRT_MemInfo_alloc_aligned" not in text
+    # an error-path C-API call is a stub returning null
+    assert "define linkonce_odr ptr @PyUnicode_FromString(ptr %a0) {\nentry:\n  ret ptr null\n}" in text
+    # libm keeps its attributes inline, without readonly (Enzyme adds readnone)
+    assert "declare double @erfc(double) nounwind\n" in text + "\n"
+    assert context.rewritten == {"@entry"} and context.numba_functions == {"@entry"}
+    assert sorted(context.externals) == ["erfc", "malloc"]  # malloc: the allocator's definition calls it
+    assert text.startswith(HEADER + "\n")
+
+
+# ------------------------------------------------------------------ function-body passes
+SLOT_IR = HEADER + """
+define i32 @callee(ptr noalias %retptr, ptr noalias %excinfo, i64 %n) {
+entry:
+  ret i32 0
+}
+define i32 @entry(ptr noalias %retptr, ptr noalias %excinfo, i64 %n) {
+entry:
+  %slot = alloca [1 x i64], align 8
+  %s = call i32 @callee(ptr %retptr, ptr nonnull %slot, i64 %n)
+  %e = load ptr, ptr %slot, align 8
+  store i64 %n, ptr %slot, align 8
+  ret i32 %s
+}
+"""
+
+
+def test_split_excinfo_slots_rewrites_only_the_functions_extract_kept_as_numbas() -> None:
+    context = _context(numba_functions={"@callee", "@entry"}, rewritten={"@entry"})
+    text = split_excinfo_slots(SLOT_IR, context)
+    assert "%slot.pyjlad.excinfo = alloca ptr, align 8" in text
+    assert "call i32 @callee(ptr %retptr, ptr nonnull %slot.pyjlad.excinfo, i64 %n)" in text
+    assert "%e = load ptr, ptr %slot.pyjlad.excinfo" in text and "store i64 %n, ptr %slot," in text
+    assert split_excinfo_slots(SLOT_IR, _context(numba_functions={"@callee"}, rewritten=set())) == SLOT_IR
+
+
+ADDRESS_IR = HEADER + """
+define i1 @entry(ptr %a, ptr %b) {
+  %x = ptrtoint ptr %a to i64
+  %y = ptrtoint ptr %b to i64
+  %d = sub i64 %x, %y
+  %c = icmp ult i64 %d, 32
+  ret i1 %c
+}
+define i1 @second(ptr %a) {
+  %x = ptrtoint ptr %a to i64
+  %c = icmp eq i64 %x, 0
+  ret i1 %c
+}
+define i64 @escapes(ptr %a) {
+  %x = ptrtoint ptr %a to i64
+  ret i64 %x
+}
+"""
+
+
+def test_opaque_address_comparisons_adds_the_helper_once_after_its_first_user() -> None:
+    context = _context(rewritten={"@entry", "@second", "@escapes"})
+    text = opaque_address_comparisons(ADDRESS_IR, context)
+    assert "%x = call i64 @pyjlad_address(ptr %a)" in text and "%y = call i64 @pyjlad_address(ptr %b)" in text
+    assert text.count("define internal i64 @pyjlad_address(ptr %p)") == 1
+    assert text.index("@pyjlad_address(ptr %p)") < text.index("define i1 @second")
+    assert "%x = ptrtoint ptr %a to i64\n  ret i64 %x" in text  # used as a value, not only compared: kept
+    assert _llvm_as_15(text).returncode == 0
+
+
+def test_freeze_carried_selects_freezes_a_running_max() -> None:
+    loop = HEADER + """
+define double @entry(ptr %x, i64 %n) {
+entry:
+  %x0 = load double, ptr %x
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %loop ]
+  %m = phi double [ %x0, %entry ], [ %s, %loop ]
+  %p = getelementptr double, ptr %x, i64 %i
+  %v = load double, ptr %p
+  %c = fcmp ogt double %v, %m
+  %s = select i1 %c, double %v, double %m
+  %i.next = add i64 %i, 1
+  %done = icmp eq i64 %i.next, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret double %s
+}
+"""
+    text = freeze_selects(loop, _context(rewritten={"@entry"}))
+    assert "freeze double" in text and text != loop
+    assert freeze_selects(loop, _context(rewritten=set())) == loop
+    assert _llvm_as_15(text).returncode == 0
+
+
+# ------------------------------------------------------------------ down-level and after
+def test_down_level_rewrites_syntax_and_keeps_used_groups_translated() -> None:
+    modern = HEADER + """
+define i32 @entry(ptr captures(none) %p, i64 %n) #1 {
+  %c = icmp samesign ult i64 %n, 4
+  %q = getelementptr inbounds nuw i8, ptr %p, i64 %n
+  ret i32 0
+}
+attributes #0 = { cold }
+attributes #1 = { nounwind memory(argmem: read) "target-cpu"="znver3" }
+"""
+    text = down_level(modern, _context())
+    assert "captures(none)" not in text and "samesign" not in text and " nuw " not in text
+    assert "attributes #0" not in text  # not used any more
+    assert "attributes #1 = { nounwind " in text and "target-cpu" not in text and "memory(" not in text
+    assert _llvm_as_15(text).returncode == 0
+
+
+def test_unique_names_names_the_entry_and_salts_renumbered_uids() -> None:
+    text = HEADER + "define i32 @_ZN4main1fB2u1Ed() {\n  ret i32 0\n}\n"
+    renamed = unique_names(text, _context(entry_symbol="@_ZN4main1fB2u1Ed"))
+    assert "define i32 @pyjlad_f() {" in renamed
+    callee = HEADER + "define i32 @e() {\n  %r = call i32 @_ZN4main1gB2u2Ed()\n  ret i32 %r\n}\n" \
+        "define i32 @_ZN4main1gB2u2Ed() {\n  ret i32 0\n}\n"
+    salted = unique_names(callee, _context(entry_symbol="@e"))
+    assert "@_ZN4main1gB2u2Ed" not in salted and salted.count("@_ZN4main1gB15u2h") == 2  # "u2h" + 12 hex digits: 15 characters
+
+
+def test_dedupe_declarations_and_declare_libm_calls() -> None:
+    text = "declare double @sin(double)\ndeclare double @sin(double)\ndefine double @f(double %x) {\n" \
+           "  %a = call double @sin(double %x)\n  %b = call double @tanh(double %x)\n  ret double %b\n}\n"
+    deduped = dedupe_declarations(text, _context())
+    assert deduped.count("declare double @sin(double)") == 1
+    context = _context()
+    declared = declare_libm_calls(deduped, context)
+    # tanh: what down-level makes of the vector intrinsic @llvm.tanh.v4f64, called lane by lane
+    assert declared.endswith("declare double @tanh(double)\n") and context.externals == ["tanh"]
+    assert _llvm_as_15(declared).returncode == 0
+
+
+def test_refuse_target_intrinsics() -> None:
+    with pytest.raises(PortabilityError, match=r"llvm\.x86\.sse2\.pause"):
+        refuse_target_intrinsics("  call void @llvm.x86.sse2.pause()\n", _context())
+    assert refuse_target_intrinsics("ret void\n", _context()) == "ret void\n"
+
+
+# ------------------------------------------------------------------ the pipeline and its dumps
+def test_the_portable_pipeline_names_every_pass_in_order() -> None:
+    names = [p.name for p in PORTABLE.passes]
+    assert names == ["kind-specific-blas", "stable-names", "extract", "split-excinfo-slots",
+                     "opaque-address-comparisons", "freeze-carried-selects", "down-level", "unique-names",
+                     "dedupe-declarations", "declare-libm-calls", "refuse-target-intrinsics"]
+    assert all(p.summary for p in PORTABLE.passes)  # each documents why it exists
+    described = PORTABLE.describe()
+    assert all(name in described for name in names)
+
+
+def test_readme_shows_the_pipeline() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for step in PORTABLE.passes:
+        assert f"`{step.name}`" in readme, step.name
+
+
+def test_dump_writes_nothing_when_unset(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv(DUMP_VARIABLE, raising=False)
+    assert dump("f", "stage", "x") is None
+    assert Pipeline("p", (Pass("a", lambda t, c: t + "a", "text"),)).run("", None, label="f") == "a"
+
+
+def test_an_unwritable_dump_directory_is_a_setting_error(monkeypatch, tmp_path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(DUMP_VARIABLE, str(blocker / "dumps"))
+    with pytest.raises(SettingError, match="PYJLAD_DUMP_IR=.*cannot write the IR dumps"):
+        dump("f", "stage", "x")
+
+
+def test_pipeline_dumps_every_pass_in_order(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv(DUMP_VARIABLE, str(tmp_path))
+    pipeline = Pipeline("p", (Pass("a", lambda t, c: t + "a", "text"), Pass("b", lambda t, c: t + "b", "text")))
+    assert pipeline.run("x", None, label="f/../g") == "xab"
+    files = sorted((tmp_path / "f_.._g").iterdir())
+    assert [f.name[3:] for f in files] == ["p.input.ll", "p.a.ll", "p.b.ll"]
+    assert [f.read_text() for f in files] == ["x", "xa", "xab"]
+
+
+def test_gradient_dumps_every_step_from_numbas_module_to_the_derivative(monkeypatch, tmp_path) -> None:
+    @numba.njit
+    def dumped_fn(x):
+        s = 0.0
+        for i in range(x.size):
+            s += np.sin(x[i]) * x[i]
+        return s
+
+    monkeypatch.setenv(DUMP_VARIABLE, str(tmp_path))
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    x = np.linspace(0.1, 1.0, 5)
+    expected = np.cos(x) * x + np.sin(x)
+    np.testing.assert_allclose(pyjlad.gradient(dumped_fn, x), expected, rtol=1e-13)
+    files = sorted((tmp_path / "pyjlad_dumped_fn").iterdir())
+    stages = [f.name.split("-", 1)[1] for f in files]
+    portable = [f"portable.{p.name}.ll" for p in PORTABLE.passes]
+    copy = [f"enzyme-copy.{p.name}.ll" for p in PORTABLE.passes]
+    assert stages == ["portable.input.ll", *portable, "enzyme-copy.input.ll", *copy,
+                      "driver.ll", "enzyme.input.ll", "enzyme.output.ll"]
+    final = files[len(portable)].read_text()
+    assert _llvm_as_15(final).returncode == 0
+    assert final == pyjlad.export.export(dumped_fn, (numba.typeof(x),)).module.text
+    derivative = files[-1].read_text()
+    assert "define" in derivative and "diffe" in derivative  # Enzyme's generated function
