@@ -108,7 +108,8 @@ def _export(args: argparse.Namespace) -> int:
         if args.target == "nvptx":
             from .nvptx import device_module
 
-            text = device_module(text, exported.module.external_functions, name=exported.name)
+            text = device_module(text, exported.module.external_functions, name=exported.name,
+                                 label=exported.abi.entry)
     except PyjladError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -340,3 +340,70 @@ def test_gradient_dumps_every_step_from_numbas_module_to_the_derivative(monkeypa
     assert final == pyjlad.export.export(dumped_fn, (numba.typeof(x),)).module.text
     derivative = files[-1].read_text()
     assert "define" in derivative and "diffe" in derivative  # Enzyme's generated function
+
+
+# ------------------------------------------------------------------ target pipelines: NVPTX and Julia's llvmcall
+DEVICE_IR = HEADER + """
+define double @f(double %x) {
+  %a = call double @llvm.sin.f64(double %x)
+  %b = call float @erff(float 1.0)
+  %c = call double @tanh(double %a)
+  ret double %c
+}
+declare double @llvm.sin.f64(double)
+declare double @tanh(double)
+declare float @erff(float)
+"""
+
+
+def test_nvptx_passes() -> None:
+    from pyjlad.nvptx import NVPTX, DeviceContext, dedupe_device_declarations, libdevice_calls, nvptx_target
+    from pyjlad.nvptx import refuse_host_only_calls
+
+    context = DeviceContext(("llvm.sin.f64", "tanh", "erff"), "f")
+    assert refuse_host_only_calls(DEVICE_IR, context) == DEVICE_IR
+    with pytest.raises(pyjlad.errors.UnsupportedFunctionError, match="f calls NRT_MemInfo_alloc_aligned.*GPU"):
+        refuse_host_only_calls(DEVICE_IR, DeviceContext(("tanh", "NRT_MemInfo_alloc_aligned"), "f"))
+    targeted = nvptx_target(DEVICE_IR, context)
+    assert 'target triple = "nvptx64-nvidia-cuda"' in targeted and "x86_64" not in targeted
+    device = libdevice_calls(targeted, context)
+    assert "call double @__nv_sin(double %x)" in device and "call float @__nv_erff(float 1.0)" in device
+    assert "call double @__nv_tanh(double %a)" in device and "@llvm.sin" not in device
+    # @llvm.sin.f64 and its libm twin both became @__nv_sin: both declared now
+    twice = device.replace("declare double @__nv_tanh(double)", "declare double @__nv_sin(double)")
+    assert twice.count("declare double @__nv_sin(double)") == 2
+    assert dedupe_device_declarations(twice, context).count("declare double @__nv_sin(double)") == 1
+    assert [p.name for p in NVPTX.passes] == ["refuse-host-only-calls", "nvptx-target", "libdevice-calls",
+                                              "dedupe-declarations"]
+
+
+def test_llvmcall_passes() -> None:
+    from pyjlad.engines.julia import LLVMCALL, define_runtime_hooks, drop_target_lines, internalize
+    from pyjlad.portable import RUNTIME_CALL_DTOR
+
+    module = HEADER + f"""define i32 @entry() {{
+  call void @{RUNTIME_CALL_DTOR}(ptr null)
+  %f = call i32 @numba_fatal_error()
+  %h = call i32 @helper()
+  ret i32 0
+}}
+define linkonce_odr i32 @helper() {{
+  ret i32 1
+}}
+define i32 @other() {{
+  ret i32 2
+}}
+declare void @{RUNTIME_CALL_DTOR}(ptr) nofree "enzyme_inactive"
+declare i32 @numba_fatal_error()
+"""
+    dropped = drop_target_lines(module, "entry")
+    assert "target " not in dropped and dropped == module[len(HEADER):]
+    hooked = define_runtime_hooks(dropped, "entry")
+    assert f"define internal void @{RUNTIME_CALL_DTOR}(ptr %mi) {{\n  call void @free(ptr %mi)" in hooked
+    assert "define internal i32 @numba_fatal_error() {\n  call void @abort()\n  unreachable\n}" in hooked
+    assert hooked.endswith("declare void @free(ptr)\ndeclare void @abort()\n")
+    internal = internalize(hooked, "entry")
+    assert "define i32 @entry()" in internal and "define internal i32 @other()" in internal
+    assert "define linkonce_odr i32 @helper()" in internal  # a linkage of its own is kept
+    assert LLVMCALL.run(module, "entry", label="x") == internal
+    assert _llvm_as_15(internal).returncode == 0

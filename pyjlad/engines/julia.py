@@ -37,13 +37,14 @@ import numpy as np
 from ..abi import ArrayArg, FunctionABI
 from ..errors import EngineUnavailableError, UnsupportedFunctionError
 from ..export import ExportedFunction, export, numba_argtypes
+from ..ir.pipeline import Pass, Pipeline
 from ..memo import cached_for
 from ..portable import RUNTIME_CALL_DTOR
 from ..rules import is_rule_symbol
 from ..toolchain import locate
 from .embedded import Sweep, linked_modules, reraise_from_function, resolve_activities
 
-__all__ = ["JuliaEngine", "llvmcall_module", "internalize", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
+__all__ = ["JuliaEngine", "LLVMCALL", "llvmcall_module", "internalize", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
            "MIN_JULIA", "MIN_OPENSSL", "openssl_conflict", "abi_json", "julia_scalar", "shadow_like", "shadow_twin",
            "unresolvable_symbols", "juliacall_environment", "JULIACALL_SETTINGS"]
 
@@ -64,28 +65,35 @@ _HOOK_DECLARATION = re.compile(r"^declare void @" + RUNTIME_CALL_DTOR + r"\(ptr\
 _FATAL_DECLARATION = re.compile(r"^declare i32 @numba_fatal_error\(\)[^\n]*$", re.MULTILINE)
 
 
-def llvmcall_module(portable_text: str) -> str:
-    """The module text handed to Julia's ``Base.llvmcall``.
+def drop_target_lines(text: str, entry: str) -> str:
+    """Remove the target lines: Julia sets its own data layout and triple on the module ``llvmcall`` gets."""
+    lines = [ln for ln in text.splitlines() if not ln.startswith(("target datalayout", "target triple"))]
+    return "\n".join(lines) + "\n"
 
-    Target lines are removed (Julia sets its own), the hook to Numba's
-    runtime destructor is defined as ``free`` (called from Julia, no MemInfo
-    with a Numba-runtime destructor can reach it), and Numba's
-    ``numba_fatal_error`` as libc's ``abort``.
+
+def define_runtime_hooks(text: str, entry: str) -> str:
+    """Define the runtime functions Julia's process does not have: the destructor hook as ``free``,
+    ``numba_fatal_error`` as ``abort``.
+
+    Called from Julia, no MemInfo with a Numba-runtime destructor can reach the hook; Numba's helperlib
+    ``numba_fatal_error`` (``Py_FatalError``) is not in Julia's process image: the same fatal stop, through libc.
     """
-    lines = [ln for ln in portable_text.splitlines() if not ln.startswith(("target datalayout", "target triple"))]
-    text = "\n".join(lines) + "\n"
     definition = (f"define internal void @{RUNTIME_CALL_DTOR}(ptr %mi) {{\n"
                   "  call void @free(ptr %mi)\n  ret void\n}")
     text, count = _HOOK_DECLARATION.subn(definition, text)
     if count and "declare void @free(ptr)" not in text:
         text += "declare void @free(ptr)\n"
-    # Numba's helperlib `numba_fatal_error` (Py_FatalError) is not in Julia's process image:
-    # the same fatal stop, through libc.
     fatal = "define internal i32 @numba_fatal_error() {\n  call void @abort()\n  unreachable\n}"
     text, count = _FATAL_DECLARATION.subn(fatal, text)
     if count and not re.search(r"^declare void @abort\(", text, re.MULTILINE):
         text += "declare void @abort()\n"
     return text
+
+
+def llvmcall_module(portable_text: str) -> str:
+    """The module text handed to Julia's ``Base.llvmcall``, before :func:`internalize`: no target lines,
+    runtime hooks defined (the first two passes of :data:`LLVMCALL`)."""
+    return define_runtime_hooks(drop_target_lines(portable_text, ""), "")
 
 
 _LINKAGE = frozenset({"private", "internal", "available_externally", "linkonce", "weak", "common", "appending",
@@ -119,6 +127,14 @@ def internalize(module_text: str, entry: str) -> str:
         return f"{head} internal{visible}{rest[len(prefix):]}"
 
     return _DEFINITION.sub(local, module_text)
+
+
+#: The passes that make a linked portable module the text Julia's ``llvmcall`` receives; the context is the entry.
+LLVMCALL = Pipeline("llvmcall", (
+    Pass("drop-target-lines", drop_target_lines, "target lines"),
+    Pass("define-runtime-hooks", define_runtime_hooks, "declarations become definitions"),
+    Pass("internalize", internalize, "linkage of every definition but the entry"),
+))
 
 
 def unresolvable_symbols(module_text: str) -> list[str]:
@@ -394,7 +410,7 @@ def julia_module_text(exported: Any) -> str:
     extra = linked_modules(exported)
     if extra:
         text = locate().link([text, *extra], what=exported.name, text=True).decode()
-    text = internalize(llvmcall_module(text), exported.abi.entry)
+    text = LLVMCALL.run(text, exported.abi.entry, label=exported.abi.entry)
     missing = unresolvable_symbols(text)
     if missing:
         raise UnsupportedFunctionError(
