@@ -69,6 +69,17 @@ def test_in_process_modules_verify_in_llvmlite(text):
     llvm.parse_assembly(text).verify()
 
 
+@pytest.mark.parametrize("name", runtime.FILES + runtime.TEMPLATES)
+def test_every_file_says_what_it_replaces(name):
+    """A header comment opens each file, naming every function the file defines."""
+    lines = runtime.source(name).split("\n")
+    header = "\n".join(lines[:next(k for k, line in enumerate(lines) if not line.startswith(";"))])
+    assert len(header.splitlines()) >= 5
+    if name in runtime.FILES:
+        for symbol in runtime.definitions(name):
+            assert symbol.lstrip("@").split(".")[0] in header, symbol
+
+
 def test_the_directory_holds_exactly_the_listed_files():
     on_disk = {p.name for p in RUNTIME_DIR.glob("*.ll")}
     assert on_disk == set(runtime.FILES + runtime.TEMPLATES)
