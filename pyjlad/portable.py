@@ -24,6 +24,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from . import runtime
 from .errors import PortabilityError
 from .ir.lexer import substitute, texts_of
 
@@ -104,236 +105,32 @@ _HINT_INTRINSICS = ("@llvm.lifetime.", "@llvm.experimental.noalias.scope.decl", 
 _SPLAT_RE = re.compile(r"splat \(([^()]+?) ([^()]+)\)")
 _VECTOR_TYPE_RE = re.compile(r"<(\d+) x ([^>]+)>")
 
-# Numba's memory-management runtime, written as IR that Enzyme can read.
-#
-# Numba's own copies of NRT_incref/NRT_decref use x86-specific intrinsics, and
-# its allocator is an opaque C function whose result (a MemInfo whose `data`
-# field points into the same block) Enzyme cannot shadow. These definitions have
-# the same semantics and the same memory layout as Numba's nrt.cpp:
-#   struct MemInfo { size_t refct; dtor; dtor_info; void *data; size_t size;
-#                    external_allocator; }                        (48 bytes)
-# allocated, like NRT_MemInfo_alloc_aligned, in one malloc'ed block with the
-# data after the header and dtor = NULL, so a MemInfo made here is freed
-# correctly by Numba's runtime and vice versa. Enzyme sees malloc and free, so it
-# shadows temporaries and keeps them alive until the reverse pass needs them.
-# A MemInfo with a destructor (e.g. one wrapping a NumPy array owned by Python)
-# is handed to Numba's own NRT_MemInfo_call_dtor, exported under the name
-# RUNTIME_CALL_DTOR (resolved by the engine that loads the module).
+# Numba's memory-management runtime, written as IR that Enzyme can read: replacement runtime
+# IR in package data (pyjlad/runtime/*.ll, whose header comments say what each function
+# replaces and why Enzyme needs it). nrt.ll: Numba's NRT reference counting and allocator
+# (same semantics and MemInfo layout as nrt.cpp, but malloc/free Enzyme can shadow). A MemInfo
+# with a destructor (e.g. one wrapping a NumPy array owned by Python) is handed to Numba's own
+# NRT_MemInfo_call_dtor, exported under the name RUNTIME_CALL_DTOR (resolved by the engine that
+# loads the module).
 RUNTIME_CALL_DTOR = "pyjlad_NRT_MemInfo_call_dtor"
 
-# The data follows the 48-byte header, so it is 16-byte aligned (malloc's
-# guarantee) rather than `align`-aligned: Numba's IR never assumes more than the
-# element alignment (8 bytes), and integer arithmetic on the address to round it
-# up would make the pointer opaque to Enzyme's type analysis. The block is as
-# large as Numba's would be, so NRT's view of `size` stays exact.
-_ALLOC_ALIGNED_BODY = """(i64 %size, i32 %align) {
-entry:
-  %total = add i64 %size, 48
-  %mi = call ptr @malloc(i64 %total)
-  %failed = icmp eq ptr %mi, null
-  br i1 %failed, label %fail, label %init
-fail:
-  ret ptr null
-init:
-  %data = getelementptr i8, ptr %mi, i64 48
-  store i64 1, ptr %mi, align 8
-  %dtor = getelementptr i8, ptr %mi, i64 8
-  store ptr null, ptr %dtor, align 8
-  %info = getelementptr i8, ptr %mi, i64 16
-  store ptr null, ptr %info, align 8
-  %datafield = getelementptr i8, ptr %mi, i64 24
-  store ptr %data, ptr %datafield, align 8
-  %sizefield = getelementptr i8, ptr %mi, i64 32
-  store i64 %size, ptr %sizefield, align 8
-  %external = getelementptr i8, ptr %mi, i64 40
-  store ptr null, ptr %external, align 8
-  ret ptr %mi
-}"""
-
-PORTABLE_RUNTIME = {
-    # Inactive: a reference count is an integer no derivative flows through; without the
-    # attribute Enzyme may take the meminfo (reached through an array struct it shadows)
-    # for active memory and refuse the atomic add ("Active atomic inst not yet handled").
-    # NRT_decref stays visible: it frees, and Enzyme must defer frees to the reverse sweep.
-    "@NRT_incref": """define linkonce_odr void @NRT_incref(ptr %mi) nofree nounwind "enzyme_inactive" {
-entry:
-  %isnull = icmp eq ptr %mi, null
-  br i1 %isnull, label %done, label %inc
-inc:
-  %old = atomicrmw add ptr %mi, i64 1 monotonic, align 8
-  br label %done
-done:
-  ret void
-}""",
-    "@NRT_decref": """define linkonce_odr void @NRT_decref(ptr %mi) {
-entry:
-  %isnull = icmp eq ptr %mi, null
-  br i1 %isnull, label %done, label %dec
-dec:
-  %old = atomicrmw sub ptr %mi, i64 1 release, align 8
-  %last = icmp eq i64 %old, 1
-  br i1 %last, label %free, label %done
-free:
-  fence acquire
-  call void @NRT_MemInfo_call_dtor(ptr %mi)
-  br label %done
-done:
-  ret void
-}""",
-    "@NRT_MemInfo_call_dtor": """define linkonce_odr void @NRT_MemInfo_call_dtor(ptr %mi) {
-entry:
-  %dtorfield = getelementptr i8, ptr %mi, i64 8
-  %dtor = load ptr, ptr %dtorfield, align 8
-  %externalfield = getelementptr i8, ptr %mi, i64 40
-  %external = load ptr, ptr %externalfield, align 8
-  %nodtor = icmp eq ptr %dtor, null
-  %noexternal = icmp eq ptr %external, null
-  %plain = and i1 %nodtor, %noexternal
-  br i1 %plain, label %own, label %runtime
-own:
-  call void @free(ptr %mi)
-  ret void
-runtime:
-  call void @""" + RUNTIME_CALL_DTOR + """(ptr %mi)
-  ret void
-}""",
-    "@NRT_MemInfo_alloc_aligned": "define linkonce_odr ptr @NRT_MemInfo_alloc_aligned" + _ALLOC_ALIGNED_BODY,
-    "@NRT_MemInfo_alloc_safe_aligned": "define linkonce_odr ptr @NRT_MemInfo_alloc_safe_aligned"
-    + _ALLOC_ALIGNED_BODY,
-    # A variable-size buffer (Numba's copies in np.linalg): the same block layout;
-    # with dtor = NULL, Numba's runtime frees it like any other.
-    # Raw allocation and a MemInfo of Numba's default allocator (dtor NULL), used
-    # by runtime code such as the formatting of exception messages.
-    "@NRT_Allocate": "define linkonce_odr ptr @NRT_Allocate(i64 %size) {\n"
-    "entry:\n  %p = call ptr @malloc(i64 %size)\n  ret ptr %p\n}",
-    "@NRT_Free": "define linkonce_odr void @NRT_Free(ptr %p) {\nentry:\n  call void @free(ptr %p)\n  ret void\n}",
-    "@NRT_MemInfo_alloc": "define linkonce_odr ptr @NRT_MemInfo_alloc"
-    + _ALLOC_ALIGNED_BODY.replace("(i64 %size, i32 %align)", "(i64 %size)"),
-    "@NRT_MemInfo_new_varsize": "define linkonce_odr ptr @NRT_MemInfo_new_varsize"
-    + _ALLOC_ALIGNED_BODY.replace("(i64 %size, i32 %align)", "(i64 %size)"),
-    # ... and with an element destructor, which only matters for containers of
-    # reference-counted items; growing such a buffer (NRT_MemInfo_varsize_realloc)
-    # stays an opaque call that Enzyme refuses, so these never reach the runtime.
-    "@NRT_MemInfo_new_varsize_dtor": "define linkonce_odr ptr @NRT_MemInfo_new_varsize_dtor"
-    + _ALLOC_ALIGNED_BODY.replace("(i64 %size, i32 %align)", "(i64 %size, ptr %element_dtor)"),
-}
-# Numba's BLAS helpers (numba_xxdot/gemv/gemm in numba/_lapack.c) call Fortran
-# BLAS through function pointers Enzyme cannot follow, and return a status. These
-# definitions make the same calls through CBLAS (column-major, as Numba's Fortran
-# calls are), which Enzyme differentiates with its BLAS rules, so the derivative
-# of a matrix product is matrix products again. Float32 ('s') and float64 ('d')
-# kinds are handled; complex kinds are refused before any code runs.
-_TRANS = """  %{c}.n = icmp eq i8 %{c}, 110
-  %{c}.N = icmp eq i8 %{c}, 78
-  %{c}.no = or i1 %{c}.n, %{c}.N
-  %{c}.cblas = select i1 %{c}.no, i32 111, i32 112
-"""  # Fortran 'n'/'N' -> CblasNoTrans (111), otherwise CblasTrans (112)
-
-
-_BLAS_TEMPLATES = {
-    "dot": """define linkonce_odr i32 @numba_xxdot.{p}(i8 %kind, i8 %conj, i64 %n, ptr %x, ptr %y, ptr %out) {{
-entry:
-  %n32 = trunc i64 %n to i32
-  %r = call {T} @cblas_{p}dot(i32 %n32, ptr %x, i32 1, ptr %y, i32 1)
-  store {T} %r, ptr %out, align 8
-  ret i32 0
-}}""",
-    "gemv": """define linkonce_odr i32 @numba_xxgemv.{p}(i8 %kind, i8 %trans, i64 %m, i64 %n, ptr %alpha, ptr %a, i64 %lda, ptr %x, ptr %beta, ptr %y) {{
-entry:
-{trans}  %m32 = trunc i64 %m to i32
-  %n32 = trunc i64 %n to i32
-  %lda32 = trunc i64 %lda to i32
-  %al = load {T}, ptr %alpha, align 8
-  %be = load {T}, ptr %beta, align 8
-  call void @cblas_{p}gemv(i32 102, i32 %trans.cblas, i32 %m32, i32 %n32, {T} %al, ptr %a, i32 %lda32, ptr %x, i32 1, {T} %be, ptr %y, i32 1)
-  ret i32 0
-}}""",
-    # The 2-norm as a plain loop (Enzyme differentiates it; no BLAS rule needed).
-    "nrm2": """define linkonce_odr i32 @numba_xxnrm2.{p}(i8 %kind, i64 %n, ptr %x, i64 %incx, ptr %out) {{
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %body ]
-  %acc = phi {T} [ 0.0, %entry ], [ %sum, %body ]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %body, label %done
-body:
-  %offset = mul i64 %i, %incx
-  %p = getelementptr {T}, ptr %x, i64 %offset
-  %v = load {T}, ptr %p, align 4
-  %sq = fmul {T} %v, %v
-  %sum = fadd {T} %acc, %sq
-  %next = add i64 %i, 1
-  br label %loop
-done:
-  %r = call {T} @llvm.sqrt.{suffix}({T} %acc)
-  store {T} %r, ptr %out, align 4
-  ret i32 0
-}}""",
-    "gemm": """define linkonce_odr i32 @numba_xxgemm.{p}(i8 %kind, i8 %transa, i8 %transb, i64 %m, i64 %n, i64 %k, ptr %alpha, ptr %a, i64 %lda, ptr %b, i64 %ldb, ptr %beta, ptr %c, i64 %ldc) {{
-entry:
-{transa}{transb}  %m32 = trunc i64 %m to i32
-  %n32 = trunc i64 %n to i32
-  %k32 = trunc i64 %k to i32
-  %lda32 = trunc i64 %lda to i32
-  %ldb32 = trunc i64 %ldb to i32
-  %ldc32 = trunc i64 %ldc to i32
-  %al = load {T}, ptr %alpha, align 8
-  %be = load {T}, ptr %beta, align 8
-  call void @cblas_{p}gemm(i32 102, i32 %transa.cblas, i32 %transb.cblas, i32 %m32, i32 %n32, i32 %k32, {T} %al, ptr %a, i32 %lda32, ptr %b, i32 %ldb32, {T} %be, ptr %c, i32 %ldc32)
-  ret i32 0
-}}""",
-}
+PORTABLE_RUNTIME = runtime.definitions("nrt.ll")
+# cblas.ll: Numba's BLAS helpers (numba_xxdot/gemv/gemm/nrm2 in numba/_lapack.c) over CBLAS,
+# which Enzyme differentiates with its BLAS rules, one definition per kind.
 # Numba always passes the kind as a constant ('d' = 100, 's' = 115); calls are
 # renamed to the kind's own definition, so each has one element type (Enzyme's
 # type analysis rejects a function storing both float and double to one pointer).
 _BLAS_KINDS = {"100": ("d", "double"), "115": ("s", "float")}
 _BLAS_CALL_RE = re.compile(r"@numba_xx(dot|gemv|gemm|nrm2)\(i8 (100|115),")
 _LAPACK_CALL_RE = re.compile(r"@(numba_xxgetrf|numba_ez_xxgetri|numba_xgesv|numba_xxpotrf)\(i8 (100|115),")
-_BLAS_RUNTIME = {
-    f"@numba_xx{op}.{p}": template.format(
-        p=p, T=ty, suffix="f64" if ty == "double" else "f32", trans=_TRANS.format(c="trans"),
-        transa=_TRANS.format(c="transa"), transb=_TRANS.format(c="transb"),
-    )
-    for op, template in _BLAS_TEMPLATES.items()
-    for p, ty in _BLAS_KINDS.values()
-}
+_BLAS_RUNTIME = runtime.definitions("cblas.ll")
 PORTABLE_RUNTIME.update(_BLAS_RUNTIME)
 
-_PORTABLE_RUNTIME_DEPS = {
-    "@NRT_decref": {"@NRT_MemInfo_call_dtor"},
-    "@NRT_MemInfo_call_dtor": {"@free", "@" + RUNTIME_CALL_DTOR},
-    "@NRT_MemInfo_alloc_aligned": {"@malloc"},
-    "@NRT_MemInfo_alloc_safe_aligned": {"@malloc"},
-    "@NRT_MemInfo_new_varsize": {"@malloc"},
-    "@NRT_Allocate": {"@malloc"},
-    "@NRT_Free": {"@free"},
-    "@NRT_MemInfo_alloc": {"@malloc"},
-    "@NRT_MemInfo_new_varsize_dtor": {"@malloc"},
-    **{name: {"@cblas_" + name.rsplit(".", 1)[1] + name[len("@numba_xx"):].split(".")[0]}
-       for name in _BLAS_RUNTIME if "nrm2" not in name},
-    "@numba_xxnrm2.d": {"@llvm.sqrt.f64"},
-    "@numba_xxnrm2.s": {"@llvm.sqrt.f32"},
-}
-# Declarations the definitions above need. The runtime destructor is marked
-# inactive for Enzyme (a string attribute other LLVM consumers ignore) and
-# `nofree`: it is reached only for MemInfos whose destructor belongs to Numba's
-# runtime (objects owned outside the differentiated code, such as NumPy arrays
-# passed in by Python, which are alive for the whole call), never for the
-# temporaries whose frees Enzyme must postpone to the reverse pass.
-_PORTABLE_RUNTIME_DECLS = {
-    "@malloc": "declare noalias ptr @malloc(i64)",
-    "@free": "declare void @free(ptr)",
-    "@" + RUNTIME_CALL_DTOR: f'declare void @{RUNTIME_CALL_DTOR}(ptr) nofree "enzyme_inactive"',
-    "@llvm.sqrt.f64": "declare double @llvm.sqrt.f64(double)",
-    "@llvm.sqrt.f32": "declare float @llvm.sqrt.f32(float)",
-    "@cblas_ddot": "declare double @cblas_ddot(i32, ptr, i32, ptr, i32)",
-    "@cblas_sdot": "declare float @cblas_sdot(i32, ptr, i32, ptr, i32)",
-    "@cblas_dgemv": "declare void @cblas_dgemv(i32, i32, i32, i32, double, ptr, i32, ptr, i32, double, ptr, i32)",
-    "@cblas_sgemv": "declare void @cblas_sgemv(i32, i32, i32, i32, float, ptr, i32, ptr, i32, float, ptr, i32)",
-    "@cblas_dgemm": "declare void @cblas_dgemm(i32, i32, i32, i32, i32, i32, double, ptr, i32, ptr, i32, double, ptr, i32)",
-    "@cblas_sgemm": "declare void @cblas_sgemm(i32, i32, i32, i32, i32, i32, float, ptr, i32, ptr, i32, float, ptr, i32)",
-}
+# What each runtime definition refers to (read from its IR).
+_PORTABLE_RUNTIME_DEPS = {**runtime.dependencies("nrt.ll"), **runtime.dependencies("cblas.ll")}
+# Declarations the definitions above need (the runtime destructor is inactive and `nofree`:
+# see nrt.ll).
+_PORTABLE_RUNTIME_DECLS = {**runtime.declarations("nrt.ll"), **runtime.declarations("cblas.ll")}
 
 
 # Numba runtime helpers that only compute integers (shapes, strides) from their
@@ -863,11 +660,7 @@ def _split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
 #: Enzyme neither analyzes its body (``enzyme_ta_norecur``) nor differentiates it; the
 #: optimizer after Enzyme inlines it back into a ``ptrtoint``.
 ADDRESS_FUNCTION = "@pyjlad_address"
-_ADDRESS_DEFINITION = (
-    f"define internal i64 {ADDRESS_FUNCTION}(ptr %p) nounwind readnone willreturn "
-    '"enzyme_inactive" "enzyme_ta_norecur" {\n'
-    "entry:\n  %a = ptrtoint ptr %p to i64\n  ret i64 %a\n}"
-)
+_ADDRESS_DEFINITION = runtime.definitions("address.ll")[ADDRESS_FUNCTION]  # pyjlad/runtime/address.ll
 _PTRTOINT_RE = re.compile(r"^(\s*(" + _LOCAL + r") = )ptrtoint ptr (" + _LOCAL + r") to i64\s*$")
 _RESULT_RE = re.compile(r"^\s*(" + _LOCAL + r") = (\w+)")
 _LOCAL_RE = re.compile(_LOCAL + r"(?![-a-zA-Z$._0-9])")

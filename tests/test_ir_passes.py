@@ -357,8 +357,14 @@ declare float @erff(float)
 
 
 def test_nvptx_passes() -> None:
-    from pyjlad.nvptx import NVPTX, DeviceContext, dedupe_device_declarations, libdevice_calls, nvptx_target
-    from pyjlad.nvptx import refuse_host_only_calls
+    from pyjlad.nvptx import (
+        NVPTX,
+        DeviceContext,
+        dedupe_device_declarations,
+        libdevice_calls,
+        nvptx_target,
+        refuse_host_only_calls,
+    )
 
     context = DeviceContext(("llvm.sin.f64", "tanh", "erff"), "f")
     assert refuse_host_only_calls(DEVICE_IR, context) == DEVICE_IR

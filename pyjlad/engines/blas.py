@@ -21,44 +21,19 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from .. import runtime
 from ..errors import ToolchainError
 
 __all__ = ["resolve_blas_symbols", "BLAS_NAME"]
 
 BLAS_NAME = re.compile(r"^(cblas_[sd][a-z0-9]+|[sd][a-z0-9]+_)$")
 
-_SHIM_IR = """
-define void @cblas_{p}lascl(i32 %layout, i8 %type, i32 %kl, i32 %ku, {T} %cfrom, {T} %cto,
-                            i32 %m, i32 %n, ptr %a, i32 %lda, ptr %info) {{
-entry:
-  %type.a = alloca i8
-  %kl.a = alloca i32
-  %ku.a = alloca i32
-  %cfrom.a = alloca {T}
-  %cto.a = alloca {T}
-  %m.a = alloca i32
-  %n.a = alloca i32
-  %lda.a = alloca i32
-  %info.local = alloca i32
-  store i8 %type, ptr %type.a
-  store i32 %kl, ptr %kl.a
-  store i32 %ku, ptr %ku.a
-  store {T} %cfrom, ptr %cfrom.a
-  store {T} %cto, ptr %cto.a
-  %rowmajor = icmp eq i32 %layout, 101
-  %rows = select i1 %rowmajor, i32 %n, i32 %m
-  %cols = select i1 %rowmajor, i32 %m, i32 %n
-  store i32 %rows, ptr %m.a
-  store i32 %cols, ptr %n.a
-  store i32 %lda, ptr %lda.a
-  %noinfo = icmp eq ptr %info, null
-  %infop = select i1 %noinfo, ptr %info.local, ptr %info
-  call void @pyjlad_lapack_{p}lascl_(ptr %type.a, ptr %kl.a, ptr %ku.a, ptr %cfrom.a, ptr %cto.a,
-                                   ptr %m.a, ptr %n.a, ptr %a, ptr %lda.a, ptr %infop, i64 1)
-  ret void
-}}
-declare void @pyjlad_lapack_{p}lascl_(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64)
-"""
+
+
+def _shim_ir() -> str:
+    """``cblas_dlascl`` and ``cblas_slascl`` over LAPACK's ``?lascl_`` (pyjlad/runtime/lascl.ll)."""
+    return runtime.source("lascl.ll")
+
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}
@@ -101,9 +76,7 @@ def _install_shims(lib: ctypes.CDLL) -> None:
             raise ToolchainError(f"SciPy's OpenBLAS does not export {p}lascl_")
         llvm.add_symbol(f"pyjlad_lapack_{p}lascl_", address)
     library = cpu_target.target_context.codegen().create_library("pyjlad_blas_shims")
-    module = llvm.parse_assembly(
-        "".join(_SHIM_IR.format(p=p, T=ty) for p, ty in (("d", "double"), ("s", "float")))
-    )
+    module = llvm.parse_assembly(_shim_ir())
     library.add_llvm_module(module)
     library.finalize()
     for p in "ds":

@@ -1,0 +1,232 @@
+; Numba runtime (NRT) replacements for differentiated code.
+;
+; Loaded by pyjlad.runtime into pyjlad.portable.PORTABLE_RUNTIME: make_portable copies each
+; definition below (and the declarations it needs, in place of Numba's) into a portable module
+; when Numba's IR calls the NRT function of the same name. A valid LLVM 15 module (opaque
+; pointers); tests/test_runtime_ll.py assembles it with llvm-as-15.
+;
+; Why: Numba's own NRT_incref/NRT_decref use x86-specific intrinsics, and its allocator
+; (NRT_MemInfo_alloc_aligned in numba/core/runtime/nrt.cpp) is an opaque C function whose
+; result (a MemInfo whose `data` field points into the same block) Enzyme cannot shadow.
+; These definitions have the same semantics and the same memory layout as nrt.cpp:
+;   struct MemInfo { size_t refct; dtor; dtor_info; void *data; size_t size;
+;                    external_allocator; }                        (48 bytes)
+; allocated in one malloc'ed block with the data after the header and dtor = NULL, so a
+; MemInfo made here is freed correctly by Numba's runtime and vice versa. Enzyme sees malloc
+; and free, so it shadows temporaries and keeps them alive until the reverse pass needs them.
+; A MemInfo with a destructor (e.g. one wrapping a NumPy array owned by Python) is handed to
+; Numba's own NRT_MemInfo_call_dtor, exported under the name @pyjlad_NRT_MemInfo_call_dtor
+; (pyjlad.portable.RUNTIME_CALL_DTOR, resolved by the engine that loads the module).
+;
+; What each function replaces (Numba's function of the same name unless said otherwise):
+;   @NRT_incref, @NRT_decref      reference counting (atomic add/sub on `refct`)
+;   @NRT_MemInfo_call_dtor        frees a plain block itself, else calls Numba's destructor
+;   @NRT_MemInfo_alloc_aligned,   a MemInfo and its data in one malloc'ed block (all five
+;   @NRT_MemInfo_alloc_safe_aligned,  share one body; only the parameter list differs)
+;   @NRT_MemInfo_alloc, @NRT_MemInfo_new_varsize, @NRT_MemInfo_new_varsize_dtor
+;   @NRT_Allocate, @NRT_Free      raw malloc/free (formatting of exception messages)
+;
+; The data follows the 48-byte header, so it is 16-byte aligned (malloc's guarantee) rather
+; than `align`-aligned: Numba's IR never assumes more than the element alignment (8 bytes),
+; and integer arithmetic on the address to round it up would make the pointer opaque to
+; Enzyme's type analysis. The block is as large as Numba's would be, so NRT's view of `size`
+; stays exact.
+
+; Inactive: a reference count is an integer no derivative flows through; without the
+; attribute Enzyme may take the meminfo (reached through an array struct it shadows) for
+; active memory and refuse the atomic add ("Active atomic inst not yet handled").
+define linkonce_odr void @NRT_incref(ptr %mi) nofree nounwind "enzyme_inactive" {
+entry:
+  %isnull = icmp eq ptr %mi, null
+  br i1 %isnull, label %done, label %inc
+inc:
+  %old = atomicrmw add ptr %mi, i64 1 monotonic, align 8
+  br label %done
+done:
+  ret void
+}
+
+; Stays visible to Enzyme: it frees, and Enzyme must defer frees to the reverse sweep.
+define linkonce_odr void @NRT_decref(ptr %mi) {
+entry:
+  %isnull = icmp eq ptr %mi, null
+  br i1 %isnull, label %done, label %dec
+dec:
+  %old = atomicrmw sub ptr %mi, i64 1 release, align 8
+  %last = icmp eq i64 %old, 1
+  br i1 %last, label %free, label %done
+free:
+  fence acquire
+  call void @NRT_MemInfo_call_dtor(ptr %mi)
+  br label %done
+done:
+  ret void
+}
+
+define linkonce_odr void @NRT_MemInfo_call_dtor(ptr %mi) {
+entry:
+  %dtorfield = getelementptr i8, ptr %mi, i64 8
+  %dtor = load ptr, ptr %dtorfield, align 8
+  %externalfield = getelementptr i8, ptr %mi, i64 40
+  %external = load ptr, ptr %externalfield, align 8
+  %nodtor = icmp eq ptr %dtor, null
+  %noexternal = icmp eq ptr %external, null
+  %plain = and i1 %nodtor, %noexternal
+  br i1 %plain, label %own, label %runtime
+own:
+  call void @free(ptr %mi)
+  ret void
+runtime:
+  call void @pyjlad_NRT_MemInfo_call_dtor(ptr %mi)
+  ret void
+}
+
+; Numba's allocator (NRT_MemInfo_alloc_aligned, NRT_MemInfo_alloc_safe_aligned,
+; NRT_MemInfo_alloc): header and data in one malloc'ed block, dtor = NULL.
+define linkonce_odr ptr @NRT_MemInfo_alloc_aligned(i64 %size, i32 %align) {
+entry:
+  %total = add i64 %size, 48
+  %mi = call ptr @malloc(i64 %total)
+  %failed = icmp eq ptr %mi, null
+  br i1 %failed, label %fail, label %init
+fail:
+  ret ptr null
+init:
+  %data = getelementptr i8, ptr %mi, i64 48
+  store i64 1, ptr %mi, align 8
+  %dtor = getelementptr i8, ptr %mi, i64 8
+  store ptr null, ptr %dtor, align 8
+  %info = getelementptr i8, ptr %mi, i64 16
+  store ptr null, ptr %info, align 8
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  store ptr %data, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  store i64 %size, ptr %sizefield, align 8
+  %external = getelementptr i8, ptr %mi, i64 40
+  store ptr null, ptr %external, align 8
+  ret ptr %mi
+}
+
+define linkonce_odr ptr @NRT_MemInfo_alloc_safe_aligned(i64 %size, i32 %align) {
+entry:
+  %total = add i64 %size, 48
+  %mi = call ptr @malloc(i64 %total)
+  %failed = icmp eq ptr %mi, null
+  br i1 %failed, label %fail, label %init
+fail:
+  ret ptr null
+init:
+  %data = getelementptr i8, ptr %mi, i64 48
+  store i64 1, ptr %mi, align 8
+  %dtor = getelementptr i8, ptr %mi, i64 8
+  store ptr null, ptr %dtor, align 8
+  %info = getelementptr i8, ptr %mi, i64 16
+  store ptr null, ptr %info, align 8
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  store ptr %data, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  store i64 %size, ptr %sizefield, align 8
+  %external = getelementptr i8, ptr %mi, i64 40
+  store ptr null, ptr %external, align 8
+  ret ptr %mi
+}
+
+; Raw allocation and a MemInfo of Numba's default allocator (dtor NULL), used by runtime code
+; such as the formatting of exception messages.
+define linkonce_odr ptr @NRT_Allocate(i64 %size) {
+entry:
+  %p = call ptr @malloc(i64 %size)
+  ret ptr %p
+}
+
+define linkonce_odr void @NRT_Free(ptr %p) {
+entry:
+  call void @free(ptr %p)
+  ret void
+}
+
+define linkonce_odr ptr @NRT_MemInfo_alloc(i64 %size) {
+entry:
+  %total = add i64 %size, 48
+  %mi = call ptr @malloc(i64 %total)
+  %failed = icmp eq ptr %mi, null
+  br i1 %failed, label %fail, label %init
+fail:
+  ret ptr null
+init:
+  %data = getelementptr i8, ptr %mi, i64 48
+  store i64 1, ptr %mi, align 8
+  %dtor = getelementptr i8, ptr %mi, i64 8
+  store ptr null, ptr %dtor, align 8
+  %info = getelementptr i8, ptr %mi, i64 16
+  store ptr null, ptr %info, align 8
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  store ptr %data, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  store i64 %size, ptr %sizefield, align 8
+  %external = getelementptr i8, ptr %mi, i64 40
+  store ptr null, ptr %external, align 8
+  ret ptr %mi
+}
+
+; A variable-size buffer (Numba's copies in np.linalg): the same block layout; with
+; dtor = NULL, Numba's runtime frees it like any other.
+define linkonce_odr ptr @NRT_MemInfo_new_varsize(i64 %size) {
+entry:
+  %total = add i64 %size, 48
+  %mi = call ptr @malloc(i64 %total)
+  %failed = icmp eq ptr %mi, null
+  br i1 %failed, label %fail, label %init
+fail:
+  ret ptr null
+init:
+  %data = getelementptr i8, ptr %mi, i64 48
+  store i64 1, ptr %mi, align 8
+  %dtor = getelementptr i8, ptr %mi, i64 8
+  store ptr null, ptr %dtor, align 8
+  %info = getelementptr i8, ptr %mi, i64 16
+  store ptr null, ptr %info, align 8
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  store ptr %data, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  store i64 %size, ptr %sizefield, align 8
+  %external = getelementptr i8, ptr %mi, i64 40
+  store ptr null, ptr %external, align 8
+  ret ptr %mi
+}
+
+; ... and with an element destructor, which only matters for containers of
+; reference-counted items; growing such a buffer (NRT_MemInfo_varsize_realloc) stays an
+; opaque call that Enzyme refuses, so these never reach the runtime.
+define linkonce_odr ptr @NRT_MemInfo_new_varsize_dtor(i64 %size, ptr %element_dtor) {
+entry:
+  %total = add i64 %size, 48
+  %mi = call ptr @malloc(i64 %total)
+  %failed = icmp eq ptr %mi, null
+  br i1 %failed, label %fail, label %init
+fail:
+  ret ptr null
+init:
+  %data = getelementptr i8, ptr %mi, i64 48
+  store i64 1, ptr %mi, align 8
+  %dtor = getelementptr i8, ptr %mi, i64 8
+  store ptr null, ptr %dtor, align 8
+  %info = getelementptr i8, ptr %mi, i64 16
+  store ptr null, ptr %info, align 8
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  store ptr %data, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  store i64 %size, ptr %sizefield, align 8
+  %external = getelementptr i8, ptr %mi, i64 40
+  store ptr null, ptr %external, align 8
+  ret ptr %mi
+}
+
+; Declarations the definitions above need. The runtime destructor is marked inactive for
+; Enzyme (a string attribute other LLVM consumers ignore) and `nofree`: it is reached only for
+; MemInfos whose destructor belongs to Numba's runtime (objects owned outside the
+; differentiated code, such as NumPy arrays passed in by Python, which are alive for the whole
+; call), never for the temporaries whose frees Enzyme must postpone to the reverse pass.
+declare noalias ptr @malloc(i64)
+declare void @free(ptr)
+declare void @pyjlad_NRT_MemInfo_call_dtor(ptr) nofree "enzyme_inactive"
