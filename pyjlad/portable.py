@@ -1,32 +1,24 @@
-"""Make Numba's LLVM IR portable: one self-contained module every LLVM >= 15 reads.
+"""The parts of a portable module: pyjlad's runtime replacements, error-path stubs, the module split into items.
 
-Numba 0.68 prints IR with LLVM 22's syntax (``captures(none)``, ``memory(...)``,
-``range(...)``, ``getelementptr inbounds nuw``, ``samesign``...), and the module
-it keeps holds much more than the function to differentiate: the CPython and
-``cfunc`` wrappers, ``NumbaEnv`` globals, Python C-API declarations and, once
-compiled, x86-specific intrinsics that the JIT's code generator introduced.
-
-:func:`make_portable` keeps only the entry function and what it transitively
-references, renames the entry to a short stable name (and the names Numba
-derives from per-process state, string constants named by ``hash()`` and the
-uids in mangled names, to names that are the same in every process: the text
-is part of the gradient cache's key), and rewrites every
-construct newer than LLVM 15 into an equivalent (or a conservative) LLVM 15
-form. The result is accepted by ``llvm-as`` 15, 16, 19 and 22 alike, which is
-what the Enzyme plugin (LLVM 15) and Julia's ``Base.llvmcall`` (LLVM 16/18)
-need. Dropping an attribute or a metadata attachment is always safe: it only
-removes information an optimizer may use; nothing here changes semantics.
+Numba 0.68 prints IR with LLVM 22's syntax, and the module it keeps holds much more than the
+function to differentiate: the CPython and ``cfunc`` wrappers, ``NumbaEnv`` globals, Python C-API
+declarations and, once compiled, x86-specific intrinsics. The passes of
+:mod:`pyjlad.portable_pipeline` (:func:`~pyjlad.portable_pipeline.make_portable`) keep only the entry
+function and what it transitively references, with names that are the same in every process
+(:mod:`pyjlad.stable_names`), and rewrite every construct newer than LLVM 15 (:mod:`pyjlad.ir.downlevel`).
+The result is accepted by ``llvm-as`` 15, 16, 19 and 22 alike, which is what the Enzyme plugin
+(LLVM 15) and Julia's ``Base.llvmcall`` (LLVM 16/18) need. This module holds what those passes share.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
 from . import runtime
 from .errors import PortabilityError
-from .ir.lexer import substitute, texts_of
+from .ir.downlevel import NEW_MATH_INTRINSICS, split_top_level, translate_attribute_group
+from .ir.lexer import texts_of
 
 __all__ = ["PortableModule", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
 
@@ -36,27 +28,6 @@ _DEFINE_NAME_RE = re.compile(r"^(?:define|declare)\b[^@]*?(" + _SYMBOL + r")\(")
 _GLOBAL_NAME_RE = re.compile(r"^(" + _SYMBOL + r")\s*=")
 _ATTR_GROUP_RE = re.compile(r"^attributes (#\d+) = \{(.*)\}\s*$")
 
-# Function attributes LLVM 15 knows and that are worth keeping.
-_KEPT_FN_ATTRS = frozenset(
-    """nounwind readnone readonly writeonly argmemonly inaccessiblememonly
-    inaccessiblemem_or_argmemonly noinline alwaysinline norecurse willreturn
-    nofree nosync mustprogress speculatable cold noreturn returns_twice
-    inlinehint nocallback""".split()
-)
-
-_MEMORY_TRANSLATION = {
-    "none": "readnone",
-    "read": "readonly",
-    "write": "writeonly",
-    "argmem: readwrite": "argmemonly",
-    "argmem: read": "argmemonly readonly",
-    "argmem: write": "argmemonly writeonly",
-    "inaccessiblemem: readwrite": "inaccessiblememonly",
-    "argmem: readwrite, inaccessiblemem: readwrite": "inaccessiblemem_or_argmemonly",
-}
-
-# Math intrinsics that LLVM 15 lacks (added in 17-20): the libm call Enzyme
-# already has derivative rules for, per floating-point suffix.
 #: libm functions (double; the float versions add an ``f``) Enzyme differentiates
 #: by name and CUDA's libdevice provides as ``__nv_<name>``.
 LIBM_FUNCTIONS = frozenset(
@@ -64,47 +35,6 @@ LIBM_FUNCTIONS = frozenset(
     expm1 log log2 log10 log1p sqrt cbrt pow hypot fabs fmod floor ceil round trunc
     erf erfc tgamma lgamma fmax fmin copysign""".split()
 )
-_NEW_MATH_INTRINSICS = {
-    "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
-    "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "atan2": "atan2",
-    "exp10": "exp10",
-}
-_FLOAT_SUFFIX = {"f64": "", "f32": "f"}
-_NEW_INTRINSIC_RE = re.compile(
-    r"@llvm\.(" + "|".join(_NEW_MATH_INTRINSICS) + r")\.(f64|f32)\b"
-)
-# The vector forms of the same intrinsics (from Numba's loop vectorizer) are
-# scalarized into one libm call per lane.
-_NEW_VECTOR_CALL_RE = re.compile(
-    r"^(\s*)(%[-\w.$]+) = (?:tail |notail )?call (?:[a-z]+ )*<(\d+) x (double|float)> "
-    r"@llvm\.(" + "|".join(_NEW_MATH_INTRINSICS) + r")\.v\d+f(?:64|32)\((.*)\)(?:\s*#\d+)?\s*$"
-)
-_NEW_VECTOR_DECL_RE = re.compile(r"^declare .*@llvm\.(" + "|".join(_NEW_MATH_INTRINSICS) + r")\.v\d+f(64|32)\(")
-
-# Instruction-level syntax newer than LLVM 15, with its LLVM 15 spelling.
-_LINE_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\bcaptures\(none\)"), "nocapture"),
-    (re.compile(r"\bcaptures\([^)]*\)\s?"), ""),
-    (re.compile(r"\brange\([^()]*\)\s?"), ""),
-    (re.compile(r"\binitializes\((?:\([^()]*\)(?:,\s*)?)+\)\s?"), ""),
-    (re.compile(r"\bnofpclass\([^()]*\)\s?"), ""),
-    (re.compile(r"\b(?:dead_on_unwind|dead_on_return|writable)\s"), ""),
-    (re.compile(r"\bgetelementptr (inbounds )?(?:(?:nuw|nusw) )+"), r"getelementptr \1"),
-    (re.compile(r"\b(zext|uitofp) nneg "), r"\1 "),
-    (re.compile(r"\bicmp samesign "), "icmp "),
-    (re.compile(r"\bor disjoint "), "or "),
-    (re.compile(r"\btrunc (?:(?:nuw|nsw) )+"), "trunc "),
-    # Metadata attachments (!tbaa, !noalias, !prof, !llvm.loop, ...).
-    (re.compile(r",\s*![-a-zA-Z$._0-9]+\s+!\d+"), ""),
-)
-# Masked memory intrinsics: LLVM 22 passes the alignment as a parameter
-# attribute (`ptr align 8 %p`), LLVM 15 as an `i32` argument after the pointer.
-_MASKED_LOAD_DECL_RE = re.compile(r"^(declare .*@llvm\.masked\.(?:load|gather)\.[\w.]+\()([^,]+),")
-_MASKED_STORE_DECL_RE = re.compile(r"^(declare .*@llvm\.masked\.(?:store|scatter)\.[\w.]+\()([^,]+, [^,]+),")
-_HINT_INTRINSICS = ("@llvm.lifetime.", "@llvm.experimental.noalias.scope.decl", "@llvm.dbg.")
-_SPLAT_RE = re.compile(r"splat \(([^()]+?) ([^()]+)\)")
-_VECTOR_TYPE_RE = re.compile(r"<(\d+) x ([^>]+)>")
-
 # Numba's memory-management runtime, written as IR that Enzyme can read: replacement runtime
 # IR in package data (pyjlad/runtime/*.ll, whose header comments say what each function
 # replaces and why Enzyme needs it). nrt.ll: Numba's NRT reference counting and allocator
@@ -214,7 +144,7 @@ def _libm_declaration(line: str, groups: dict[str, str]) -> str:
     group = _TRAILING_GROUP_RE.search(line)
     if match is None or group is None or not is_libm_function(match.group(1).lstrip("@")):
         return line
-    attrs = _translate_attr_group(groups.get(group.group(1), "")).split()
+    attrs = translate_attribute_group(groups.get(group.group(1), "")).split()
     if "readonly" not in attrs:
         return line
     kept = " ".join(a for a in attrs if a != "readonly")
@@ -328,144 +258,6 @@ def _references(text: str, own_name: str) -> set[str]:
     return _global_symbols(text) - {own_name}
 
 
-#: The names Numba gives the constant bytes of string literals (``BaseContext.insert_const_bytes``):
-#: ``.bytes.`` and Python's ``hash()`` of the bytes, randomized per process (``@.bytes.-4446739099191175225``;
-#: LLVM appends ``.1``, ``.2`` when linking two such constants of one name). The only names of a portable
-#: module that change from one process to the next (measured on the fuzzer's programs: bounds-check messages).
-_PROCESS_HASH_NAME_RE = re.compile(r"@\.bytes\.-?\d+(?:\.\d+)*")
-#: Their names in the portable module: the SHA-256 of the global's definition (a namespace Numba never uses).
-_CONTENT_NAME_PREFIX = "@.bytes.content."
-
-
-def _content_names(entities: list[_Entity]) -> dict[str, str]:
-    """New names, by content, for the globals Numba named by a per-process hash (old symbol to new).
-
-    Globals of the same definition are numbered in module order (``.1``, ``.2``), which, unlike their
-    names, is the same in every process.
-    """
-    renames: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    for entity in entities:
-        if entity.kind == "global" and _PROCESS_HASH_NAME_RE.fullmatch(entity.name):
-            definition = entity.text.split("=", 1)[1]
-            base = _CONTENT_NAME_PREFIX + hashlib.sha256(definition.encode()).hexdigest()[:20]
-            n = counts[base] = counts.get(base, -1) + 1
-            renames[entity.name] = base + (f".{n}" if n else "")
-    return renames
-
-
-def _rename_symbols(text: str, renames: dict[str, str]) -> str:
-    """``text`` with the ``@`` symbols of ``renames`` renamed (never text inside ``c"..."`` data or comments)."""
-    return substitute(text, "global", lambda symbol: renames.get(symbol, symbol))
-
-
-def _name_by_content(entities: list[_Entity]) -> list[_Entity]:
-    """``entities`` with the per-process names of :func:`_content_names` replaced in names and references.
-
-    The portable module's text is part of the gradient disk cache's key, so a name that differs from
-    one process to the next made the same function miss the cache in every new process. Renaming
-    happens before the reachable symbols are ordered (by name), so their order is stable too.
-    """
-    renames = _content_names(entities)
-    if not renames:
-        return entities
-    return [_Entity(e.kind, renames.get(e.name, e.name),
-                    _rename_symbols(e.text, renames) if "@.bytes." in e.text else e.text) for e in entities]
-
-
-#: Numba's unique id of a compiled function, an ABI tag of its mangled name: ``B3v29`` (the tag "v29",
-#: the 29th function this process compiled), followed by the next tag or the ``E`` closing the name.
-_UID_TAG_RE = re.compile(r"(?<=[A-Za-z0-9_])B(\d+)v(\d+)(?=B\d|E)")
-_CSTRING_GLOBAL_RE = re.compile(r'\[(\d+) x i8\] c"([^"]*)"')
-
-
-def _uid_tags(text: str) -> list[str]:
-    """The uids (digits) of the mangled names in ``text``, in order, each once."""
-    return list(dict.fromkeys(m.group(2) for m in _UID_TAG_RE.finditer(text)
-                              if int(m.group(1)) == len(m.group(2)) + 1))
-
-
-def _uid_numbers(entities: list[_Entity]) -> dict[str, int]:
-    """The uids of the names ``entities`` define, numbered 1, 2... in order of first appearance.
-
-    Uids of declared (external) symbols are left out: those names are resolved when the module is loaded.
-    """
-    external = {u for e in entities if e.kind == "declare" for u in _uid_tags(e.name)}
-    numbers: dict[str, int] = {}
-    for entity in entities:
-        for uid in _uid_tags(entity.text):
-            if uid not in external and uid not in numbers:
-                numbers[uid] = len(numbers) + 1
-    return numbers
-
-
-_BYTE_ESCAPE_RE = re.compile(r"\\[0-9A-Fa-f]{2}")
-
-
-def _fix_length(match: re.Match[str]) -> str:
-    """``[N x i8] c"..."`` with N the byte length of the string (an escape ``\\XX`` is one byte)."""
-    size = len(_BYTE_ESCAPE_RE.sub("x", match.group(2)))
-    return f'[{size} x i8] c"{match.group(2)}"'
-
-
-def _retag(entities: list[_Entity], entry: str, tags: dict[str, str]) -> tuple[list[_Entity], str]:
-    """``entities`` and ``entry`` with each uid tag ``v<uid>`` of ``tags`` replaced by its new tag."""
-
-    def retag(match: re.Match[str]) -> str:
-        new = tags.get(match.group(2)) if int(match.group(1)) == len(match.group(2)) + 1 else None
-        return match.group(0) if new is None else f"B{len(new)}{new}"
-
-    renamed = []
-    for entity in entities:
-        text = _UID_TAG_RE.sub(retag, entity.text)
-        if entity.kind == "global" and text != entity.text:
-            text = _CSTRING_GLOBAL_RE.sub(_fix_length, text)
-        renamed.append(_Entity(entity.kind, _UID_TAG_RE.sub(retag, entity.name), text))
-    return renamed, _UID_TAG_RE.sub(retag, entry)
-
-
-def _stable_uids(entities: list[_Entity], entry: str) -> tuple[list[_Entity], str]:
-    """``entities`` and ``entry`` with Numba's per-process function uids renumbered (``v<uid>`` to ``u<k>``).
-
-    A uid counts the functions the process compiled before, so the same function's callees (Numba's
-    library code, the user's other ``@njit`` functions) had other names after another history (a
-    gradient found in the disk cache compiles less), and so had the module and its cache key. The uids
-    of the names the module defines are numbered in order of first appearance; :func:`_salt_uids` then
-    makes the names unique to the module. Numba writes ``v<uid>``, so the new tags never meet a declared
-    symbol's. The text of a ``c"..."`` message naming a symbol (``missing Environment: ...``) follows
-    it, with its length.
-    """
-    numbers = _uid_numbers(entities)
-    if not numbers:
-        return entities, entry
-    return _retag(entities, entry, {uid: f"u{k}" for uid, k in numbers.items()})
-
-
-_NUMBERED_TAG_RE = re.compile(r"(?<=[A-Za-z0-9_])B(\d+)u(\d+)(?=B\d|E)")
-
-
-def _salt_uids(text: str, salt: str) -> str:
-    """``text`` (a module or a symbol) with the tags ``u<k>`` of :func:`_stable_uids` made ``u<k>h<salt>``.
-
-    With ``salt`` a digest of the module, two modules linked together (LAPACK, custom rules) never give
-    one name to two different functions, which Numba's ``linkonce_odr`` would merge.
-    """
-
-    def salted(match: re.Match[str]) -> str:
-        if int(match.group(1)) != len(match.group(2)) + 1:
-            return match.group(0)
-        tag = f"u{match.group(2)}h{salt}"
-        return f"B{len(tag)}{tag}"
-
-    lines = text.split("\n")
-    for k, line in enumerate(lines):
-        new = _NUMBERED_TAG_RE.sub(salted, line)
-        if new != line and new.startswith("@"):
-            new = _CSTRING_GLOBAL_RE.sub(_fix_length, new)
-        lines[k] = new
-    return "\n".join(lines)
-
-
 def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:
     seen: set[str] = set()
     order: list[str] = []
@@ -486,299 +278,6 @@ def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:
     return order
 
 
-def _tokenize_attrs(content: str) -> list[str]:
-    """Split an attribute list on spaces outside parentheses and quotes."""
-    tokens, depth, quoted, current = [], 0, False, []
-    for ch in content:
-        if ch == '"':
-            quoted = not quoted
-        elif not quoted and ch == "(":
-            depth += 1
-        elif not quoted and ch == ")":
-            depth -= 1
-        if ch == " " and depth == 0 and not quoted:
-            if current:
-                tokens.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    if current:
-        tokens.append("".join(current))
-    return tokens
-
-
-def _translate_attr_group(content: str) -> str:
-    """Keep the LLVM 15 function attributes of a group, translating ``memory(...)``."""
-    kept: list[str] = []
-    for token in _tokenize_attrs(content.strip()):
-        if token in _KEPT_FN_ATTRS:
-            kept.append(token)
-        elif token.startswith("memory(") and token.endswith(")"):
-            translated = _MEMORY_TRANSLATION.get(token[len("memory("):-1])
-            if translated:
-                kept.extend(translated.split())
-        # Everything else (string attributes, target features, uwtable kinds,
-        # newer attributes) is dropped: dropping an attribute is always safe.
-    return " ".join(dict.fromkeys(kept))
-
-
-def _scalarize_vector_call(match: re.Match[str]) -> str:
-    indent, result, lanes, elem, name, args_text = match.groups()
-    args = [a.strip() for a in split_top_level(args_text)]
-    vector_ty = f"<{lanes} x {elem}>"
-    fn = _NEW_MATH_INTRINSICS[name] + ("" if elem == "double" else "f")
-    lines = []
-    previous = "poison"
-    base = "pj." + result.lstrip("%").replace('"', "")
-    for lane in range(int(lanes)):
-        scalars = []
-        for k, arg in enumerate(args):
-            value = arg[len(vector_ty):].strip() if arg.startswith(vector_ty) else arg
-            lines.append(f"{indent}%{base}.a{k}.l{lane} = extractelement {vector_ty} {value}, i64 {lane}")
-            scalars.append(f"{elem} %{base}.a{k}.l{lane}")
-        lines.append(f"{indent}%{base}.r.l{lane} = call {elem} @{fn}({', '.join(scalars)})")
-        target = result if lane == int(lanes) - 1 else f"%{base}.v.l{lane}"
-        lines.append(f"{indent}{target} = insertelement {vector_ty} {previous}, {elem} %{base}.r.l{lane}, i64 {lane}")
-        previous = target
-    return "\n".join(lines)
-
-
-def split_top_level(text: str) -> list[str]:
-    """Split ``text`` at the commas outside any brackets (LLVM parameter and operand lists)."""
-    parts, depth, current = [], 0, []
-    for ch in text:
-        if ch in "(<{[":
-            depth += 1
-        elif ch in ")>}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    parts.append("".join(current))
-    return parts
-
-
-def _rewrite_line(line: str) -> str:
-    stripped = line.lstrip()
-    if "@llvm." in line and ("x double>" in line or "x float>" in line):
-        if _NEW_VECTOR_DECL_RE.match(line):
-            return ""
-        vector_call = _NEW_VECTOR_CALL_RE.match(line)
-        if vector_call:
-            line = _scalarize_vector_call(vector_call)
-    # Debug records (LLVM 19+), lifetime markers (whose signature changed in
-    # LLVM 22) and intrinsics whose operands are the metadata dropped here are
-    # optimization or debugging hints only: dropping them is always safe.
-    if stripped.startswith("#dbg_") or any(name in line for name in _HINT_INTRINSICS):
-        return ""
-    for pattern, replacement in _LINE_REWRITES:
-        line = pattern.sub(replacement, line)
-    if "splat (" in line:
-        line = _SPLAT_RE.sub(lambda m: _expand_splat(line, m), line)
-    if "@llvm.masked." in line:
-        line = _rewrite_masked(line)
-    if "@llvm." in line:
-        line = _NEW_INTRINSIC_RE.sub(
-            lambda m: "@" + _NEW_MATH_INTRINSICS[m.group(1)] + _FLOAT_SUFFIX[m.group(2)],
-            line,
-        )
-    return line
-
-
-# Numba's calling convention: ``i32 @f(ptr %retptr, ptr %excinfo, args...)``.
-_NUMBA_ABI_DEFINE_RE = re.compile(r"^define\b[^@]*?(" + _SYMBOL + r")\(ptr [^,]*%retptr, ptr [^,]*%excinfo\b")
-_LOCAL = r'%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
-_ALLOCA_RE = re.compile(r"^\s*(" + _LOCAL + r") = alloca ")
-_CALL_RE = re.compile(r"\bcall [^@]*?(" + _SYMBOL + r")\((.*)\)")
-
-
-def _split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
-    """Give the exception slots of calls to Numba functions their own ``alloca``.
-
-    When Numba's function calls another Numba function, it passes a stack slot
-    (``alloca ptr``) as ``excinfo``: it stores null there, and loads a pointer to
-    the exception's description from it when the call fails. LLVM may let one
-    ``alloca`` serve several allocas whose lifetimes are disjoint (its
-    ``llvm.lifetime.start/end`` markers, dropped here, delimit them). In
-    ``np.linalg.solve`` with a vector ``b`` the excinfo slot of the call to
-    ``np.asfortranarray`` shares an ``alloca [1 x i64]`` with the ``newshape``
-    that ``numba_attempt_nocopy_reshape`` writes when the result is raveled: the
-    same memory holds a pointer first and a shape later. Enzyme's type analysis
-    gives each memory location one type for the whole function, so the shape
-    loaded from the slot (stored to the result's ``shape[0]``, an integer) is
-    inferred to be a pointer and the analysis fails ("Illegal updateAnalysis").
-
-    Numba accesses an excinfo slot only as a pointer (and only from the caller
-    and through the call), while the integer loads and stores belong to the other
-    lifetimes. So when a slot passed as ``excinfo`` is also loaded or stored as a
-    non-pointer, its pointer loads/stores and its ``excinfo`` arguments move to a
-    fresh ``alloca ptr``: the same program with one more stack slot, in which
-    every slot has one type.
-    """
-    lines = define.split("\n")
-    allocas = {m.group(1): k for k, line in enumerate(lines) if (m := _ALLOCA_RE.match(line))}
-    if not allocas:
-        return define
-    excinfo_uses: dict[str, list[int]] = {}
-    for k, line in enumerate(lines):
-        call = _CALL_RE.search(line)
-        if call is None or call.group(1) not in numba_functions:
-            continue
-        args = split_top_level(call.group(2))
-        if len(args) >= 2:
-            slot = args[1].split()[-1] if args[1].split() else ""
-            if slot in allocas:
-                excinfo_uses.setdefault(slot, []).append(k)
-    for slot, call_lines in excinfo_uses.items():
-        name = re.escape(slot) + r"(?=,|\s*$)"  # the address operand, last before the alignment
-        pointer_access = re.compile(r"^\s*(?:" + _LOCAL + r" = load ptr, ptr |store ptr .*, ptr )" + name)
-        other_access = re.compile(r"^\s*(?:" + _LOCAL + r" = load (?!ptr,).*?, ptr |store (?!ptr ).*, ptr )"
-                                  + name)
-        if not any(other_access.match(line) for line in lines):
-            continue
-        fresh = slot + ".pyjlad.excinfo" if not slot.endswith('"') else slot[:-1] + '.pyjlad.excinfo"'
-        for k, line in enumerate(lines):
-            match = pointer_access.match(line)
-            if match:
-                lines[k] = line[:match.end() - len(slot)] + fresh + line[match.end():]
-        for k in call_lines:
-            call = _CALL_RE.search(lines[k])
-            assert call is not None
-            args = split_top_level(call.group(2))
-            args[1] = args[1].rstrip()[: -len(slot)] + fresh
-            start, end = call.span(2)
-            lines[k] = lines[k][:start] + ",".join(args) + lines[k][end:]
-        at = allocas[slot]
-        indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
-        lines[at] += f"\n{indent}{fresh} = alloca ptr, align 8"
-    return "\n".join(lines)
-
-
-#: The address of a pointer as an integer, for comparisons only (see :func:`_opaque_address_comparisons`).
-#: Enzyme neither analyzes its body (``enzyme_ta_norecur``) nor differentiates it; the
-#: optimizer after Enzyme inlines it back into a ``ptrtoint``.
-ADDRESS_FUNCTION = "@pyjlad_address"
-_ADDRESS_DEFINITION = runtime.definitions("address.ll")[ADDRESS_FUNCTION]  # pyjlad/runtime/address.ll
-_PTRTOINT_RE = re.compile(r"^(\s*(" + _LOCAL + r") = )ptrtoint ptr (" + _LOCAL + r") to i64\s*$")
-_RESULT_RE = re.compile(r"^\s*(" + _LOCAL + r") = (\w+)")
-_LOCAL_RE = re.compile(_LOCAL + r"(?![-a-zA-Z$._0-9])")
-#: Integer operations through which an address may flow on its way to a comparison.
-_ADDRESS_ARITHMETIC = frozenset(
-    "add sub mul shl lshr ashr and or xor udiv sdiv trunc zext sext freeze select phi".split()
-)
-
-
-def _compared_only(name: str, lines: list[str], users: dict[str, list[int]]) -> bool:
-    """Whether the integer ``name`` flows, through integer arithmetic only, into comparisons only."""
-    pending, seen = [name], {name}
-    while pending:
-        for k in users.get(pending.pop(), ()):
-            match = _RESULT_RE.match(lines[k])
-            if match is None or match.group(2) not in _ADDRESS_ARITHMETIC | {"icmp"}:
-                return False
-            if match.group(2) != "icmp" and match.group(1) not in seen:
-                seen.add(match.group(1))
-                pending.append(match.group(1))
-    return True
-
-
-def _opaque_address_comparisons(define: str) -> tuple[str, bool]:
-    """Compute addresses that are only compared through :data:`ADDRESS_FUNCTION`; return the
-    function and whether it changed.
-
-    The runtime checks of LLVM's loop vectorizer compare addresses as integers:
-    ``ptrtoint`` of the source and destination, arithmetic, ``icmp`` ("do the two
-    ranges overlap?"), e.g. ``(dst - src) + 8 * n < 128`` in the copy loops of
-    ``np.concatenate`` and ``np.stack``. Enzyme's type analysis gives a
-    ``ptrtoint`` the type of its pointer, and an ``add`` whose result is compared
-    with a small constant (an integer) integers for both operands: the address is
-    then both a pointer and an integer, and Enzyme aborts ("Illegal orIn:
-    {[-1]:Integer} right: {[-1]:Pointer}"). Numba's own library functions are
-    compiled (and vectorized) once per process, so the unvectorized copy Enzyme
-    differentiates still links their vectorized loops. The same address, computed
-    by a function Enzyme does not look into, is an integer of no known origin
-    (and inactive: a comparison carries no derivative). Only ``ptrtoint`` whose
-    value reaches nothing but comparisons is replaced; the module computes the
-    same values.
-    """
-    lines = define.split("\n")
-    users: dict[str, list[int]] = {}
-    for k, line in enumerate(lines):
-        defined = _RESULT_RE.match(line)
-        operands = line[defined.end():] if defined else line
-        for token in set(_LOCAL_RE.findall(operands)):
-            users.setdefault(token, []).append(k)
-    changed = False
-    for k, line in enumerate(lines):
-        match = _PTRTOINT_RE.match(line)
-        if match and _compared_only(match.group(2), lines, users):
-            lines[k] = f"{match.group(1)}call i64 {ADDRESS_FUNCTION}(ptr {match.group(3)})"
-            changed = True
-    return ("\n".join(lines), True) if changed else (define, False)
-
-
-_MASKED_CALL_RE = re.compile(r"@llvm\.masked\.(load|gather|store|scatter)\.[\w.]+\(")
-#: The position of the pointer operand(s) of each masked memory intrinsic.
-_MASKED_POINTER_OPERAND = {"load": 0, "gather": 0, "store": 1, "scatter": 1}
-_ALIGN_ATTR_RE = re.compile(r"\s+align (\d+)(?=\s)")
-
-
-def _closing_paren(text: str, start: int) -> int:
-    """Index of the ``)`` closing the bracket level open at ``start`` (just after a ``(``)."""
-    depth = 0
-    for k in range(start, len(text)):
-        ch = text[k]
-        if ch in "(<{[":
-            depth += 1
-        elif ch in ")>}]":
-            if depth == 0:
-                return k
-            depth -= 1
-    raise PortabilityError(f"unbalanced brackets in: {text.strip()}")
-
-
-def _rewrite_masked(line: str) -> str:
-    """Masked load/store/gather/scatter: LLVM 22's ``ptr align N %p`` -> LLVM 15's ``ptr %p, i32 N``.
-
-    Operands are split at top-level commas, so constant vector operands
-    (``<8 x double> <double 1.0, ...>``) keep their commas.
-    """
-    if line.startswith("declare "):
-        if "i32 immarg" in line:
-            return line
-        line = _MASKED_LOAD_DECL_RE.sub(r"\1\2, i32 immarg,", line)
-        return _MASKED_STORE_DECL_RE.sub(r"\1\2, i32 immarg,", line)
-    out, position = [], 0
-    for match in _MASKED_CALL_RE.finditer(line):
-        if match.start() < position:
-            continue
-        close = _closing_paren(line, match.end())
-        operands = split_top_level(line[match.end():close])
-        at = _MASKED_POINTER_OPERAND[match.group(1)]
-        if len(operands) == 4:  # already LLVM 15's form (the alignment is an operand)
-            continue
-        align = _ALIGN_ATTR_RE.search(operands[at] + " ")
-        operands[at] = _ALIGN_ATTR_RE.sub("", operands[at] + " ").rstrip()
-        operands.insert(at + 1, f" i32 {align.group(1) if align else 1}")
-        out += [line[position:match.end()], ",".join(operands)]
-        position = close
-    return "".join(out) + line[position:]
-
-
-def _expand_splat(line: str, match: re.Match[str]) -> str:
-    """``splat (T v)`` -> ``<T v, T v, ...>``; the length comes from the nearest ``<N x T>`` before it."""
-    element, value = match.group(1), match.group(2)
-    lengths = [
-        int(v.group(1)) for v in _VECTOR_TYPE_RE.finditer(line, 0, match.start())
-        if v.group(2).strip() == element
-    ]
-    if not lengths:
-        raise PortabilityError(f"cannot find the vector type of {match.group(0)!r} in: {line.strip()}")
-    return "<" + ", ".join([f"{element} {value}"] * lengths[-1]) + ">"
-
-
 def _rename(text: str, old: str, new: str) -> str:
     pattern = re.compile(re.escape(old) + r'(?![-a-zA-Z$._0-9"])')
     return pattern.sub(new, text)
@@ -794,7 +293,7 @@ def _clean_global(text: str) -> str:
 
 
 _LIBM_CALL_RE = re.compile(
-    r"call (double|float) @(" + "|".join(sorted({*_NEW_MATH_INTRINSICS.values()})) + r")(f?)\("
+    r"call (double|float) @(" + "|".join(sorted({*NEW_MATH_INTRINSICS.values()})) + r")(f?)\("
 )
 
 

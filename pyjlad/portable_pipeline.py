@@ -30,9 +30,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import address_comparisons, excinfo_slots
 from . import portable as p
+from . import stable_names as sn
 from .carried_selects import freeze_carried_selects
 from .errors import PortabilityError
+from .ir import downlevel
 from .ir.pipeline import Pass, Pipeline
 
 __all__ = ["PORTABLE", "PortableContext", "make_portable"]
@@ -107,7 +110,7 @@ def stable_names(text: str, context: PortableContext) -> str:
     The portable text is part of the gradient disk cache's key, so it must be the same in every
     process: string constants Numba names by Python's ``hash()`` get names by content, and the uids
     in mangled names (how many functions the process compiled before) are numbered in order of
-    appearance (see :func:`pyjlad.portable._stable_uids`).
+    appearance (see :func:`pyjlad.stable_names.stable_uids`).
 
     Raises
     ------
@@ -115,8 +118,8 @@ def stable_names(text: str, context: PortableContext) -> str:
         If the entry function is not defined in the module.
     """
     header, entities, groups = p.split_module(text)
-    entities = p._name_by_content(entities)
-    entities, stable_entry = p._stable_uids(entities, context.entry)
+    entities = sn.name_by_content(entities)
+    entities, stable_entry = sn.stable_uids(entities, context.entry)
     simple = re.fullmatch(r"[-a-zA-Z$._0-9]+", stable_entry)
     context.entry_symbol = "@" + stable_entry if simple else f'@"{stable_entry}"'
     found = {e.name: e for e in entities}.get(context.entry_symbol)
@@ -140,7 +143,7 @@ def extract(text: str, context: PortableContext) -> str:
     header, entity_list, groups = p.split_module(text)
     entities = {e.name: e for e in entity_list}
     context.numba_functions = {m.group(1) for e in entity_list if e.kind == "define"
-                               if (m := p._NUMBA_ABI_DEFINE_RE.match(e.text))}
+                               if (m := excinfo_slots.NUMBA_ABI_DEFINE_RE.match(e.text))}
     types = [e.text for e in entity_list if e.kind == "type"]
     globals_: list[str] = []
     defines: list[str] = []
@@ -201,10 +204,10 @@ def split_excinfo_slots(text: str, context: PortableContext) -> str:
 
     Enzyme's type analysis gives a stack slot one type for the whole function; LLVM may reuse one
     slot for an exception pointer and, later, an integer shape (see
-    :func:`pyjlad.portable._split_shared_excinfo_slots`).
+    :func:`pyjlad.excinfo_slots.split_shared_excinfo_slots`).
     """
     return _map_definitions(text, context.rewritten,
-                            lambda d: p._split_shared_excinfo_slots(d, context.numba_functions))
+                            lambda d: excinfo_slots.split_shared_excinfo_slots(d, context.numba_functions))
 
 
 def opaque_address_comparisons(text: str, context: PortableContext) -> str:
@@ -212,17 +215,17 @@ def opaque_address_comparisons(text: str, context: PortableContext) -> str:
 
     Enzyme types the ``ptrtoint`` of a pointer as a pointer and the arithmetic comparing it as an
     integer, and aborts; the same value from a function Enzyme does not look into is an inactive
-    integer (see :func:`pyjlad.portable._opaque_address_comparisons`). The helper's definition
+    integer (see :func:`pyjlad.address_comparisons.opaque_address_comparisons`). The helper's definition
     follows the first function that needs it.
     """
     added = False
 
     def rewrite(definition: str) -> str:
         nonlocal added
-        new, compared = p._opaque_address_comparisons(definition)
+        new, compared = address_comparisons.opaque_address_comparisons(definition)
         if compared and not added:
             added = True
-            return new + "\n" + p._ADDRESS_DEFINITION
+            return new + "\n" + address_comparisons.ADDRESS_DEFINITION
         return new
 
     return _map_definitions(text, context.rewritten, rewrite)
@@ -243,7 +246,7 @@ def down_level(text: str, context: PortableContext) -> str:
     The Enzyme plugin runs under LLVM 15 and Julia's ``llvmcall`` reads LLVM 16/18: newer
     attributes, flags, intrinsic spellings and vector math intrinsics become their LLVM 15
     equivalents, or are dropped where they only carry optimization hints (see
-    :func:`pyjlad.portable._rewrite_line`).
+    :func:`pyjlad.ir.downlevel.rewrite_line`).
     """
     lines = text.splitlines()
     split = lines.index("")
@@ -259,11 +262,11 @@ def down_level(text: str, context: PortableContext) -> str:
     used: set[str] = set()
     out = [*header, ""]
     for line in body:
-        line = p._rewrite_line(line)
+        line = downlevel.rewrite_line(line)
         used.update(re.findall(r"(?<![\w])#\d+\b", line))
         out.append(line)
     for group in sorted(used, key=lambda g: int(g[1:])):
-        attrs = p._translate_attr_group(groups.get(group, ""))
+        attrs = downlevel.translate_attribute_group(groups.get(group, ""))
         out.append(f"attributes {group} = {{ {attrs} }}" if attrs else f"attributes {group} = {{ }}")
     return "\n".join(out) + "\n"
 
@@ -276,7 +279,7 @@ def unique_names(text: str, context: PortableContext) -> str:
     linkage would merge.
     """
     salt = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return p._rename(p._salt_uids(text, salt), p._salt_uids(context.entry_symbol, salt), "@" + context.name)
+    return p._rename(sn.salt_uids(text, salt), sn.salt_uids(context.entry_symbol, salt), "@" + context.name)
 
 
 def dedupe_declarations(text: str, context: PortableContext) -> str:

@@ -214,7 +214,7 @@ def test_excinfo_slot_shared_with_an_integer_gets_its_own_alloca() -> None:
 
 def test_masked_intrinsics_with_constant_vector_operands_are_down_levelled():
     # np.eye's vectorized fill: the stored value is a constant vector with commas inside.
-    from pyjlad.portable import _rewrite_masked
+    from pyjlad.ir.downlevel import _rewrite_masked
 
     scatter = ("  tail call void @llvm.masked.scatter.v2f64.v2p0(<2 x double> <double 1.0, double 1.0>, "
                "<2 x ptr> align 8 %p, <2 x i1> <i1 true, i1 true>)")

@@ -21,7 +21,7 @@ import llvmlite.binding as llvm
 import pytest
 import tomllib
 
-from pyjlad import portable, runtime
+from pyjlad import address_comparisons, portable, runtime
 from pyjlad.engines import blas, pool
 from pyjlad.engines.driver import OOM_ENTER, OOM_LEAVE
 from pyjlad.ir import parse
@@ -97,7 +97,7 @@ def test_portable_gets_the_loaded_text():
     assert portable._BLAS_RUNTIME == cblas
     assert portable._PORTABLE_RUNTIME_DECLS == {**runtime.declarations("nrt.ll"),
                                                 **runtime.declarations("cblas.ll")}
-    assert portable._ADDRESS_DEFINITION == runtime.definitions("address.ll")[portable.ADDRESS_FUNCTION]
+    assert address_comparisons.ADDRESS_DEFINITION == runtime.definitions("address.ll")[address_comparisons.ADDRESS_FUNCTION]
     for symbol, text in portable.PORTABLE_RUNTIME.items():
         assert text in runtime.source("nrt.ll") or text in runtime.source("cblas.ll"), symbol
 
@@ -202,8 +202,8 @@ def dump() -> dict:
         "_PORTABLE_RUNTIME_DEPS": sorted((k, sorted(v)) for k, v in portable._PORTABLE_RUNTIME_DEPS.items()),
         "_PORTABLE_RUNTIME_DECLS": list(portable._PORTABLE_RUNTIME_DECLS.items()),
         "_BLAS_RUNTIME": list(portable._BLAS_RUNTIME.items()),
-        "_ADDRESS_DEFINITION": portable._ADDRESS_DEFINITION,
-        "ADDRESS_FUNCTION": portable.ADDRESS_FUNCTION,
+        "ADDRESS_DEFINITION": address_comparisons.ADDRESS_DEFINITION,
+        "ADDRESS_FUNCTION": address_comparisons.ADDRESS_FUNCTION,
         "RUNTIME_CALL_DTOR": portable.RUNTIME_CALL_DTOR,
         "_BLAS_KINDS": portable._BLAS_KINDS,
         "pool_ir": {f"{cap},{key}": pool._pool_ir(cap, key)
