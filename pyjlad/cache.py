@@ -55,7 +55,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from . import settings
-from .errors import CacheLockTimeout, CacheWarning
+from .errors import ArgumentError, CacheDirectoryError, CacheLockTimeout, CacheWarning
 from .objcheck import InvalidObject
 from .ownership import foreign
 from .toolchain import cache_root
@@ -283,7 +283,7 @@ def _mac(secret: bytes, key: str, payload: bytes) -> bytes:
 
 def _entry(directory: Path, key: str) -> Path:
     if not _KEY.match(key):
-        raise ValueError(f"a cache key is a SHA-256 hex digest (see cache_key), got {key!r}")
+        raise ArgumentError(f"a cache key is a SHA-256 hex digest (see cache_key), got {key!r}")
     return directory / key[:2] / f"{key}.bin"
 
 
@@ -373,7 +373,7 @@ def _shard(directory: Path, key: str) -> Path:
     st = os.lstat(shard)
     why = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else foreign(st)
     if why is not None:
-        raise PermissionError(errno.EACCES, f"not used: {why}", str(shard))
+        raise CacheDirectoryError(errno.EACCES, f"not used: {why}", str(shard))
     return shard
 
 
@@ -709,7 +709,7 @@ def clear() -> int:
         return 0
     why = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else foreign(st)
     if why is not None:
-        raise PermissionError(errno.EACCES, f"not clearing {directory}: {why}", str(directory))
+        raise CacheDirectoryError(errno.EACCES, f"not clearing {directory}: {why}", str(directory))
     entries, locks = _scan(directory)
     removed = sum(_remove_entry(path, None) for _, _, path in entries)
     for lock_path in locks:

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from .carried_selects import freeze_carried_selects
-from .errors import PortabilityError
+from .errors import IRError, PortabilityError
 from .ir.lexer import substitute, texts_of
 
 __all__ = ["PortableModule", "make_portable", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
@@ -1025,7 +1025,7 @@ def make_portable(ir: str, entry: str, *, name: str) -> PortableModule:
         equivalent (for example an x86-specific intrinsic in user code).
     """
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.]*", name):
-        raise ValueError(f"invalid LLVM identifier for the entry: {name!r}")
+        raise IRError(f"invalid LLVM identifier for the entry: {name!r}")
     ir = _BLAS_CALL_RE.sub(lambda m: f"@numba_xx{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)
     links = sorted({(m.group(1), _BLAS_KINDS[m.group(2)][0]) for m in _LAPACK_CALL_RE.finditer(ir)})
     ir = _LAPACK_CALL_RE.sub(lambda m: f"@{m.group(1)}.{_BLAS_KINDS[m.group(2)][0]}(i8 {m.group(2)},", ir)

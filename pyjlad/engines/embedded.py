@@ -45,7 +45,15 @@ from .. import cache
 from ..abi import ArrayArg, FunctionABI
 from ..block_order import dominance_ordered
 from ..enzyme_copy import NO_SPECULATION_ARGS
-from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFunctionError
+from ..errors import (
+    ArgumentError,
+    DifferentiatedFunctionError,
+    EnzymeError,
+    OutOfMemoryError,
+    PyjladError,
+    ToolchainError,
+    UnsupportedFunctionError,
+)
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..lapack import LAPACK_HELPERS
 from ..memo import cached_for
@@ -486,7 +494,7 @@ def resolve_activities(exported: ExportedFunction, sweep: Sweep) -> tuple[str, .
                 "reverse mode mark it Active (its adjoint is returned), not Duplicated"
             )
         if act not in ACTIVITIES:
-            raise ValueError(f"unknown activity {act!r}")
+            raise ArgumentError(f"unknown activity {act!r}")
         out.append(act)
     return tuple(out)
 
@@ -794,7 +802,7 @@ class Compiled:
             raise
         if status != 0:
             if status == OUT_OF_MEMORY:
-                raise MemoryError(
+                raise OutOfMemoryError(
                     f"out of memory while differentiating {describe_function(self.func)}: an allocation of "
                     f"{failed_bytes():,} bytes (Enzyme's tape, a shadow or a temporary) failed; use smaller "
                     "inputs or free memory (the memory the sweep had taken before the failure is not returned)"
@@ -845,7 +853,7 @@ def reraise_from_function(func: Any, args: tuple[Any, ...]) -> None:
     runner = as_numba_function(runner) if runner is not None else numba_fn
     # On copies: the function's own writes to its array arguments happened once already.
     runner(*(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args))
-    raise RuntimeError(
+    raise DifferentiatedFunctionError(
         f"{describe_function(func)} reported an error while differentiated, but not when called directly"
     )
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
+from ..errors import OutOfMemoryError
 from ..settings import byte_count
 from .driver import OOM_ENTER, OOM_LEAVE
 
@@ -325,7 +326,7 @@ def _thread_key() -> int:
     libc = ctypes.CDLL(None)
     key = ctypes.c_uint(0)
     if libc.pthread_key_create(ctypes.byref(key), None) != 0:
-        raise MemoryError("pthread_key_create failed")
+        raise OutOfMemoryError("pthread_key_create failed")
     return key.value
 
 
