@@ -54,7 +54,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import settings
+from . import config
 from .errors import ArgumentError, CacheDirectoryError, CacheLockTimeout, CacheWarning
 from .objcheck import InvalidObject
 from .ownership import foreign
@@ -73,8 +73,6 @@ _OLD_MAGICS = (b"PYJLAD1\n",)  # entries of earlier pyjlad versions: removed wit
 _MAC_BYTES = 32  # HMAC-SHA256
 _SECRET_NAME = "secret.key"
 _SECRET_BYTES = 32
-_DEFAULT_MAX_BYTES = 2 * 1024**3
-_DEFAULT_LOCK_TIMEOUT_S = 600.0
 _STALE_TEMP_S = 3600.0  # a temporary file this old is an orphan whoever wrote it
 _UNNAMED_TEMP_S = 60.0  # one not named as this version names them (an earlier version's)
 _KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -90,7 +88,7 @@ _secrets: dict[Path, tuple[tuple[int, int, int, int], bytes]] = {}  # by (dev, i
 
 def cache_dir() -> Path:
     """Directory holding compiled-gradient entries (``PYJLAD_GRADIENT_CACHE_DIR`` overrides it)."""
-    override = os.environ.get("PYJLAD_GRADIENT_CACHE_DIR")
+    override = config.gradient_cache_dir_override()
     return Path(override) if override else cache_root() / "gradients"
 
 
@@ -115,7 +113,7 @@ def max_bytes() -> int:
     SettingError
         If the value is not a whole number of bytes (checked whenever the cache is opened).
     """
-    return settings.byte_count("PYJLAD_CACHE_MAX_BYTES", _DEFAULT_MAX_BYTES)
+    return config.cache_max_bytes()
 
 
 def lock_timeout() -> float:
@@ -126,7 +124,7 @@ def lock_timeout() -> float:
     SettingError
         If the value is not a non-negative number of seconds (checked whenever the cache is opened).
     """
-    return settings.seconds("PYJLAD_LOCK_TIMEOUT", _DEFAULT_LOCK_TIMEOUT_S)
+    return config.lock_timeout_s()
 
 
 def _disabled() -> bool:
@@ -138,7 +136,7 @@ def _disabled() -> bool:
     SettingError
         If a cache setting cannot be read.
     """
-    if settings.flag("PYJLAD_DISABLE_DISK_CACHE"):
+    if config.disk_cache_disabled():
         return True
     max_bytes()
     lock_timeout()

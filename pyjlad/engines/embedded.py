@@ -41,7 +41,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
-from .. import cache
+from .. import cache, config
 from ..abi import ArrayArg, FunctionABI
 from ..block_order import dominance_ordered
 from ..enzyme_copy import NO_SPECULATION_ARGS
@@ -61,7 +61,6 @@ from ..objcheck import InvalidObject, check_elf, check_llvm_module
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inactive_helper
 from ..refusals import HELPER_CONSTRUCTS, explain
 from ..rules import is_rule_symbol, rule_modules
-from ..settings import byte_count
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
@@ -811,13 +810,11 @@ class Compiled:
         return value, dret, adjoints
 
 
-#: Stack of the thread that runs sweeps of recursive functions (``PYJLAD_STACK_BYTES``).
-_DEEP_STACK_DEFAULT = 1 << 30
 _stack_lock = threading.Lock()
 
 
 def _deep_stack_bytes() -> int:
-    return byte_count("PYJLAD_STACK_BYTES", _DEEP_STACK_DEFAULT)
+    return config.stack_bytes()
 
 
 def on_deep_stack(fn: Callable[..., Any], *args: Any) -> Any:

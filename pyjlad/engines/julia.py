@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import config
 from ..abi import ArrayArg, FunctionABI
 from ..errors import ArgumentError, EngineUnavailableError, UnsupportedFunctionError
 from ..export import ExportedFunction, export, numba_argtypes
@@ -301,7 +302,7 @@ def julia_status() -> tuple[bool, str]:
         return False, f"loading the PyJlad Julia package failed: {_module['error']}"
     exe = _julia_executable()
     if exe is None:
-        if os.environ.get("PYJLAD_JULIA_ALLOW_INSTALL") != "1":
+        if not config.julia_allow_install():
             return False, (f"no Julia executable found (fix: install Julia {need}+ and put `julia` on PATH, or set "
                            "PYJLAD_JULIA_ALLOW_INSTALL=1 to let juliacall download it)")
     else:
