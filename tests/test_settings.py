@@ -182,9 +182,29 @@ def environment_reads(source: str) -> list[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Call, ast.Subscript, ast.Compare)):
             text = ast.unparse(node)
-            if ("environ" in text or "getenv" in text) and "PYJLAD_" in text:
+            if re.search(r"\b(environ|getenv)\b", text) and "PYJLAD_" in text:
                 lines.append(node.lineno)
     return lines
+
+
+def reader_calls(source: str) -> set[str]:
+    """config's generic readers ``source`` calls: as ``config.byte_count(...)`` or imported from pyjlad's
+    config (``from ..config import byte_count``)."""
+    tree = ast.parse(source)
+    imported = {alias.asname or alias.name: alias.name for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.level > 0 and node.module == "config"
+                for alias in node.names if alias.name in _READERS}
+    called = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "config" \
+                and func.attr in _READERS:
+            called.add(func.attr)
+        elif isinstance(func, ast.Name) and func.id in imported:
+            called.add(imported[func.id])
+    return called
 
 
 def test_the_scan_sees_every_way_a_setting_is_read() -> None:
@@ -203,6 +223,10 @@ def test_the_scan_sees_every_way_a_setting_is_read() -> None:
     )
     assert setting_names_in_code(source) == {"PYJLAD_A", "PYJLAD_B"}
     assert environment_reads(source) == [4, 9]
+    assert not reader_calls(source)  # byte_count here is no import of pyjlad's config
+    assert reader_calls("from ..config import seconds as s\nfrom .. import config\n"
+                        "s('PYJLAD_X', 1.0)\nconfig.flag('PYJLAD_Y')\n_named('z')\n") == {"seconds", "flag"}
+    assert not environment_reads('raise E("set the PYJLAD_ENGINE environment variable")\n')
 
 
 def test_only_config_reads_pyjlad_settings() -> None:
@@ -214,9 +238,7 @@ def test_only_config_reads_pyjlad_settings() -> None:
         where = f"pyjlad/{path.relative_to(PACKAGE).as_posix()}"
         offenders += [f"{where}: names {name}" for name in sorted(setting_names_in_code(source))]
         offenders += [f"{where}:{line}: reads the environment" for line in environment_reads(source)]
-        calls = {node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-                 for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)}
-        offenders += [f"{where}: calls config.{name}" for name in sorted(calls & _READERS)]
+        offenders += [f"{where}: calls config.{name}" for name in sorted(reader_calls(source))]
     assert not offenders, "read PYJLAD_* settings through a function of pyjlad/config.py:\n  " + "\n  ".join(offenders)
 
 
