@@ -15,11 +15,15 @@ Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
 
 from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse, autodiff
 from .errors import (
+    ArgumentError,
+    ArgumentTypeError,
     CacheLockTimeout,
     CacheWarning,
+    DifferentiatedFunctionError,
     EngineUnavailableError,
     EnzymeError,
     ExportError,
+    OutOfMemoryError,
     PortabilityError,
     PyjladError,
     SettingError,
@@ -39,6 +43,6 @@ __all__ = [
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
     "ToolchainError", "EnzymeError", "EngineUnavailableError", "CacheWarning", "CacheLockTimeout",
-    "SettingError",
+    "SettingError", "ArgumentError", "ArgumentTypeError", "OutOfMemoryError", "DifferentiatedFunctionError",
     "__version__",
 ]

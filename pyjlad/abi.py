@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .errors import InvalidObject
+
 __all__ = ["ScalarArg", "ArrayArg", "ArgABI", "FunctionABI", "FLOAT_LLVM_TYPES"]
 
 #: numpy dtype name -> LLVM type, for the floating-point types pyjlad differentiates.
@@ -150,7 +152,7 @@ class FunctionABI:
     def from_dict(cls, data: dict[str, Any]) -> FunctionABI:
         """Rebuild a :class:`FunctionABI` from :meth:`to_dict`'s output."""
         if data.get("format") != "pyjlad-abi/1":
-            raise ValueError(f"not a pyjlad ABI description: format={data.get('format')!r}")
+            raise InvalidObject(f"not a pyjlad ABI description: format={data.get('format')!r}")
         args: list[ArgABI] = []
         for item in data["args"]:
             item = dict(item)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .engines.embedded import Sweep, overlaps_itself, shadow_like
+from .errors import ArgumentError, ArgumentTypeError
 from .export import numba_argtypes, result_type
 from .products import compiled_sweep
 
@@ -122,12 +123,12 @@ def autodiff(mode: Mode | str, f: Any, *args: Any, engine: str | None = None) ->
     """
     name = mode.name if isinstance(mode, Mode) else str(mode)
     if name not in ("reverse", "forward"):
-        raise ValueError(f"mode must be pyjlad.Reverse or pyjlad.Forward, got {mode!r}")
+        raise ArgumentError(f"mode must be pyjlad.Reverse or pyjlad.Forward, got {mode!r}")
     primals, activities, shadows, write_back = [], [], [], []
     for index, arg in enumerate(args):
         if isinstance(arg, Active):
             if not isinstance(arg.val, (float, np.floating)):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"argument {index}: Active wraps a float scalar; use Duplicated(x, dx) for arrays"
                 )
             activities.append("active")
@@ -157,21 +158,21 @@ def _shadow_for(index: int, arg: Duplicated, write_back: list) -> Any:
     x, dx = arg.val, arg.dval
     if not isinstance(x, np.ndarray):
         if np.ndim(dx) != 0:
-            raise ValueError(f"argument {index}: the tangent of a scalar must be a scalar")
+            raise ArgumentError(f"argument {index}: the tangent of a scalar must be a scalar")
         return float(dx)
     if not isinstance(dx, np.ndarray) or dx.shape != x.shape or dx.dtype != x.dtype:
-        raise ValueError(
+        raise ArgumentError(
             f"argument {index}: the shadow must be an ndarray of shape {x.shape} and dtype {x.dtype}, "
             f"like the argument; got {type(dx).__name__}"
             f"{f' of shape {dx.shape} and dtype {dx.dtype}' if isinstance(dx, np.ndarray) else ''}"
         )
     if overlaps_itself(x):
-        raise ValueError(
+        raise ArgumentError(
             f"argument {index}: elements of the array share memory (zero strides, as from np.broadcast_to); "
             "Enzyme would add all their derivatives into one shadow element: pass np.ascontiguousarray(x)"
         )
     if np.shares_memory(x, dx):
-        raise ValueError(
+        raise ArgumentError(
             f"argument {index}: the shadow shares memory with the argument itself; Enzyme writes "
             "derivatives into the shadow, which would overwrite the argument: pass a separate array "
             "(e.g. Duplicated(x, np.zeros_like(x)))"

@@ -54,8 +54,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import settings
-from .errors import CacheLockTimeout, CacheWarning
+from . import config
+from .errors import ArgumentError, CacheDirectoryError, CacheLockTimeout, CacheWarning
 from .objcheck import InvalidObject
 from .ownership import foreign
 from .toolchain import cache_root
@@ -73,8 +73,6 @@ _OLD_MAGICS = (b"PYJLAD1\n",)  # entries of earlier pyjlad versions: removed wit
 _MAC_BYTES = 32  # HMAC-SHA256
 _SECRET_NAME = "secret.key"
 _SECRET_BYTES = 32
-_DEFAULT_MAX_BYTES = 2 * 1024**3
-_DEFAULT_LOCK_TIMEOUT_S = 600.0
 _STALE_TEMP_S = 3600.0  # a temporary file this old is an orphan whoever wrote it
 _UNNAMED_TEMP_S = 60.0  # one not named as this version names them (an earlier version's)
 _KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -90,7 +88,7 @@ _secrets: dict[Path, tuple[tuple[int, int, int, int], bytes]] = {}  # by (dev, i
 
 def cache_dir() -> Path:
     """Directory holding compiled-gradient entries (``PYJLAD_GRADIENT_CACHE_DIR`` overrides it)."""
-    override = os.environ.get("PYJLAD_GRADIENT_CACHE_DIR")
+    override = config.gradient_cache_dir_override()
     return Path(override) if override else cache_root() / "gradients"
 
 
@@ -115,7 +113,7 @@ def max_bytes() -> int:
     SettingError
         If the value is not a whole number of bytes (checked whenever the cache is opened).
     """
-    return settings.byte_count("PYJLAD_CACHE_MAX_BYTES", _DEFAULT_MAX_BYTES)
+    return config.cache_max_bytes()
 
 
 def lock_timeout() -> float:
@@ -126,7 +124,7 @@ def lock_timeout() -> float:
     SettingError
         If the value is not a non-negative number of seconds (checked whenever the cache is opened).
     """
-    return settings.seconds("PYJLAD_LOCK_TIMEOUT", _DEFAULT_LOCK_TIMEOUT_S)
+    return config.lock_timeout_s()
 
 
 def _disabled() -> bool:
@@ -138,7 +136,7 @@ def _disabled() -> bool:
     SettingError
         If a cache setting cannot be read.
     """
-    if settings.flag("PYJLAD_DISABLE_DISK_CACHE"):
+    if config.disk_cache_disabled():
         return True
     max_bytes()
     lock_timeout()
@@ -283,7 +281,7 @@ def _mac(secret: bytes, key: str, payload: bytes) -> bytes:
 
 def _entry(directory: Path, key: str) -> Path:
     if not _KEY.match(key):
-        raise ValueError(f"a cache key is a SHA-256 hex digest (see cache_key), got {key!r}")
+        raise ArgumentError(f"a cache key is a SHA-256 hex digest (see cache_key), got {key!r}")
     return directory / key[:2] / f"{key}.bin"
 
 
@@ -373,7 +371,7 @@ def _shard(directory: Path, key: str) -> Path:
     st = os.lstat(shard)
     why = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else foreign(st)
     if why is not None:
-        raise PermissionError(errno.EACCES, f"not used: {why}", str(shard))
+        raise CacheDirectoryError(errno.EACCES, f"not used: {why}", str(shard))
     return shard
 
 
@@ -709,7 +707,7 @@ def clear() -> int:
         return 0
     why = "it is not a directory" if not stat.S_ISDIR(st.st_mode) else foreign(st)
     if why is not None:
-        raise PermissionError(errno.EACCES, f"not clearing {directory}: {why}", str(directory))
+        raise CacheDirectoryError(errno.EACCES, f"not clearing {directory}: {why}", str(directory))
     entries, locks = _scan(directory)
     removed = sum(_remove_entry(path, None) for _, _, path in entries)
     for lock_path in locks:

@@ -4,6 +4,18 @@ Every error pyjlad raises derives from :class:`PyjladError`, and where a
 built-in exception type describes the problem better (``TypeError`` for a
 wrong argument type, ``ValueError`` for a bad value) the pyjlad error also
 derives from it, so ``except TypeError`` keeps working in user code.
+
+One kind of exception passes through unchanged: an exception the *user's own
+function* raises (``raise ValueError(...)`` inside an ``@njit`` function, or
+NumPy's errors it triggers). Numba reports only a status to the caller of a
+compiled derivative, so pyjlad runs the function itself on copies of the
+arguments and lets that exception surface with its own type and message; it is
+the user's exception, not pyjlad's, and ``except`` clauses written for the
+function keep catching it. Only when the function then raises nothing does
+pyjlad raise its own :class:`DifferentiatedFunctionError`.
+
+``tests/test_error_types.py`` checks that no module of pyjlad constructs a
+built-in exception directly.
 """
 
 from __future__ import annotations
@@ -17,6 +29,72 @@ class UnsupportedFunctionError(PyjladError, TypeError):
     """The function or its argument/return types cannot be differentiated.
 
     The message always says what to change.
+    """
+
+
+class ArgumentError(PyjladError, ValueError):
+    """An argument of a pyjlad call has the right type but an unusable value.
+
+    For example a cotangent or tangent whose shape differs from the function's
+    result or argument, a shadow that shares memory with its argument, or a
+    mode other than reverse or forward. The message names the argument and
+    what it must be.
+    """
+
+
+class ArgumentTypeError(PyjladError, TypeError):
+    """An argument of a pyjlad call has the wrong type (``wrt`` not made of ints, ``Active`` around an array,
+    ``primals`` that is not a tuple, an integer argument asked for its derivative); the message names the
+    argument and what it must be."""
+
+
+class DifferentiatedFunctionError(PyjladError, RuntimeError):
+    """The function reported an error while differentiated, but raises none when called directly.
+
+    pyjlad re-runs the function on copies of its arguments to raise the
+    function's own exception; this error means that run succeeded, so the
+    failure lies in the derivative code (please report it, with the function).
+    """
+
+
+class OutOfMemoryError(PyjladError, MemoryError):
+    """An allocation made while differentiating (Enzyme's tape, a shadow, a temporary) failed.
+
+    The message says how many bytes were asked for.
+    """
+
+
+class MissingDependencyError(PyjladError, ImportError):
+    """An optional package a part of pyjlad needs is not installed (JAX for ``pyjlad.interop.jax``,
+    PyTorch for ``pyjlad.interop.torch``); the message says what to install."""
+
+
+class IRError(PyjladError, ValueError):
+    """LLVM IR is not in the form a stage of pyjlad expects (a defect of pyjlad's: please report it).
+
+    For example a Numba entry without its ``%retptr``/``%excinfo`` parameters,
+    or a module without the definition pyjlad is looking for.
+    """
+
+
+class IRParseError(IRError):
+    """A line of LLVM IR pyjlad's IR layer cannot read, or whose parsed form would not render back to it."""
+
+
+class IRLookupError(PyjladError, KeyError):
+    """A module has no definition of the function pyjlad asked for (a ``KeyError``, like a dict lookup)."""
+
+
+class InvalidObject(PyjladError, ValueError):
+    """Bytes (a cached object file, bitcode, an ABI description) are not what they claim to be; the message
+    says what is wrong. The disk cache treats such an entry as damaged and builds it again."""
+
+
+class CacheDirectoryError(PyjladError, PermissionError):
+    """A directory of the disk cache is not used: it is not a directory, or not the user's own.
+
+    ``pyjlad cache clear`` reports it; while differentiating it only makes the
+    cache fall back to memory (with one :class:`CacheWarning`).
     """
 
 

@@ -15,11 +15,9 @@ import platform
 import struct
 import sys
 
+from .errors import InvalidObject
+
 __all__ = ["InvalidObject", "check_elf", "check_llvm_module", "host_elf_machine"]
-
-
-class InvalidObject(ValueError):
-    """The bytes are not what they claim to be; the message says what is wrong."""
 
 
 _ELF_MAGIC = b"\x7fELF"

@@ -27,7 +27,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from .errors import UnsupportedFunctionError
+from .errors import ArgumentError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function
 from .memo import cached_for
 
@@ -80,7 +80,7 @@ class OutputLayout:
         """Per-buffer seed arrays (new buffers) from a cotangent with this layout; checks its structure."""
         parts = [cotangent] if self.kind == "array" else cotangent
         if self.kind == "tuple" and (not isinstance(cotangent, tuple) or len(cotangent) != len(self.items)):
-            raise ValueError(
+            raise ArgumentError(
                 f"the cotangent must be a tuple of {len(self.items)} entries, like {name}'s result"
             )
         out = []
@@ -89,12 +89,12 @@ class OutputLayout:
                 continue
             if kind == "scalar":
                 if np.ndim(part) != 0:
-                    raise ValueError(f"cotangent entry {position} must be a float, like {name}'s result")
+                    raise ArgumentError(f"cotangent entry {position} must be a float, like {name}'s result")
                 out.append(np.array([part], dtype=dtype))
             else:
                 array = np.asarray(part, dtype=dtype)
                 if array.shape != shape:
-                    raise ValueError(
+                    raise ArgumentError(
                         f"cotangent entry {position} has shape {array.shape}; {name}'s result has shape {shape}"
                     )
                 # A fresh buffer, never the caller's array: Enzyme zeroes an output's

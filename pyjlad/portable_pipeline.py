@@ -34,7 +34,7 @@ from . import address_comparisons, excinfo_slots
 from . import portable as p
 from . import stable_names as sn
 from .carried_selects import freeze_carried_selects
-from .errors import PortabilityError
+from .errors import IRError, PortabilityError
 from .ir import downlevel
 from .ir.pipeline import Pass, Pipeline
 
@@ -354,7 +354,7 @@ def make_portable(ir: str, entry: str, *, name: str, dump_as: str = "portable") 
         equivalent (for example an x86-specific intrinsic in user code).
     """
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.]*", name):
-        raise ValueError(f"invalid LLVM identifier for the entry: {name!r}")
+        raise IRError(f"invalid LLVM identifier for the entry: {name!r}")
     context = PortableContext(entry=entry, name=name)
     text = PORTABLE.run(ir, context, label=name, prefix=dump_as)
     return p.PortableModule(text=text, entry=name, external_functions=tuple(sorted(set(context.externals))),

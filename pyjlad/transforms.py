@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .engines import default_engine_name, get_engine
-from .errors import UnsupportedFunctionError
+from .errors import ArgumentTypeError, UnsupportedFunctionError
 from .memo import cached_for
 
 __all__ = ["gradient", "value_and_gradient", "grad", "value_and_grad"]
@@ -24,10 +24,10 @@ def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
     single = isinstance(wrt, int) and not isinstance(wrt, bool)
     items = (wrt,) if single else wrt
     if not isinstance(items, tuple) or not items:
-        raise TypeError(f"wrt must be an int or a non-empty tuple of ints, got {wrt!r}")
+        raise ArgumentTypeError(f"wrt must be an int or a non-empty tuple of ints, got {wrt!r}")
     for index in items:
         if isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"wrt must contain argument positions (ints), got {index!r}")
+            raise ArgumentTypeError(f"wrt must contain argument positions (ints), got {index!r}")
         if index < 0:
             raise UnsupportedFunctionError(f"wrt must be non-negative argument positions, got {index}")
         if index > _MAX_ARGUMENTS:

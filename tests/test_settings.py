@@ -1,16 +1,18 @@
-"""pyjlad's environment settings are read and checked one way (pyjlad/settings.py, docs/settings.md)."""
+"""pyjlad's environment settings are read and checked one way (pyjlad/config.py, docs/settings.md)."""
 
 from __future__ import annotations
 
+import ast
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 
 import pyjlad
-from pyjlad import cache
+from pyjlad import cache, config
 from pyjlad.engines import embedded, pool
 from pyjlad.errors import CacheWarning, SettingError, ToolchainError
-from pyjlad.toolchain import _opt_timeout_s
 
 #: (variable, reader, default): settings of the computation, where a bad value is an error.
 STRICT = [
@@ -42,9 +44,9 @@ def test_byte_counts_unset_empty_and_set(monkeypatch, name, read, default):
 def test_opt_timeout_must_be_a_positive_number_of_seconds(monkeypatch, bad):
     monkeypatch.setenv("PYJLAD_OPT_TIMEOUT", bad)
     with pytest.raises(ToolchainError, match=f"PYJLAD_OPT_TIMEOUT='{bad}' is not a positive number of seconds"):
-        _opt_timeout_s()
+        config.opt_timeout_s()
     monkeypatch.setenv("PYJLAD_OPT_TIMEOUT", "12.5")
-    assert _opt_timeout_s() == 12.5
+    assert config.opt_timeout_s() == 12.5
 
 
 @pytest.mark.parametrize("name, read, default", [
@@ -66,7 +68,7 @@ def test_bad_opt_settings_are_setting_errors_and_toolchain_errors(monkeypatch):
 
     monkeypatch.setenv("PYJLAD_OPT_TIMEOUT", "abc")
     with pytest.raises(SettingError) as info:
-        _opt_timeout_s()
+        config.opt_timeout_s()
     assert isinstance(info.value, ToolchainError) and isinstance(info.value, ToolchainSettingError)
     monkeypatch.setenv("PYJLAD_OPT", "/nonexistent/opt")
     with pytest.raises(SettingError, match="PYJLAD_OPT='/nonexistent/opt' is not an executable file") as info:
@@ -141,3 +143,141 @@ def test_an_opt_the_system_cannot_start_is_named_not_a_raw_oserror(tmp_path, mon
     with pytest.raises(SettingError, match=f"PYJLAD_OPT='{fake}' cannot be run .*unset it") as info:
         pyjlad.gradient(njit(lambda x: x * x * 0.375), 2.0)
     assert isinstance(info.value, ToolchainError)
+
+
+# --- one place: pyjlad/config.py reads every PYJLAD_* setting, and the docs list each ---------------------------
+
+PACKAGE = Path(pyjlad.__file__).parent
+_SETTING_NAME = re.compile(r"PYJLAD_[A-Z0-9_]+")
+#: config.py's generic readers: a module that calls them reads a setting by name, which only config.py does.
+_READERS = {"byte_count", "seconds", "flag", "_text", "_named"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """``id`` of every docstring node in ``tree`` (module, class and function docstrings)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def setting_names_in_code(source: str) -> set[str]:
+    """Every string constant in ``source``'s code (docstrings and messages aside) that is a setting's name:
+    ``os.environ.get("PYJLAD_X")``, ``os.getenv("PYJLAD_X")``, ``NAME = "PYJLAD_X"`` passed on to a reader."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+            and _SETTING_NAME.fullmatch(node.value)}
+
+
+def environment_reads(source: str) -> list[int]:
+    """Lines that read the environment (``os.environ``, ``os.getenv``, ``environ.get``) with a ``PYJLAD_`` name
+    written in the same expression, however it is spelled."""
+    tree = ast.parse(source)
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Call, ast.Subscript, ast.Compare)):
+            text = ast.unparse(node)
+            if re.search(r"\b(environ|getenv)\b", text) and "PYJLAD_" in text:
+                lines.append(node.lineno)
+    return lines
+
+
+def reader_calls(source: str) -> set[str]:
+    """config's generic readers ``source`` calls: as ``config.byte_count(...)`` or imported from pyjlad's
+    config (``from ..config import byte_count``)."""
+    tree = ast.parse(source)
+    imported = {alias.asname or alias.name: alias.name for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.level > 0 and node.module == "config"
+                for alias in node.names if alias.name in _READERS}
+    called = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "config" \
+                and func.attr in _READERS:
+            called.add(func.attr)
+        elif isinstance(func, ast.Name) and func.id in imported:
+            called.add(imported[func.id])
+    return called
+
+
+def test_the_scan_sees_every_way_a_setting_is_read() -> None:
+    source = (
+        "import os\n"
+        "def a():\n"
+        '    """Reads ``PYJLAD_DOC`` (a docstring is not a read)."""\n'
+        '    return os.environ.get("PYJLAD_A")\n'
+        'NAME = "PYJLAD_B"\n'
+        "def b():\n"
+        "    return byte_count(NAME, 1)\n"
+        "def c():\n"
+        "    return os.getenv('PYJLAD_' + 'C')\n"
+        'def d():\n'
+        '    raise ValueError(f"set PYJLAD_D=1 to {0}")\n'
+    )
+    assert setting_names_in_code(source) == {"PYJLAD_A", "PYJLAD_B"}
+    assert environment_reads(source) == [4, 9]
+    assert not reader_calls(source)  # byte_count here is no import of pyjlad's config
+    assert reader_calls("from ..config import seconds as s\nfrom .. import config\n"
+                        "s('PYJLAD_X', 1.0)\nconfig.flag('PYJLAD_Y')\n_named('z')\n") == {"seconds", "flag"}
+    assert not environment_reads('raise E("set the PYJLAD_ENGINE environment variable")\n')
+
+
+def test_only_config_reads_pyjlad_settings() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "config.py":
+            continue
+        source = path.read_text()
+        where = f"pyjlad/{path.relative_to(PACKAGE).as_posix()}"
+        offenders += [f"{where}: names {name}" for name in sorted(setting_names_in_code(source))]
+        offenders += [f"{where}:{line}: reads the environment" for line in environment_reads(source)]
+        offenders += [f"{where}: calls config.{name}" for name in sorted(reader_calls(source))]
+    assert not offenders, "read PYJLAD_* settings through a function of pyjlad/config.py:\n  " + "\n  ".join(offenders)
+
+
+def _config_setting_names() -> set[str]:
+    return setting_names_in_code((PACKAGE / "config.py").read_text())
+
+
+def test_every_setting_is_documented_and_every_documented_setting_is_read() -> None:
+    names = _config_setting_names()
+    assert len(names) >= 12
+    docs = (PACKAGE.parent / "docs" / "settings.md").read_text()
+    table = set(re.findall(r"^\| `(PYJLAD_[A-Z0-9_]+)` \|", docs, re.MULTILINE))
+    assert table == names, f"docs/settings.md's table lacks {names - table}, or lists unread {table - names}"
+    readme = (PACKAGE.parent / "README.md").read_text()
+    assert "docs/settings.md" in readme and "pyjlad/config.py" in readme
+    assert not {name for name in names if f"`{name}`" not in readme}
+
+
+def test_each_setting_has_its_own_documented_function() -> None:
+    """One function per setting, its docstring naming the variable it reads."""
+    functions = {name: fn for name, fn in vars(config).items()
+                 if callable(fn) and getattr(fn, "__module__", None) == "pyjlad.config" and not name.startswith("_")
+                 and name not in ("byte_count", "seconds", "flag")}
+    for setting in _config_setting_names():
+        readers = [name for name, fn in functions.items() if f"``{setting}``" in (fn.__doc__ or "").split(":")[0]]
+        assert len(readers) == 1, (setting, readers)
+
+
+def test_settings_are_read_at_use_not_at_import(monkeypatch) -> None:
+    """Each function reads the environment when called: a change is seen at the next call."""
+    monkeypatch.setenv("PYJLAD_ENGINE", "julia")
+    assert config.engine_name() == "julia"
+    monkeypatch.delenv("PYJLAD_ENGINE")
+    assert config.engine_name() == "embedded"
+    monkeypatch.setenv("PYJLAD_OPT", "")
+    assert config.opt_override() is None
+    monkeypatch.setenv("PYJLAD_OPT", "/x/opt")
+    assert config.opt_override() == "/x/opt"
+    monkeypatch.setenv("PYJLAD_JULIA_ALLOW_INSTALL", "yes")
+    assert config.julia_allow_install() is False  # exactly "1", as before
+    monkeypatch.setenv("PYJLAD_JULIA_ALLOW_INSTALL", "1")
+    assert config.julia_allow_install() is True

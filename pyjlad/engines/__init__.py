@@ -12,8 +12,7 @@ The engine is chosen per call with ``engine=...`` or for the process with the
 
 from __future__ import annotations
 
-import os
-
+from .. import config
 from ..errors import EngineUnavailableError
 
 __all__ = ["get_engine", "ENGINE_NAMES", "default_engine_name"]
@@ -26,7 +25,7 @@ _instances: dict[str, object] = {}
 
 def default_engine_name() -> str:
     """The engine used when none is named: ``$PYJLAD_ENGINE`` or ``embedded``."""
-    return os.environ.get("PYJLAD_ENGINE", "embedded")
+    return config.engine_name()
 
 
 def get_engine(name: str | None = None):

@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass
 
 from ..abi import ArrayArg, FunctionABI
+from ..errors import ArgumentError, IRError
 
 __all__ = ["Driver", "ad_driver", "hvp_driver", "status_by_pointer", "MODES", "ACTIVITIES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
 
@@ -154,7 +155,7 @@ def status_by_pointer(module_text: str, entry: str) -> str:
     lines = module_text.split("\n")
     found = next(((k, m) for k, m in enumerate(map(_DEFINE_RE.match, lines)) if m and m.group(1) == entry), None)
     if found is None:
-        raise ValueError(f"no definition of {entry} in the module")
+        raise IRError(f"no definition of {entry} in the module")
     start, match = found
     params, attrs = match.group(2), match.group(3)
     if any(a in _attribute_groups(module_text, attrs) for a in ("readnone", "readonly")):
@@ -381,7 +382,7 @@ def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noali
     or on float scalars in forward mode.
     """
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise ArgumentError(f"mode must be one of {MODES}, got {mode!r}")
     params, names = _names(abi)
     tag = _digest(abi.to_dict(), mode, activities, salt)
     symbol = f"{abi.entry}_{mode}_{tag}"

@@ -41,11 +41,19 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
-from .. import cache
+from .. import cache, config
 from ..abi import ArrayArg, FunctionABI
 from ..block_order import dominance_ordered
 from ..enzyme_copy import NO_SPECULATION_ARGS
-from ..errors import EnzymeError, PyjladError, ToolchainError, UnsupportedFunctionError
+from ..errors import (
+    ArgumentError,
+    DifferentiatedFunctionError,
+    EnzymeError,
+    OutOfMemoryError,
+    PyjladError,
+    ToolchainError,
+    UnsupportedFunctionError,
+)
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
@@ -54,7 +62,6 @@ from ..objcheck import InvalidObject, check_elf, check_llvm_module
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, has_recursion, is_inactive_helper
 from ..refusals import HELPER_CONSTRUCTS, explain
 from ..rules import is_rule_symbol, rule_modules
-from ..settings import byte_count
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
@@ -493,7 +500,7 @@ def resolve_activities(exported: ExportedFunction, sweep: Sweep) -> tuple[str, .
                 "reverse mode mark it Active (its adjoint is returned), not Duplicated"
             )
         if act not in ACTIVITIES:
-            raise ValueError(f"unknown activity {act!r}")
+            raise ArgumentError(f"unknown activity {act!r}")
         out.append(act)
     return tuple(out)
 
@@ -801,7 +808,7 @@ class Compiled:
             raise
         if status != 0:
             if status == OUT_OF_MEMORY:
-                raise MemoryError(
+                raise OutOfMemoryError(
                     f"out of memory while differentiating {describe_function(self.func)}: an allocation of "
                     f"{failed_bytes():,} bytes (Enzyme's tape, a shadow or a temporary) failed; use smaller "
                     "inputs or free memory (the memory the sweep had taken before the failure is not returned)"
@@ -810,13 +817,11 @@ class Compiled:
         return value, dret, adjoints
 
 
-#: Stack of the thread that runs sweeps of recursive functions (``PYJLAD_STACK_BYTES``).
-_DEEP_STACK_DEFAULT = 1 << 30
 _stack_lock = threading.Lock()
 
 
 def _deep_stack_bytes() -> int:
-    return byte_count("PYJLAD_STACK_BYTES", _DEEP_STACK_DEFAULT)
+    return config.stack_bytes()
 
 
 def on_deep_stack(fn: Callable[..., Any], *args: Any) -> Any:
@@ -852,7 +857,7 @@ def reraise_from_function(func: Any, args: tuple[Any, ...]) -> None:
     runner = as_numba_function(runner) if runner is not None else numba_fn
     # On copies: the function's own writes to its array arguments happened once already.
     runner(*(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args))
-    raise RuntimeError(
+    raise DifferentiatedFunctionError(
         f"{describe_function(func)} reported an error while differentiated, but not when called directly"
     )
 

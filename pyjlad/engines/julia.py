@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import config
 from ..abi import ArrayArg, FunctionABI
-from ..errors import EngineUnavailableError, UnsupportedFunctionError
+from ..errors import ArgumentError, EngineUnavailableError, UnsupportedFunctionError
 from ..export import ExportedFunction, export, numba_argtypes
 from ..ir.pipeline import Pass, Pipeline
 from ..memo import cached_for
@@ -173,7 +174,7 @@ def julia_scalar(x: Any) -> bool | int | float:
         return int(x)
     if isinstance(x, (float, np.floating)):
         return float(x)
-    raise TypeError(f"the Julia engine takes bool, integer and real scalars, got {type(x).__name__}")
+    raise UnsupportedFunctionError(f"the Julia engine takes bool, integer and real scalars, got {type(x).__name__}")
 
 
 def shadow_like(x: np.ndarray) -> np.ndarray:
@@ -225,7 +226,7 @@ def array_spec(x: np.ndarray) -> tuple[int, int, str, int, tuple[int, ...], tupl
     """
     itemsize = x.itemsize
     if any(s % itemsize for s in x.strides):
-        raise ValueError("array strides must be multiples of the element size to cross to Julia")
+        raise ArgumentError("array strides must be multiples of the element size to cross to Julia")
     low = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) if x.size else 0
     high = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) if x.size else 0
     address = x.ctypes.data + low
@@ -317,7 +318,7 @@ def julia_status() -> tuple[bool, str]:
         return False, f"loading the PyJlad Julia package failed: {_module['error']}"
     exe = _julia_executable()
     if exe is None:
-        if os.environ.get("PYJLAD_JULIA_ALLOW_INSTALL") != "1":
+        if not config.julia_allow_install():
             return False, (f"no Julia executable found (fix: install Julia {need}+ and put `julia` on PATH, or set "
                            "PYJLAD_JULIA_ALLOW_INSTALL=1 to let juliacall download it)")
     else:

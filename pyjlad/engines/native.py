@@ -117,9 +117,10 @@ def numba_settings(name: str) -> dict[str, Any]:
 
 
 def _timeout_s() -> float:
-    from ..toolchain import _opt_timeout_s
+    """``PYJLAD_OPT_TIMEOUT``, which bounds the child's compile as it bounds Enzyme's run."""
+    from ..config import opt_timeout_s
 
-    return _opt_timeout_s()
+    return opt_timeout_s()
 
 
 def _signal_name(number: int) -> str:

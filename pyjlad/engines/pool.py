@@ -28,8 +28,8 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
-from .. import runtime
-from ..settings import byte_count
+from .. import config, runtime
+from ..errors import OutOfMemoryError
 from .driver import OOM_ENTER, OOM_LEAVE
 
 __all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "kept_bytes",
@@ -43,13 +43,11 @@ _MIN_CLASS, _MAX_CLASS = 16, 36
 MIN_BYTES = 1 << _MIN_CLASS
 #: Blocks kept per power-of-two size.
 SLOTS = 16
-_DEFAULT_CAPACITY = 1 << 30
-_CAPACITY_ENV = "PYJLAD_POOL_BYTES"
 
 
 def capacity() -> int:
     """Most bytes the pool keeps: ``$PYJLAD_POOL_BYTES`` (0 disables the pool), default 1 GiB."""
-    return byte_count(_CAPACITY_ENV, _DEFAULT_CAPACITY)
+    return config.pool_bytes()
 
 
 def _pool_ir(cap: int, key: int) -> str:
@@ -89,7 +87,7 @@ def _thread_key() -> int:
     libc = ctypes.CDLL(None)
     key = ctypes.c_uint(0)
     if libc.pthread_key_create(ctypes.byref(key), None) != 0:
-        raise MemoryError("pthread_key_create failed")
+        raise OutOfMemoryError("pthread_key_create failed")
     return key.value
 
 

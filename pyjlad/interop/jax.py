@@ -16,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MissingDependencyError
+
 try:
     import jax
     import jax.numpy as jnp
 except ImportError as exc:  # pragma: no cover - exercised only without JAX
-    raise ImportError("pyjlad.interop.jax needs JAX: pip install jax") from exc
+    raise MissingDependencyError("pyjlad.interop.jax needs JAX: pip install jax") from exc
 
 from ..export import as_numba_function
 from ..products import vjp

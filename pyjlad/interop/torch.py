@@ -10,10 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MissingDependencyError
+
 try:
     import torch
 except ImportError as exc:  # pragma: no cover - exercised only without PyTorch
-    raise ImportError("pyjlad.interop.torch needs PyTorch: pip install torch") from exc
+    raise MissingDependencyError("pyjlad.interop.torch needs PyTorch: pip install torch") from exc
 
 from ..export import as_numba_function
 from ..products import vjp

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..errors import IRError, IRLookupError
 from .lexer import Token, closing, split_top_level, tokenize, words
 from .module import Function, Instruction, Item, Module, Parameter, parse_instruction
 
@@ -119,11 +120,11 @@ def numba_entry(module: Module, name: str) -> NumbaEntry:
     """
     function = module.function(name)
     if function.is_declaration:
-        raise KeyError(f"{name} is declared, not defined")
+        raise IRLookupError(f"{name} is declared, not defined")
     params = function.parameters
     if len(params) < 2 or [p.type for p in params[:2]] != ["ptr", "ptr"] or \
             not (params[0].name or "").startswith("%retptr") or not (params[1].name or "").startswith("%excinfo"):
-        raise ValueError(f"{name} is not a Numba ABI function: {function.header()[:200]}")
+        raise IRError(f"{name} is not a Numba ABI function: {function.header()[:200]}")
     return NumbaEntry(function, params[0], params[1], tuple(params[2:]))
 
 

@@ -30,6 +30,8 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
+from ..errors import IRError, IRParseError
+
 __all__ = [
     "Token", "tokenize", "texts_of", "substitute", "OPEN", "CLOSE", "closing", "split_top_level", "words", "decode_name",
     "symbol_for",
@@ -73,7 +75,7 @@ def _scanner(kind: str) -> re.Pattern[str]:
     """The rules in their order, ``kind`` captured; whitespace and punctuation (one character each, never
     the start of another token) are stepped over by the search itself."""
     if kind not in dict(_RULES) or kind in ("ws", "punct"):
-        raise ValueError(f"no token kind {kind!r} to scan for")
+        raise IRError(f"no token kind {kind!r} to scan for")
     return re.compile("|".join(f"({pattern})" if name == kind else f"(?:{pattern})"
                                for name, pattern in _RULES if name not in ("ws", "punct")))
 
@@ -114,13 +116,13 @@ def closing(tokens: Sequence[Token], start: int) -> int:
         If ``tokens[start]`` is not an opening bracket or is never closed.
     """
     if _depth_change(tokens[start]) != 1:
-        raise ValueError(f"token {start} ({tokens[start].text!r}) is not an opening bracket")
+        raise IRParseError(f"token {start} ({tokens[start].text!r}) is not an opening bracket")
     depth = 0
     for index in range(start, len(tokens)):
         depth += _depth_change(tokens[index])
         if depth == 0:
             return index
-    raise ValueError(f"bracket {tokens[start].text!r} at token {start} is never closed")
+    raise IRParseError(f"bracket {tokens[start].text!r} at token {start} is never closed")
 
 
 def _split(tokens: Sequence[Token], at: Callable[[Token], bool]) -> Iterator[list[Token]]:

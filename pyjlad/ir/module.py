@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..errors import IRLookupError, IRParseError
 from .lexer import Token, closing, decode_name, split_top_level, tokenize, words
 
 __all__ = [
@@ -38,10 +39,6 @@ LINKAGE_WORDS = frozenset({
 #: Attributes written as a keyword and an integer (``align 8``).
 _INTEGER_ATTRIBUTES = frozenset({"align", "addrspace", "alignstack"})
 _GLOBAL_KINDS = ("global", "constant", "alias", "ifunc")
-
-
-class IRParseError(ValueError):
-    """A line the parser cannot read, or whose parsed form would not render back to it."""
 
 
 @dataclass
@@ -397,7 +394,7 @@ class Module:
         """
         found = [f for f in self._of(Function) if f.name == name]
         if not found:
-            raise KeyError(name)
+            raise IRLookupError(name)
         return next((f for f in found if not f.is_declaration), found[0])
 
 

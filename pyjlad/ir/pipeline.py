@@ -38,7 +38,6 @@ example:
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -46,12 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from ..errors import SettingError
 
 __all__ = ["DUMP_VARIABLE", "Pass", "Pipeline", "dump", "dump_directory"]
 
-#: The environment variable naming the directory :func:`dump` writes into (unset: no dumps).
-DUMP_VARIABLE = "PYJLAD_DUMP_IR"
+#: The environment variable naming the directory :func:`dump` writes into (unset: no dumps; read by
+#: :func:`pyjlad.config.dump_ir_directory`).
+DUMP_VARIABLE = config.DUMP_IR_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class Pipeline:
 
 def dump_directory() -> Path | None:
     """Where dumps go: ``$PYJLAD_DUMP_IR`` as a path, or ``None`` when unset or empty."""
-    value = os.environ.get(DUMP_VARIABLE, "").strip()
+    value = config.dump_ir_directory()
     return Path(value).expanduser() if value else None
 
 
