@@ -24,6 +24,7 @@ import tomllib
 from pyjlad import address_comparisons, portable, runtime
 from pyjlad.engines import blas, pool
 from pyjlad.engines.driver import OOM_ENTER, OOM_LEAVE
+from pyjlad.errors import IRLookupError
 from pyjlad.ir import parse
 from pyjlad.toolchain import find_opt
 
@@ -183,7 +184,7 @@ def test_fill_is_strict():
     with pytest.raises(ValueError):
         runtime._Template("@a$b ${x}").substitute(x=1)
     assert runtime._Template("@a$$b ${x}").substitute(x=1) == "@a$b 1"
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(IRLookupError):
         runtime.source("missing.ll")
 
 

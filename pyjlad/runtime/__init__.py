@@ -24,6 +24,7 @@ import string
 from functools import cache
 from importlib import resources
 
+from ..errors import IRLookupError
 from ..ir import Function, Module, parse
 from ..ir.analysis import references
 
@@ -48,11 +49,11 @@ def source(name: str) -> str:
 
     Raises
     ------
-    FileNotFoundError
+    IRLookupError
         If ``name`` is not a file of this package.
     """
     if name not in FILES + TEMPLATES:
-        raise FileNotFoundError(f"no runtime IR file {name!r}; the files are {', '.join(FILES + TEMPLATES)}")
+        raise IRLookupError(f"no runtime IR file {name!r}; the files are {', '.join(FILES + TEMPLATES)}")
     return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
 
 
@@ -96,7 +97,7 @@ def fill(name: str, **values: object) -> str:
         If the template holds a ``$`` that is not a ``${name}`` placeholder.
     """
     if name not in TEMPLATES:
-        raise FileNotFoundError(f"{name!r} is not a runtime template; the templates are {', '.join(TEMPLATES)}")
+        raise IRLookupError(f"{name!r} is not a runtime template; the templates are {', '.join(TEMPLATES)}")
     lines = source(name).split("\n")
     start = next(k for k, line in enumerate(lines) if not line.startswith(";"))
     return _Template("\n".join(lines[start:])).substitute(values)
