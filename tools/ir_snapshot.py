@@ -121,9 +121,9 @@ class Recorder:
 
         original_export, original_portable = export_module._export, export_module.make_portable
 
-        def make_portable(ir: str, entry: str, *, name: str) -> Any:
+        def make_portable(ir: str, entry: str, **options: Any) -> Any:
             self.numba_inputs.append(ir)
-            return original_portable(ir, entry, name=name)
+            return original_portable(ir, entry, **options)
 
         def recording(func: Any, argtypes: tuple) -> Any:
             self.numba_inputs.clear()
