@@ -46,6 +46,8 @@ def _is_numbered(symbol: str) -> bool:
 
 def _label(line: str) -> str | None:
     """The block name a label line defines (``B0.endif``, ``7``, ``"a b"``); ``None`` for other lines."""
+    if not line or line[0].isspace() or ":" not in line:
+        return None  # cheap: instructions are indented
     tokens = tokenize(line)
     if (len(tokens) < 2 or tokens[0].kind not in ("word", "string") or tokens[1].text != ":"
             or any(t.kind not in ("ws", "comment") for t in tokens[2:])):
@@ -71,6 +73,8 @@ def _successors(lines: list[str]) -> list[str]:
     """The block names written ``label %name`` in ``lines`` (branch, switch and invoke targets), in order."""
     found = []
     for line in lines:
+        if "label %" not in line:
+            continue  # cheap: most lines branch nowhere
         tokens = [t for t in tokenize(line) if t.kind != "comment"]
         found += [tokens[k + 2].text[1:] for k in range(len(tokens) - 2)
                   if tokens[k] == Token("word", "label") and tokens[k + 1].text == " " and tokens[k + 2].kind == "local"]
@@ -103,9 +107,10 @@ def _renamed(symbol: str) -> str:
 def _named_line(line: str) -> str:
     """``line`` with its numbered values (``%7``, in ``; preds = %7`` comments too) and a numbered label
     (``7:``) given names (``%.pj7``, ``.pj7:``)."""
-    line = "".join(_renamed(t.text) if t.kind == "local" else
-                   ";" + substitute(t.text[1:], "local", _renamed) if t.kind == "comment" else t.text
-                   for t in tokenize(line))
+    if "%" in line:
+        line = "".join(_renamed(t.text) if t.kind == "local" else
+                       ";" + substitute(t.text[1:], "local", _renamed) if t.kind == "comment" else t.text
+                       for t in tokenize(line))
     number, colon, _ = line.partition(":")
     return f".pj{line}" if colon and number.isascii() and number.isdigit() else line
 
