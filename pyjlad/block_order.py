@@ -33,25 +33,35 @@ c:
 
 from __future__ import annotations
 
-import re
+from .ir.lexer import Token, substitute, tokenize
+from .ir.module import parse
 
 __all__ = ["dominance_ordered"]
 
-_NAME = r'(?:[-\w.$]+|"[^"]*")'
-_LABEL_RE = re.compile(rf"^({_NAME}):(?:\s*;.*)?$")
-_SUCCESSOR_RE = re.compile(rf"\blabel %({_NAME})")
-_NUMBERED_RE = re.compile(r"(?<![\w.$\"])%(\d+)\b")
-_NUMBERED_LABEL_RE = re.compile(r"^(\d+):")
-_NUMBERED_TYPE_RE = re.compile(r"^%\d+ = type ", re.M)
+
+def _is_numbered(symbol: str) -> bool:
+    """Whether a ``%`` symbol is a number (``%7``), which LLVM assigns in the order values are written."""
+    return symbol[1:].isdigit()
+
+
+def _label(line: str) -> str | None:
+    """The block name a label line defines (``B0.endif``, ``7``, ``"a b"``); ``None`` for other lines."""
+    if not line or line[0].isspace() or ":" not in line:
+        return None  # cheap: instructions are indented
+    tokens = tokenize(line)
+    if (len(tokens) < 2 or tokens[0].kind not in ("word", "string") or tokens[1].text != ":"
+            or any(t.kind not in ("ws", "comment") for t in tokens[2:])):
+        return None
+    return tokens[0].text
 
 
 def _blocks(body: list[str]) -> list[tuple[str, list[str]]]:
     """``(name, lines)`` of each block of a function body, in order (the entry block may be unnamed: ``""``)."""
     blocks: list[tuple[str, list[str]]] = [("", [])]
     for line in body:
-        label = _LABEL_RE.match(line)
-        if label:
-            blocks.append((label.group(1), [line]))
+        label = _label(line)
+        if label is not None:
+            blocks.append((label, [line]))
         else:
             blocks[-1][1].append(line)
     if len(blocks) > 1 and not any(line.strip() and not line.lstrip().startswith(";") for line in blocks[0][1]):
@@ -59,10 +69,22 @@ def _blocks(body: list[str]) -> list[tuple[str, list[str]]]:
     return blocks
 
 
+def _successors(lines: list[str]) -> list[str]:
+    """The block names written ``label %name`` in ``lines`` (branch, switch and invoke targets), in order."""
+    found = []
+    for line in lines:
+        if "label %" not in line:
+            continue  # cheap: most lines branch nowhere
+        tokens = [t for t in tokenize(line) if t.kind != "comment"]
+        found += [tokens[k + 2].text[1:] for k in range(len(tokens) - 2)
+                  if tokens[k] == Token("word", "label") and tokens[k + 1].text == " " and tokens[k + 2].kind == "local"]
+    return found
+
+
 def _reverse_post_order(blocks: list[tuple[str, list[str]]]) -> list[int]:
     """Indices of the blocks reachable from the first, in reverse post-order (iterative DFS)."""
     index = {name: k for k, (name, _) in enumerate(blocks)}
-    successors = [[index[s] for s in _SUCCESSOR_RE.findall("\n".join(lines)) if s in index] for _, lines in blocks]
+    successors = [[index[s] for s in _successors(lines) if s in index] for _, lines in blocks]
     order: list[int] = []
     seen = {0}
     stack = [(0, iter(successors[0]))]
@@ -78,15 +100,30 @@ def _reverse_post_order(blocks: list[tuple[str, list[str]]]) -> list[int]:
     return order[::-1]
 
 
+def _renamed(symbol: str) -> str:
+    return "%.pj" + symbol[1:] if _is_numbered(symbol) else symbol
+
+
+def _named_line(line: str) -> str:
+    """``line`` with its numbered values (``%7``, in ``; preds = %7`` comments too) and a numbered label
+    (``7:``) given names (``%.pj7``, ``.pj7:``)."""
+    if "%" in line:
+        line = "".join(_renamed(t.text) if t.kind == "local" else
+                       ";" + substitute(t.text[1:], "local", _renamed) if t.kind == "comment" else t.text
+                       for t in tokenize(line))
+    number, colon, _ = line.partition(":")
+    return f".pj{line}" if colon and number.isascii() and number.isdigit() else line
+
+
 def _named(body: list[str]) -> list[str]:
     """``body`` with its numbered values and blocks (``%7``, ``7:``) given names (``%.pj7``, ``.pj7:``)."""
-    return [_NUMBERED_LABEL_RE.sub(r".pj\1:", _NUMBERED_RE.sub(r"%.pj\1", line)) for line in body]
+    return [_named_line(line) for line in body]
 
 
 def _ordered_body(header: str, body: list[str]) -> list[str]:
     """The lines of a function body with its blocks in reverse post-order (unchanged if already so, or if
     the function has numbered parameters, which the renaming would not reach)."""
-    if _NUMBERED_RE.search(header):
+    if any(t.kind == "local" and _is_numbered(t.text) for t in tokenize(header)):
         return body
     blocks = _blocks(body)
     order = _reverse_post_order(blocks)
@@ -103,17 +140,9 @@ def dominance_ordered(text: str) -> str:
     A module that names a type by number (``%0 = type ...``) is returned
     unchanged: its type names could not be told from numbered values.
     """
-    if _NUMBERED_TYPE_RE.search(text):
+    module = parse(text, strict=False)
+    if any(_is_numbered(symbol) for symbol in module.types):
         return text
-    lines = text.split("\n")
-    out: list[str] = []
-    k = 0
-    while k < len(lines):
-        out.append(lines[k])
-        if lines[k].startswith("define ") and lines[k].rstrip().endswith("{"):
-            end = lines.index("}", k + 1)
-            out += _ordered_body(lines[k], lines[k + 1:end])
-            k = end
-            out.append(lines[k])
-        k += 1
-    return "\n".join(out)
+    for function in module.definitions:
+        function.body = _ordered_body(function.header(), function.body or [])
+    return module.render()

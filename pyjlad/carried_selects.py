@@ -35,18 +35,69 @@ not poison is that value: the function computes the same numbers.
 
 from __future__ import annotations
 
-import re
+import itertools
+
+from .ir.lexer import Token, split_top_level, words
+from .ir.module import Instruction, parse_instruction
 
 __all__ = ["freeze_carried_selects"]
 
-_LOCAL = r'%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
-_FLOAT_TYPE = r"(?:double|float|half|<\d+ x (?:double|float|half)>)"
-_PHI_RE = re.compile(r"^\s*(" + _LOCAL + r") = phi (?:[a-z]+ )*(" + _FLOAT_TYPE + r") (.*)$")
-_PHI_INCOMING_RE = re.compile(r"\[\s*([^,\[\]]+?),\s*(" + _LOCAL + r")\s*\]")
-_SELECT_RE = re.compile(
-    r"^(\s*)(" + _LOCAL + r") = select (?:[a-z]+ )*(?:i1|<\d+ x i1>) [^,]+, (" + _FLOAT_TYPE + r") ([^,]+), "
-    + _FLOAT_TYPE + r" ([^,]+?)\s*(,.*)?$"
-)
+_FLOATS = frozenset({"double", "float", "half"})
+
+
+def _is_vector_of(type_: str, elements: frozenset[str]) -> bool:
+    """Whether ``type_`` is written ``<N x T>`` with ``T`` one of ``elements``."""
+    if not (type_.startswith("<") and type_.endswith(">")):
+        return False
+    parts = type_[1:-1].split(" ")
+    return len(parts) == 3 and parts[0].isdigit() and parts[1] == "x" and parts[2] in elements
+
+
+def _is_float_type(type_: str) -> bool:
+    """``double``, ``float``, ``half`` or a vector of them."""
+    return type_ in _FLOATS or _is_vector_of(type_, _FLOATS)
+
+
+def _is_condition_type(type_: str) -> bool:
+    """``i1`` or a vector of ``i1``."""
+    return type_ == "i1" or _is_vector_of(type_, frozenset({"i1"}))
+
+
+def _is_flag(word: str) -> bool:
+    """A fast-math flag or similar lowercase keyword between an opcode and its type (``fast``, ``nnan``)."""
+    return word.isalpha() and word.isascii() and word.islower()
+
+
+def _after_opcode(instruction: Instruction) -> list[Token]:
+    """The tokens after the opcode of ``%x = <opcode> ...``, trailing whitespace and comments kept."""
+    tokens = instruction.tokens
+    index = next(k for k, t in enumerate(tokens) if t.kind == "local" and t.text == instruction.result)
+    index = next(k for k in range(index + 1, len(tokens)) if tokens[k].text == instruction.opcode)
+    return list(tokens[index + 1:])
+
+
+def _float_phi_incoming(instruction: Instruction) -> set[str] | None:
+    """The incoming values of a ``phi`` of a float type; ``None`` for any other instruction."""
+    if instruction.opcode != "phi" or instruction.result is None:
+        return None
+    before = list(itertools.takewhile(lambda word: not word.startswith("["), words(_after_opcode(instruction))))
+    if not before or not _is_float_type(before[-1]) or not all(map(_is_flag, before[:-1])):
+        return None
+    return {value for value, _ in instruction.phi_incoming()}
+
+
+def _float_select(instruction: Instruction) -> tuple[str, str, str] | None:
+    """``(type, true value, false value)`` of a ``select`` between floats; ``None`` for anything else."""
+    if instruction.opcode != "select" or instruction.result is None:
+        return None
+    parts = [words(part) for part in split_top_level(_after_opcode(instruction))]
+    if len(parts) < 3:
+        return None
+    condition, true, false = parts[:3]
+    if (len(condition) < 2 or not _is_condition_type(condition[-2]) or not all(map(_is_flag, condition[:-2]))
+            or len(true) != 2 or len(false) != 2 or not _is_float_type(true[0]) or not _is_float_type(false[0])):
+        return None
+    return true[0], true[1], false[1]
 
 
 def _frozen_name(name: str) -> str:
@@ -103,18 +154,23 @@ def freeze_carried_selects(define: str) -> tuple[str, bool]:
         return define, False
     lines = define.split("\n")
     incoming: dict[str, set[str]] = {}
-    selects: list[tuple[int, re.Match[str]]] = []
+    selects: list[tuple[int, str, tuple[str, str, str]]] = []
     for k, line in enumerate(lines):
-        if (phi := _PHI_RE.match(line)) is not None:
-            incoming[phi.group(1)] = {v.strip() for v, _ in _PHI_INCOMING_RE.findall(phi.group(3))}
-        elif (select := _SELECT_RE.match(line)) is not None:
-            selects.append((k, select))
-    changed = False
-    for k, select in reversed(selects):
-        name = select.group(2)
-        if not any(name in incoming.get(operand.strip(), ()) for operand in (select.group(4), select.group(5))):
+        if " = phi " not in line and " = select " not in line:
+            continue  # cheap: most lines are neither
+        instruction = parse_instruction(line)
+        if instruction is None or instruction.result is None:
             continue
-        indent, ty, unfrozen = select.group(1), select.group(3), _frozen_name(name)
+        if (values := _float_phi_incoming(instruction)) is not None:
+            incoming[instruction.result] = values
+        elif (select := _float_select(instruction)) is not None:
+            selects.append((k, instruction.result, select))
+    changed = False
+    for k, name, (ty, true, false) in reversed(selects):
+        if not any(name in incoming.get(operand, ()) for operand in (true, false)):
+            continue
+        indent = lines[k][:lines[k].index(name)]
+        unfrozen = _frozen_name(name)
         lines[k:k + 1] = [
             indent + unfrozen + lines[k][len(indent) + len(name):],
             f"{indent}{name} = freeze {ty} {unfrozen}",

@@ -42,11 +42,11 @@ differentiates that code itself when a derivative of the derivative is needed
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .ir.lexer import Token, texts_of, tokenize
 from .portable import dedupe_declarations
 
 __all__ = ["prepare", "digamma_ir", "HANDLED"]
@@ -324,8 +324,40 @@ def _helper_ir(name: str) -> str:
 #: The external functions this module gives derivatives (callees of rules and Numba's helpers it defines).
 HANDLED = frozenset(_RULES) | frozenset(_STEPS) | frozenset(_HELPERS)
 
-_CALLEE_RE = re.compile(r"@(" + "|".join(sorted(HANDLED, key=len, reverse=True)) + r")\(")
-_DECLARE_RE = re.compile(r"^declare\b[^@]*@(" + "|".join(sorted(HANDLED, key=len, reverse=True)) + r")\(")
+
+
+def _handled_callee(tokens: list[Token], index: int) -> str | None:
+    """The name of the function of :data:`HANDLED` that ``tokens[index]`` calls (``@name(``), if any."""
+    token = tokens[index]
+    if (token.kind == "global" and token.text[1:] in HANDLED and index + 1 < len(tokens)
+            and tokens[index + 1].text == "("):
+        return token.text[1:]
+    return None
+
+
+def _declared_handled(line: str) -> str | None:
+    """The name of the function of :data:`HANDLED` that a ``declare`` line declares, if any."""
+    after = line[len("declare"):len("declare") + 1]
+    if not line.startswith("declare") or after.isalnum() or after == "_":
+        return None
+    tokens = tokenize(line)
+    first = next((k for k, t in enumerate(tokens) if t.kind == "global"), None)
+    return None if first is None else _handled_callee(tokens, first)
+
+
+def _redirected(line: str, used: set[str]) -> str:
+    """``line`` with its calls of functions with a rule or a step sent to their ``pyjlad.special.*`` wrappers;
+    every function of :data:`HANDLED` it calls is added to ``used``."""
+    tokens = tokenize(line)
+    out = []
+    for index, token in enumerate(tokens):
+        name = _handled_callee(tokens, index)
+        if name is not None:
+            used.add(name)
+            if name in _RULES or name in _STEPS:
+                token = Token("global", f"@pyjlad.special.{name}")
+        out.append(token.text)
+    return "".join(out)
 
 
 def prepare(text: str) -> str:
@@ -336,22 +368,20 @@ def prepare(text: str) -> str:
     (``linkonce_odr``: modules prepared separately link together). A module
     calling none of them is returned unchanged.
     """
+    if not any(symbol[1:] in HANDLED for symbol in set(texts_of(text, "global"))):
+        return text
     used: set[str] = set()
     out = []
     for line in text.splitlines():
-        declared = _DECLARE_RE.match(line)
-        if declared:
-            if declared.group(1) in _HELPERS:
+        declared = _declared_handled(line)
+        if declared is not None:
+            if declared in _HELPERS:
                 continue  # defined below
             out.append(line)
             continue
-        if not line.startswith("define") and "@" in line and _CALLEE_RE.search(line):
-            def redirect(match: re.Match[str]) -> str:
-                used.add(match.group(1))
-                redirected = match.group(1) in _RULES or match.group(1) in _STEPS
-                return f"@pyjlad.special.{match.group(1)}(" if redirected else match.group(0)
-
-            line = _CALLEE_RE.sub(redirect, line)
+        if not line.startswith("define") and "@" in line and any(
+                symbol[1:] in HANDLED for symbol in texts_of(line, "global")):
+            line = _redirected(line, used)
         out.append(line)
     if not used:
         return text

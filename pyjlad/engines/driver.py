@@ -39,11 +39,11 @@ forward mode). The return value is Numba's status.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 
 from ..abi import ArrayArg, FunctionABI
 from ..errors import ArgumentError, IRError
+from ..ir.module import Function, Module, parse, parse_instruction
 
 __all__ = ["Driver", "ad_driver", "hvp_driver", "status_by_pointer", "MODES", "ACTIVITIES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
 
@@ -131,8 +131,7 @@ def _type_hints(abi: FunctionABI, params, names) -> list[str]:
 
 #: Suffix of the entry's copy that stores its status through a pointer (:func:`status_by_pointer`).
 STATUS_ENTRY_SUFFIX = ".pyjlad.status"
-_DEFINE_RE = re.compile(r"^define [^@]*@(\S+)\((.*)\)([^)]*)\{$")
-_RET_I32_RE = re.compile(r"^(\s*)ret i32 ([^,\s]+)(.*)$")
+_READS_ONLY = frozenset({"readnone", "readonly"})
 
 
 def status_by_pointer(module_text: str, entry: str) -> str:
@@ -152,39 +151,50 @@ def status_by_pointer(module_text: str, entry: str) -> str:
     stored in memory is an ordinary store, which Enzyme keeps where it is. The
     original entry stays (a recursive function calls it).
     """
-    lines = module_text.split("\n")
-    found = next(((k, m) for k, m in enumerate(map(_DEFINE_RE.match, lines)) if m and m.group(1) == entry), None)
-    if found is None:
-        raise IRError(f"no definition of {entry} in the module")
-    start, match = found
-    params, attrs = match.group(2), match.group(3)
-    if any(a in _attribute_groups(module_text, attrs) for a in ("readnone", "readonly")):
+    module = parse(module_text, strict=False)
+    function = _definition(module, entry)
+    attrs = "".join(" " + a for a in function.attributes) + " "
+    if _READS_ONLY & set(_function_attributes(module, function)):
         attrs = ""  # it would write memory now
-    body = []
-    for line in lines[start + 1:]:
-        body.append(line)
-        if line == "}":
-            break
+    params = ", ".join([*(p.render() for p in function.parameters), *(["..."] if function.varargs else [])])
     copy = [f"define internal void @{entry}{STATUS_ENTRY_SUFFIX}({params}, "
             f"ptr noalias nocapture writeonly %pyjlad.status){attrs}{{"]
-    for line in body:
-        ret = _RET_I32_RE.match(line)
-        if ret:
-            indent, value, rest = ret.groups()
-            copy += [f"{indent}store i32 {value}, ptr %pyjlad.status, align 4", f"{indent}ret void{rest}"]
-        else:
-            copy.append(line)
+    for line in function.body or ():
+        copy += _status_stored(line) or [line]
+    copy.append("}")
     return module_text + "\n" + "\n".join(copy) + "\n"
 
 
-def _attribute_groups(module_text: str, attrs: str) -> str:
-    """The text of the attribute groups (``#N``) that ``attrs`` references, and ``attrs`` itself."""
-    groups = [attrs]
-    for ref in re.findall(r"#\d+", attrs):
-        found = re.search(rf"^attributes {ref} = \{{(.*)\}}$", module_text, re.MULTILINE)
-        if found:
-            groups.append(found.group(1))
-    return " ".join(groups)
+def _definition(module: Module, entry: str) -> Function:
+    """The first definition whose symbol is ``@entry`` (as written)."""
+    found = next((f for f in module.definitions if f.symbol == "@" + entry), None)
+    if found is None:
+        raise IRError(f"no definition of {entry} in the module")
+    return found
+
+
+def _function_attributes(module: Module, function: Function) -> list[str]:
+    """The attributes after ``function``'s parameter list, those of the groups (``#N``) it names included."""
+    groups = module.attribute_groups
+    return [*function.attributes,
+            *(a for ref in function.attribute_group_refs if ref in groups for a in groups[ref].attributes)]
+
+
+def _status_stored(line: str) -> list[str] | None:
+    """``ret i32 <v>`` as ``store i32 <v>, ptr %pyjlad.status`` and ``ret void``; ``None`` for other lines."""
+    instruction = parse_instruction(line)
+    if instruction is None or instruction.opcode != "ret" or instruction.result is not None:
+        return None
+    tokens = instruction.tokens
+    significant = [k for k, t in enumerate(tokens) if t.kind not in ("ws", "comment")]
+    if len(significant) < 3 or tokens[significant[1]].text != "i32" or significant[0] + 4 != significant[2]:
+        return None
+    ret, value = significant[0], significant[2]
+    if not (tokens[ret + 1].text == " " and tokens[ret + 3].text == " "):
+        return None  # written ``ret i32 <v>`` with single spaces
+    indent = "".join(t.text for t in tokens[:ret])
+    rest = "".join(t.text for t in tokens[value + 1:])
+    return [f"{indent}store i32 {tokens[value].text}, ptr %pyjlad.status, align 4", f"{indent}ret void{rest}"]
 
 
 #: Enzyme's type tree of a pointer to floats at every offset (``__enzyme_double`` states one
