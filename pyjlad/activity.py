@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .engines.embedded import Sweep, overlaps_itself, shadow_like
+from .engines.base import Sweep, overlaps_itself, shadow_like
 from .errors import ArgumentError, ArgumentTypeError
 from .export import numba_argtypes, result_type
 from .products import compiled_sweep

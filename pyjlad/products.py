@@ -15,7 +15,7 @@ from numba import types as nbtypes
 
 from .abi import ArrayArg
 from .engines import default_engine_name, get_engine
-from .engines.embedded import Sweep, compact_overlapping, shadow_like
+from .engines.base import Sweep, compact_overlapping, shadow_like
 from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
 from .memo import cached_for
@@ -109,7 +109,7 @@ def _passed_arrays(primals: tuple[Any, ...], kind: str) -> tuple[Any, ...]:
     """The arguments the sweep is given: for array and tuple results (``f`` already ran once to
     learn the output's shapes) private copies, so the caller's arrays are mutated at most once;
     arrays whose elements share memory (``np.broadcast_to``) compacted (see
-    :func:`~pyjlad.engines.embedded.compact_overlapping`).
+    :func:`~pyjlad.engines.base.compact_overlapping`).
 
     Shadows must be made from these, not from the caller's arrays: Enzyme addresses a
     shadow with the strides of the array it is paired with, and a copy is compact.

@@ -343,7 +343,7 @@ def test_only_compared_addresses_become_opaque():
 
 def test_retries_after_enzyme_failures():
     """Which failures are retried, and how: loose types first for typing, scalarized code for vectors."""
-    from pyjlad.engines.embedded import PASSES, SCALARIZED_PASSES, _next_attempt
+    from pyjlad.engines.differentiate import PASSES, SCALARIZED_PASSES, _next_attempt
 
     typing, vector = "Cannot deduce type of x", "PHI nodes not grouped at top of basic block!"
     assert _next_attempt(PASSES, (), typing) == (PASSES, ("-enzyme-loose-types",))

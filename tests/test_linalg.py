@@ -327,7 +327,7 @@ def test_svd_that_runs_is_still_refused_clearly() -> None:
 
 
 def test_retry_order_after_a_missing_derivative() -> None:
-    from pyjlad.engines.embedded import (
+    from pyjlad.engines.differentiate import (
         _KEEP_EXTERNAL,
         _PRUNE_CONSTANT_BRANCHES,
         PASSES,

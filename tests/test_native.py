@@ -22,7 +22,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
 import pyjlad
-from pyjlad.engines import embedded, native
+from pyjlad.engines import embedded, native, objects
 
 #: A vectorizable loop calling an internal helper: the function, cheap and full pipelines and the
 #: code generator all change it, so a setting the child replays differently shows in the machine code.
@@ -146,7 +146,7 @@ def _assert_gradients_still_work() -> None:
 
 
 def test_the_child_compiles_what_numba_compiles():
-    prepared, declared = embedded._prepare_module(_bitcode(LOOP_IR), "driver")
+    prepared, declared = objects._prepare_module(_bitcode(LOOP_IR), "driver")
     assert declared == []
     with native.start() as compiler:
         obj, shared = compiler.compile(prepared, "driver", "the loop")
@@ -180,7 +180,7 @@ def test_without_invariant_groups_the_crashing_module_compiles():
     assert "!invariant.group" not in text
     assert "load double, ptr %c.p, align 8\n" in text and "store double" in text  # nothing else removed
     with native.start() as compiler:
-        obj, _ = compiler.compile(embedded._prepare_module(fixed, "driver")[0], "driver", "the fixed module")
+        obj, _ = compiler.compile(objects._prepare_module(fixed, "driver")[0], "driver", "the fixed module")
     assert obj.startswith(b"\x7fELF")
     unchanged = _bitcode(LOOP_IR)
     assert native.drop_invariant_groups(unchanged) is unchanged

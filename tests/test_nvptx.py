@@ -16,8 +16,8 @@ import pytest
 from numba import njit
 
 import pyjlad
+from pyjlad.engines.differentiate import PASSES
 from pyjlad.engines.driver import ad_driver
-from pyjlad.engines.embedded import PASSES
 from pyjlad.export import export, numba_argtypes
 from pyjlad.nvptx import NVPTX_TRIPLE, device_module
 from pyjlad.toolchain import locate

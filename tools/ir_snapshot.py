@@ -182,6 +182,7 @@ def _driver_modules(exported: Any, enzyme_text: str) -> dict[str, Any]:
     """Builders of the modules Enzyme gets for a reverse, a forward and a Hessian-vector sweep."""
     from pyjlad.engines import embedded
     from pyjlad.engines.driver import ad_driver, hvp_driver
+    from pyjlad.special import prepare as prepare_special
 
     abi = exported.abi
     diff = [i for i, arg in enumerate(abi.args) if arg.differentiable]
@@ -194,13 +195,13 @@ def _driver_modules(exported: Any, enzyme_text: str) -> dict[str, Any]:
     def ad(mode: str) -> str:
         activities = embedded.resolve_activities(exported, embedded.Sweep("ad", mode, wanted))
         driver = ad_driver(abi, mode, activities, noalias=noalias, salt=salt)
-        return embedded.prepare_special(driver.module(enzyme_text))
+        return prepare_special(driver.module(enzyme_text))
 
     def hvp() -> str:
         if not abi.result.dtype.startswith("float"):
             raise ValueError(f"result is {abi.result.dtype}: no Hessian")
         driver = hvp_driver(abi, diff[0], noalias=noalias, salt=salt)
-        return embedded.prepare_special(driver.module(enzyme_text))
+        return prepare_special(driver.module(enzyme_text))
 
     return {"driver-reverse": lambda: ad("reverse"), "driver-forward": lambda: ad("forward"),
             "driver-hvp": hvp}

@@ -43,7 +43,8 @@ from ..memo import cached_for
 from ..portable import RUNTIME_CALL_DTOR
 from ..rules import is_rule_symbol
 from ..toolchain import locate
-from .embedded import Sweep, linked_modules, reraise_from_function, resolve_activities
+from .base import Sweep, reraise_from_function, resolve_activities
+from .differentiate import linked_modules
 
 __all__ = ["JuliaEngine", "LLVMCALL", "llvmcall_module", "internalize", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
            "MIN_JULIA", "MIN_OPENSSL", "openssl_conflict", "abi_json", "julia_scalar", "shadow_like", "shadow_twin",
@@ -536,6 +537,6 @@ class JuliaEngine:
 
     def reverse(self, func: Any, wrt: tuple[int, ...]):
         """The reverse-mode value-and-gradient callable of ``func``."""
-        from .embedded import ReverseGradient
+        from .base import ReverseGradient
 
         return ReverseGradient(func, wrt, compile=JuliaCompiled)

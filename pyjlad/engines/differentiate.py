@@ -1,0 +1,217 @@
+"""Running Enzyme: the ``opt`` pipeline, the modules linked with a function's, and the ladder of retries.
+
+The embedded engine (:mod:`pyjlad.engines.embedded`) gives :func:`run_enzyme` the module with the
+driver; it links pyjlad's LAPACK loops and custom rules, adds the special-function rules, runs
+``opt-15`` with the Enzyme plugin in a subprocess, and retries the failures known to have a cause a
+different pipeline or option removes. A failure no retry fixes is explained in the user's terms
+(:func:`pyjlad.refusals.explain`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .. import cache
+from ..block_order import dominance_ordered
+from ..enzyme_copy import NO_SPECULATION_ARGS
+from ..errors import (
+    EnzymeError,
+)
+from ..export import ExportedFunction
+from ..ir.pipeline import dump
+from ..lapack import LAPACK_HELPERS
+from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
+from ..refusals import HELPER_CONSTRUCTS, explain
+from ..rules import is_rule_symbol, rule_modules
+from ..special import HANDLED as SPECIAL_FUNCTIONS
+from ..special import prepare as prepare_special
+from ..toolchain import Toolchain, locate
+from .blas import BLAS_NAME
+
+__all__ = ["PASSES", "SCALARIZED_PASSES", "linked_modules", "run_enzyme", "unknown_externals"]
+
+#: opt pipeline: expand masked vector memory intrinsics (from Numba's vectorizer;
+#: Enzyme has no rules for them) into scalar code; read the custom derivative
+#: registrations (``preserve-nvvm`` turns ``__enzyme_register_*`` globals into the
+#: metadata the ``enzyme`` pass looks for; see :mod:`pyjlad.rules`), differentiate,
+#: optimize the result.
+PASSES = "function(scalarize-masked-mem-intrin),preserve-nvvm,enzyme,preserve-nvvm-end,default<O2>"
+#: The last retry after a type-analysis failure: vector loads and stores split into
+#: scalar ones first (see :func:`_run_enzyme`).
+SCALARIZED_PASSES = ("function(scalarize-masked-mem-intrin,scalarizer),preserve-nvvm,enzyme,preserve-nvvm-end,"
+                     "default<O2>")
+
+
+# External functions Enzyme differentiates by itself: libm, LLVM intrinsics and
+# Numba's reference-counting/allocation runtime (inactive memory management).
+# Numba's special-function helpers get their derivatives from pyjlad.special.
+_KNOWN_EXTERNALS = (LIBM_FUNCTIONS | {name + "f" for name in LIBM_FUNCTIONS} | SPECIAL_FUNCTIONS
+                    | {"malloc", "free", RUNTIME_CALL_DTOR})
+
+
+def unknown_externals(exported: ExportedFunction) -> list[str]:
+    """External functions of ``exported`` that Enzyme has no derivative rules for."""
+    return [
+        name for name in exported.module.external_functions
+        if name not in _KNOWN_EXTERNALS and not is_inactive_helper(name) and not BLAS_NAME.match(name)
+        and name.split(".")[0] not in LAPACK_HELPERS and not is_rule_symbol(name)
+        # Numba runtime functions are handled by pyjlad.portable, except those a refusal names.
+        and (not name.startswith(("llvm.", "NRT_")) or name in HELPER_CONSTRUCTS)
+    ]
+
+
+_TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
+#: Enzyme's failures on vector code (the loops of Numba's library functions, e.g. ``np.where``'s, are
+#: vectorized when Numba first compiles them): forward mode puts the tangent phi of a ``<4 x i1>`` phi
+#: after other instructions (a module that fails verification), reverse mode finds no shadow for a
+#: vector of pointers (``invertPointerM``). Both differentiate once the vectors are split into scalars.
+_VECTOR_CODE_FAILURES = ("PHI nodes not grouped at top of basic block", "cannot find deal with ptr that isnt arg")
+_LOOSE_TYPES = "-enzyme-loose-types"
+_SCALAR_MEMORY = "-scalarize-load-store"
+#: Enzyme found no derivative for a function the module calls (a LAPACK helper such as
+#: ``numba_ez_gesdd``, a typed-list helper). Often that call sits on a branch the arguments'
+#: constants make dead: ``np.linalg.norm(a, 1)`` runs Numba's one implementation of every
+#: order, whose ``ord == 2`` branch computes an SVD, with ``ord`` a run-time argument.
+_NO_DERIVATIVE_FAILURES = ("No augmented forward pass found for", "No forward mode derivative found for",
+                           "No reverse pass found for")
+#: Before Enzyme, on the retry after such a failure: every definition but pyjlad's drivers and
+#: Enzyme's registrations made internal, constants propagated into the functions they are passed
+#: to (``ipsccp``: the ``ord`` above), the branches they decide removed, unreferenced code dropped.
+_PRUNE_CONSTANT_BRANCHES = "internalize,ipsccp,function(simplifycfg),globaldce,"
+_KEEP_EXTERNAL = "-internalize-public-api-list=pyjlad_*,__enzyme_*,enzyme_*"
+
+
+@functools.cache
+def _special_source_hash() -> str:
+    """Identifies the derivatives pyjlad.special adds (part of every cache key: any module may call them)."""
+    from pathlib import Path
+
+    return cache.cache_key((Path(__file__).resolve().parent.parent / "special.py").read_text())
+
+
+@functools.cache
+def _lapack_source_hash() -> str:
+    """Identifies pyjlad's LAPACK implementations in cache keys (they are compiled only when needed)."""
+    from pathlib import Path
+
+    return cache.cache_key((Path(__file__).resolve().parent.parent / "lapack.py").read_text())
+
+
+def custom_rule_modules(exported: ExportedFunction) -> list[str]:
+    """The modules of the custom derivative rules ``exported`` calls (see :mod:`pyjlad.rules`)."""
+    return [m for name in exported.module.external_functions if is_rule_symbol(name) for m in rule_modules(name)]
+
+
+def linked_modules(exported: ExportedFunction) -> list[str]:
+    """Every module linked with ``exported``'s: its custom rules and pyjlad's LAPACK loops."""
+    from ..lapack import lapack_module
+
+    return [*custom_rule_modules(exported), *(lapack_module(h, k) for h, k in exported.module.links)]
+
+
+#: Enzyme v0.0.289's assertion when its min-cut cache planner picked a value it cannot recompute.
+_MIN_CUT_FAILURE = "computeMinCache(): Assertion `legalRecompute("
+#: Makes Enzyme cache every primal value its reverse pass needs and cannot recompute, without the min cut.
+_NO_MIN_CUT = "-enzyme-mincut-cache=false"
+
+
+def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
+                   options: tuple[str, ...] = ()) -> bytes:
+    """Run Enzyme over ``module``; without its min-cut cache planner where that planner fails.
+
+    Enzyme v0.0.289's planner (``GradientUtils::computeMinCache``) adds the
+    value a loop-carried reduction starts from (the preheader operand of a
+    loop-header PHI: ``m`` of a running max ``m = x[i] if x[i] > m else m``)
+    to the values it may recompute in the reverse pass without checking that
+    it can. When that start value is itself a PHI, i.e. the join of a previous
+    loop that may not have run (``m`` of an earlier running max, or of the
+    unrolled body of the same loop before its remainder loop), the planner
+    chooses to recompute it and then aborts on its own check that every value
+    it chose is recomputable. Without the planner, Enzyme caches each value the
+    reverse pass needs and cannot recompute, which is correct; only those
+    functions pay for it (the planner saves tape memory, not correctness).
+    """
+    try:
+        return toolchain.run(module, passes, what=what, options=options)
+    except EnzymeError as exc:
+        if _MIN_CUT_FAILURE not in exc.diagnostics:
+            raise
+    return toolchain.run(module, passes, what=what, options=(*options, _NO_MIN_CUT))
+
+
+def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tuple[str, tuple[str, ...]] | None:
+    """After Enzyme failed with ``passes`` and ``options``: what to try next, or ``None``.
+
+    Retried only on failures known to have a cause these change; the tests
+    check the results of every retried shape against analytic derivatives.
+
+    * Enzyme has no derivative for a function the module calls
+      (:data:`_NO_DERIVATIVE_FAILURES`): branches that constant arguments decide
+      are removed first (:data:`_PRUNE_CONSTANT_BRANCHES`), which drops calls
+      that never run (the SVD of ``np.linalg.norm(a, 1)``); the later retries
+      keep that pruning.
+    * Type analysis gave up (Enzyme cannot deduce the type of some untyped
+      operation of Numba's runtime: a memset zeroing an array struct's pointer
+      fields; index arithmetic a reverse pass caches and forward mode then
+      differentiates): with loose types, Enzyme assumes their types.
+    * Still a type failure, or a failure on vector code
+      (:data:`_VECTOR_CODE_FAILURES`): vector operations, loads and stores are
+      split into scalar ones first (LLVM's ``scalarizer``), so each element is
+      typed by its own access: a vectorized copy (``load/store <4 x double>``)
+      through a pointer whose element type Enzyme knows only at offset 0, the
+      vectorized loops of ``np.where``. The last resort only: the first attempts
+      keep the code as Numba vectorized it.
+    """
+    if any(m in diagnostics for m in _NO_DERIVATIVE_FAILURES) and _KEEP_EXTERNAL not in options:
+        return _PRUNE_CONSTANT_BRANCHES + passes, (*options, _KEEP_EXTERNAL)
+    pruned = passes.startswith(_PRUNE_CONSTANT_BRANCHES)
+    typing = any(m in diagnostics for m in _TYPE_ANALYSIS_FAILURES)
+    if typing and _LOOSE_TYPES not in options:
+        return passes, (*options, _LOOSE_TYPES)
+    if (typing or any(m in diagnostics for m in _VECTOR_CODE_FAILURES)) and _SCALAR_MEMORY not in options:
+        return (_PRUNE_CONSTANT_BRANCHES if pruned else "") + SCALARIZED_PASSES, (*options, _SCALAR_MEMORY)
+    return None
+
+
+#: Enzyme v0.0.289's forward mode reached a value's use before its definition (see :mod:`pyjlad.block_order`).
+_BLOCK_ORDER_FAILURE = "forwardModeInvertedPointerFallback"
+
+
+def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str,
+                  dominance: bool = False) -> str | bytes:
+    """The module Enzyme gets: ``module_text`` linked with the modules it needs, blocks in dominance order
+    if ``dominance``."""
+    # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
+    texts = [prepare_special(m) for m in (module_text, *linked_modules(exported))]
+    if dominance:
+        texts = [dominance_ordered(t) for t in texts]
+    return toolchain.link(texts, what=exported.name) if len(texts) > 1 else texts[0]
+
+
+def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
+    """Enzyme's output for ``module_text``, retried as :func:`_next_attempt` says and, once, with the blocks
+    in dominance order where Enzyme's forward mode met a use before its definition."""
+    toolchain = locate()
+    label = exported.abi.entry
+    dump(label, "driver", module_text)
+    module, reordered = _enzyme_input(toolchain, exported, module_text), False
+    dump(label, "enzyme.input", module)
+    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
+    passes, options = PASSES, NO_SPECULATION_ARGS
+    while True:
+        try:
+            derivative = _differentiate(toolchain, module, passes, exported.name, options)
+            dump(label, "enzyme.output", derivative)
+            return derivative
+        except EnzymeError as exc:
+            if _BLOCK_ORDER_FAILURE in exc.diagnostics and not reordered:
+                module, reordered = _enzyme_input(toolchain, exported, module_text, dominance=True), True
+                dump(label, "enzyme.input-blocks-in-dominance-order", module)
+                continue
+            attempt = _next_attempt(passes, options, exc.diagnostics)
+            if attempt is None:
+                # In the user's terms: the construct, where it is used, what to write instead.
+                raise explain(exported, exc, unknown_externals(exported)) from None
+            passes, options = attempt
+
+
