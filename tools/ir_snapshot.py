@@ -181,7 +181,8 @@ class Recorder:
 def _driver_modules(exported: Any, enzyme_text: str) -> dict[str, Any]:
     """Builders of the modules Enzyme gets for a reverse, a forward and a Hessian-vector sweep."""
     from pyjlad.engines import embedded
-    from pyjlad.engines.driver import ad_driver, hvp_driver
+    from pyjlad.engines.driver import ad_driver
+    from pyjlad.engines.hvp_driver import hvp_driver
     from pyjlad.special import prepare as prepare_special
 
     abi = exported.abi

@@ -65,7 +65,8 @@ from .base import (  # noqa: F401 - the contract, also importable from here
 )
 from .differentiate import PASSES, _lapack_source_hash, _special_source_hash, custom_rule_modules
 from .differentiate import run_enzyme as _run_enzyme
-from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver, hvp_driver
+from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
+from .hvp_driver import hvp_driver
 from .objects import load_library as _load_library
 from .pool import failed_bytes
 
