@@ -142,8 +142,8 @@ def extract(text: str, context: PortableContext) -> str:
     """
     header, entity_list, groups = p.split_module(text)
     entities = {e.name: e for e in entity_list}
-    context.numba_functions = {m.group(1) for e in entity_list if e.kind == "define"
-                               if (m := excinfo_slots.NUMBA_ABI_DEFINE_RE.match(e.text))}
+    context.numba_functions = {m for e in entity_list if e.kind == "define"
+                               if (m := excinfo_slots.numba_abi_symbol(e.text))}
     types = [e.text for e in entity_list if e.kind == "type"]
     globals_: list[str] = []
     defines: list[str] = []
