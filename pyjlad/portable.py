@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from . import runtime
 from .errors import PortabilityError
 from .ir.downlevel import NEW_MATH_INTRINSICS, split_top_level, translate_attribute_group
-from .ir.lexer import texts_of, tokenize
+from .ir.lexer import substitute, texts_of, tokenize
 
 __all__ = ["PortableModule", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
 
@@ -330,8 +330,11 @@ def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:
 
 
 def _rename(text: str, old: str, new: str) -> str:
-    pattern = re.compile(re.escape(old) + r'(?![-a-zA-Z$._0-9"])')
-    return pattern.sub(new, text)
+    """``text`` with the ``global`` token ``old`` (an ``@`` symbol) renamed ``new``; ``c"..."`` data and comments
+    are kept."""
+    if old not in text:
+        return text
+    return substitute(text, "global", lambda symbol: new if symbol == old else symbol)
 
 
 def _clean_global(text: str) -> str:
