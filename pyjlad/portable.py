@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from . import runtime
 from .errors import PortabilityError
 from .ir.downlevel import NEW_MATH_INTRINSICS, split_top_level, translate_attribute_group
-from .ir.lexer import substitute, texts_of, tokenize
+from .ir.lexer import Token, substitute, texts_of, tokenize
 
 __all__ = ["PortableModule", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
 
@@ -337,13 +337,51 @@ def _rename(text: str, old: str, new: str) -> str:
     return substitute(text, "global", lambda symbol: new if symbol == old else symbol)
 
 
+def _internal(tokens: list[Token]) -> list[Token]:
+    """``tokens`` with ``= common [local_unnamed_addr ]global`` made ``= internal global``."""
+    texts = [t.text for t in tokens]
+    for k, text in enumerate(texts):
+        if text != "=" or tokens[k].kind != "punct":
+            continue
+        for middle in ([" ", "common", " ", "global"], [" ", "common", " ", "local_unnamed_addr", " ", "global"]):
+            if texts[k + 1:k + 1 + len(middle)] == middle:
+                return tokens[:k + 1] + tokenize(" internal global") + tokens[k + 1 + len(middle):]
+    return tokens
+
+
+def _without_comdat(tokens: list[Token]) -> list[Token]:
+    """``tokens`` without each ``comdat``/``comdat($name)`` and the comma or whitespace before it."""
+    out: list[Token] = []
+    k = 0
+    while k < len(tokens):
+        token = tokens[k]
+        if token.kind != "word" or token.text != "comdat":
+            out.append(token)
+            k += 1
+            continue
+        end = k + 1
+        if end < len(tokens) and tokens[end].text == "(":
+            close = next((j for j in range(end, len(tokens)) if tokens[j].text == ")"), None)
+            end = end if close is None else close + 1
+        start = len(out)
+        while start > 0 and out[start - 1].kind == "ws":
+            start -= 1
+        if start > 0 and out[start - 1].text == ",":
+            start -= 1
+        if start == len(out):
+            out.append(token)
+            k += 1
+            continue
+        del out[start:]
+        k = end
+    return out
+
+
 def _clean_global(text: str) -> str:
-    # Numba's environment globals are `common`; inside a standalone module they
-    # are private state of this function.
-    text = re.sub(r"= common (local_unnamed_addr )?global", "= internal global", text)
-    text = re.sub(r",\s*comdat(\([^)]*\))?", "", text)
-    text = re.sub(r"\s+comdat(\([^)]*\))?", "", text)
-    return text
+    """A global's definition as this function's private state: Numba's environment globals are ``common``
+    (``internal`` here), and a standalone module has no comdats."""
+    tokens = _without_comdat(_internal(tokenize(text)))
+    return "".join(t.text for t in tokens)
 
 
 _LIBM_CALL_RE = re.compile(
