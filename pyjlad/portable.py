@@ -174,8 +174,6 @@ def _stub(declaration: str) -> str:
     return f"define linkonce_odr {ret} {name}({', '.join(names)}) {{\nentry:\n  {body}\n}}"
 
 
-
-
 def is_libm_function(name: str) -> bool:
     """Whether ``name`` is a libm function of :data:`LIBM_FUNCTIONS` (double, or float with an ``f``)."""
     return name in LIBM_FUNCTIONS or (name.endswith("f") and name[:-1] in LIBM_FUNCTIONS)
