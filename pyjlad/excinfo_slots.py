@@ -19,6 +19,13 @@ def numba_abi_symbol(define: str) -> str | None:
     '@f'
     >>> numba_abi_symbol("define double @g(double %x) {") is None
     True
+
+    Parameter attributes holding a comma count as attributes: the regular expression this replaces
+    (``ptr [^,]*%retptr``) missed ``ptr initializes((0, 8)) %retptr``, which LLVM 22 writes on
+    functions that store their result unconditionally.
+
+    >>> numba_abi_symbol("define i32 @h(ptr initializes((0, 8)) %retptr, ptr readnone %excinfo) {")
+    '@h'
     """
     if not define.startswith("define"):
         return None
