@@ -1,11 +1,12 @@
-"""Addresses that are only compared (the vectorizer's overlap checks) computed by an inactive helper."""
+"""Addresses that are only compared (the vectorizer's overlap checks) computed by an inactive helper.
+
+Instructions are read through :mod:`pyjlad.ir` (``parse_instruction``), not regular expressions.
+"""
 
 from __future__ import annotations
 
-import re
-
 from . import runtime
-from .excinfo_slots import _LOCAL
+from .ir.module import Instruction, parse_instruction
 
 __all__ = ["ADDRESS_FUNCTION", "ADDRESS_DEFINITION", "opaque_address_comparisons"]
 
@@ -14,27 +15,39 @@ __all__ = ["ADDRESS_FUNCTION", "ADDRESS_DEFINITION", "opaque_address_comparisons
 #: optimizer after Enzyme inlines it back into a ``ptrtoint``.
 ADDRESS_FUNCTION = "@pyjlad_address"
 ADDRESS_DEFINITION = runtime.definitions("address.ll")[ADDRESS_FUNCTION]  # pyjlad/runtime/address.ll
-_PTRTOINT_RE = re.compile(r"^(\s*(" + _LOCAL + r") = )ptrtoint ptr (" + _LOCAL + r") to i64\s*$")
-_RESULT_RE = re.compile(r"^\s*(" + _LOCAL + r") = (\w+)")
-_LOCAL_RE = re.compile(_LOCAL + r"(?![-a-zA-Z$._0-9])")
 #: Integer operations through which an address may flow on its way to a comparison.
 _ADDRESS_ARITHMETIC = frozenset(
     "add sub mul shl lshr ashr and or xor udiv sdiv trunc zext sext freeze select phi".split()
 )
 
 
-def _compared_only(name: str, lines: list[str], users: dict[str, list[int]]) -> bool:
+def _compared_only(name: str, instructions: dict[int, Instruction], users: dict[str, list[int]]) -> bool:
     """Whether the integer ``name`` flows, through integer arithmetic only, into comparisons only."""
     pending, seen = [name], {name}
     while pending:
         for k in users.get(pending.pop(), ()):
-            match = _RESULT_RE.match(lines[k])
-            if match is None or match.group(2) not in _ADDRESS_ARITHMETIC | {"icmp"}:
+            user = instructions[k]
+            if user.result is None or user.opcode not in _ADDRESS_ARITHMETIC | {"icmp"}:
                 return False
-            if match.group(2) != "icmp" and match.group(1) not in seen:
-                seen.add(match.group(1))
-                pending.append(match.group(1))
+            if user.opcode != "icmp" and user.result not in seen:
+                seen.add(user.result)
+                pending.append(user.result)
     return True
+
+
+def _address_of(instruction: Instruction) -> tuple[str, str] | None:
+    """``(text before the opcode, pointer)`` of ``%x = ptrtoint ptr %p to i64``; ``None`` for any other line."""
+    if instruction.opcode != "ptrtoint" or instruction.result is None:
+        return None
+    at = next(k for k, t in enumerate(instruction.tokens) if t.kind == "word" and t.text == "ptrtoint")
+    before = "".join(t.text for t in instruction.tokens[:at])
+    pointer = [t for t in instruction.tokens[at:] if t.kind != "ws"]
+    if len(pointer) != 5 or pointer[2].kind != "local":
+        return None
+    written = instruction.text[len(before):].rstrip()
+    if written != f"ptrtoint ptr {pointer[2].text} to i64" or before.strip() != f"{instruction.result} =":
+        return None
+    return before, pointer[2].text
 
 
 def opaque_address_comparisons(define: str) -> tuple[str, bool]:
@@ -56,19 +69,18 @@ def opaque_address_comparisons(define: str) -> tuple[str, bool]:
     value reaches nothing but comparisons is replaced; the module computes the
     same values.
     """
+    if "ptrtoint" not in define:
+        return define, False
     lines = define.split("\n")
+    instructions = {k: i for k, line in enumerate(lines) if k > 0 and (i := parse_instruction(line))}
     users: dict[str, list[int]] = {}
-    for k, line in enumerate(lines):
-        defined = _RESULT_RE.match(line)
-        operands = line[defined.end():] if defined else line
-        for token in set(_LOCAL_RE.findall(operands)):
-            users.setdefault(token, []).append(k)
+    for k, instruction in instructions.items():
+        for value in dict.fromkeys(instruction.operands()):
+            users.setdefault(value, []).append(k)
     changed = False
-    for k, line in enumerate(lines):
-        match = _PTRTOINT_RE.match(line)
-        if match and _compared_only(match.group(2), lines, users):
-            lines[k] = f"{match.group(1)}call i64 {ADDRESS_FUNCTION}(ptr {match.group(3)})"
+    for k, instruction in instructions.items():
+        address = _address_of(instruction)
+        if address is not None and _compared_only(instruction.result, instructions, users):
+            lines[k] = f"{address[0]}call i64 {ADDRESS_FUNCTION}(ptr {address[1]})"
             changed = True
     return ("\n".join(lines), True) if changed else (define, False)
-
-

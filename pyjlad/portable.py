@@ -18,15 +18,67 @@ from dataclasses import dataclass
 from . import runtime
 from .errors import PortabilityError
 from .ir.downlevel import NEW_MATH_INTRINSICS, split_top_level, translate_attribute_group
-from .ir.lexer import texts_of
+from .ir.lexer import Token, substitute, texts_of, tokenize
 
 __all__ = ["PortableModule", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "split_module", "split_top_level"]
 
-# A global symbol: @name or @"quoted name".
-_SYMBOL = r'@(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)'
-_DEFINE_NAME_RE = re.compile(r"^(?:define|declare)\b[^@]*?(" + _SYMBOL + r")\(")
-_GLOBAL_NAME_RE = re.compile(r"^(" + _SYMBOL + r")\s*=")
-_ATTR_GROUP_RE = re.compile(r"^attributes (#\d+) = \{(.*)\}\s*$")
+
+
+def _function_symbol(line: str) -> str | None:
+    """The ``@`` symbol a ``define``/``declare`` line defines or declares (its first ``global`` token, which
+    must open the parameter list); ``None`` for any other line.
+
+    >>> _function_symbol('declare double @"a b"(double) #3')
+    '@"a b"'
+    >>> _function_symbol("@g = global i64 0") is None
+    True
+    """
+    if not line.startswith(("define", "declare")):
+        return None
+    tokens = tokenize(line)
+    if tokens[0].kind != "word" or tokens[0].text not in ("define", "declare"):
+        return None
+    first = next((k for k, t in enumerate(tokens) if t.kind == "global"), None)
+    if first is None or first + 1 >= len(tokens) or tokens[first + 1].text != "(":
+        return None
+    return tokens[first].text
+
+
+def _global_symbol(line: str) -> str | None:
+    """The ``@`` symbol a global variable line (``@g = ...``) defines; ``None`` for any other line."""
+    tokens = tokenize(line)
+    if not tokens or tokens[0].kind != "global":
+        return None
+    rest = [t for t in tokens[1:3] if t.kind != "ws"]
+    return tokens[0].text if rest[:1] and rest[0].text == "=" and (tokens[1].kind == "ws" or
+                                                                      tokens[1].text == "=") else None
+
+
+def _attribute_group(line: str) -> tuple[str, str] | None:
+    """``(#N, attributes text)`` of an ``attributes #N = { ... }`` line; ``None`` for any other line."""
+    tokens = tokenize(line)
+    head = [t.text for t in tokens[:7]]
+    if len(head) < 7 or head[:2] != ["attributes", " "] or tokens[2].kind != "attrgroup" or head[3:] != [
+            " ", "=", " ", "{"]:
+        return None
+    end = len(tokens)
+    while end > 7 and tokens[end - 1].kind == "ws":
+        end -= 1
+    if end <= 7 or tokens[end - 1].text != "}":
+        return None
+    return tokens[2].text, "".join(t.text for t in tokens[7:end - 1])
+
+
+def _trailing_group(line: str) -> tuple[int, str] | None:
+    """``(offset, #N)`` of the attribute group ending a declaration (after whitespace); offset is where
+    that whitespace starts. ``None`` when the line does not end with one."""
+    tokens = tokenize(line)
+    end = len(tokens)
+    while end > 0 and tokens[end - 1].kind == "ws":
+        end -= 1
+    if end < 2 or tokens[end - 1].kind != "attrgroup" or tokens[end - 2].kind != "ws":
+        return None
+    return sum(len(t.text) for t in tokens[:end - 2]), tokens[end - 1].text
 
 #: libm functions (double; the float versions add an ``f``) Enzyme differentiates
 #: by name and CUDA's libdevice provides as ``__nv_<name>``.
@@ -122,9 +174,6 @@ def _stub(declaration: str) -> str:
     return f"define linkonce_odr {ret} {name}({', '.join(names)}) {{\nentry:\n  {body}\n}}"
 
 
-_TRAILING_GROUP_RE = re.compile(r"\s+(#\d+)\s*$")
-
-
 def is_libm_function(name: str) -> bool:
     """Whether ``name`` is a libm function of :data:`LIBM_FUNCTIONS` (double, or float with an ``f``)."""
     return name in LIBM_FUNCTIONS or (name.endswith("f") and name[:-1] in LIBM_FUNCTIONS)
@@ -140,15 +189,15 @@ def _libm_declaration(line: str, groups: dict[str, str]) -> str:
     'readnone and readonly' are incompatible", ``math.erfc``). Dropping
     ``readonly`` is always safe; its other attributes are kept inline.
     """
-    match = _DEFINE_NAME_RE.match(line)
-    group = _TRAILING_GROUP_RE.search(line)
-    if match is None or group is None or not is_libm_function(match.group(1).lstrip("@")):
+    symbol = _function_symbol(line)
+    group = _trailing_group(line)
+    if symbol is None or group is None or not is_libm_function(symbol.lstrip("@")):
         return line
-    attrs = translate_attribute_group(groups.get(group.group(1), "")).split()
+    attrs = translate_attribute_group(groups.get(group[1], "")).split()
     if "readonly" not in attrs:
         return line
     kept = " ".join(a for a in attrs if a != "readonly")
-    return line[:group.start()] + (" " + kept if kept else "")
+    return line[:group[0]] + (" " + kept if kept else "")
 
 
 def is_inactive_helper(name: str) -> bool:
@@ -162,8 +211,8 @@ def is_inactive_helper(name: str) -> bool:
 
 
 def _mark_inactive(line: str) -> str:
-    match = _DEFINE_NAME_RE.match(line)
-    if match and is_inactive_helper(match.group(1).lstrip("@")) and "enzyme_inactive" not in line:
+    symbol = _function_symbol(line)
+    if symbol and is_inactive_helper(symbol.lstrip("@")) and "enzyme_inactive" not in line:
         return line.rstrip() + ' nofree nounwind "enzyme_inactive"'
     return line
 
@@ -215,26 +264,26 @@ def split_module(ir: str) -> tuple[list[str], list[_Entity], dict[str, str]]:
             while not lines[i].startswith("}"):
                 i += 1
                 body.append(lines[i])
-            match = _DEFINE_NAME_RE.match(line)
-            if match is None:
+            symbol = _function_symbol(line)
+            if symbol is None:
                 raise PortabilityError(f"cannot parse function header: {line[:200]}")
-            entities.append(_Entity("define", match.group(1), "\n".join(body)))
+            entities.append(_Entity("define", symbol, "\n".join(body)))
         elif line.startswith("declare "):
-            match = _DEFINE_NAME_RE.match(line)
-            if match is None:
+            symbol = _function_symbol(line)
+            if symbol is None:
                 raise PortabilityError(f"cannot parse declaration: {line[:200]}")
-            entities.append(_Entity("declare", match.group(1), line))
+            entities.append(_Entity("declare", symbol, line))
         elif line.startswith("@"):
-            match = _GLOBAL_NAME_RE.match(line)
-            if match is None:
+            symbol = _global_symbol(line)
+            if symbol is None:
                 raise PortabilityError(f"cannot parse global: {line[:200]}")
-            entities.append(_Entity("global", match.group(1), line))
+            entities.append(_Entity("global", symbol, line))
         elif line.startswith("%") and " = type " in line:
             entities.append(_Entity("type", line.split(" = ", 1)[0], line))
         elif line.startswith("attributes #"):
-            match = _ATTR_GROUP_RE.match(line)
-            if match:
-                groups[match.group(1)] = match.group(2)
+            group = _attribute_group(line)
+            if group:
+                groups[group[0]] = group[1]
         elif line.startswith(("target datalayout", "target triple")):
             header.append(line)
         # Comments, metadata, source_filename, module flags and comdats are dropped.
@@ -279,17 +328,58 @@ def _reachable(entities: dict[str, _Entity], root: str) -> list[str]:
 
 
 def _rename(text: str, old: str, new: str) -> str:
-    pattern = re.compile(re.escape(old) + r'(?![-a-zA-Z$._0-9"])')
-    return pattern.sub(new, text)
+    """``text`` with the ``global`` token ``old`` (an ``@`` symbol) renamed ``new``; ``c"..."`` data and comments
+    are kept."""
+    if old not in text:
+        return text
+    return substitute(text, "global", lambda symbol: new if symbol == old else symbol)
+
+
+def _internal(tokens: list[Token]) -> list[Token]:
+    """``tokens`` with ``= common [local_unnamed_addr ]global`` made ``= internal global``."""
+    texts = [t.text for t in tokens]
+    for k, text in enumerate(texts):
+        if text != "=" or tokens[k].kind != "punct":
+            continue
+        for middle in ([" ", "common", " ", "global"], [" ", "common", " ", "local_unnamed_addr", " ", "global"]):
+            if texts[k + 1:k + 1 + len(middle)] == middle:
+                return tokens[:k + 1] + tokenize(" internal global") + tokens[k + 1 + len(middle):]
+    return tokens
+
+
+def _without_comdat(tokens: list[Token]) -> list[Token]:
+    """``tokens`` without each ``comdat``/``comdat($name)`` and the comma or whitespace before it."""
+    out: list[Token] = []
+    k = 0
+    while k < len(tokens):
+        token = tokens[k]
+        if token.kind != "word" or token.text != "comdat":
+            out.append(token)
+            k += 1
+            continue
+        end = k + 1
+        if end < len(tokens) and tokens[end].text == "(":
+            close = next((j for j in range(end, len(tokens)) if tokens[j].text == ")"), None)
+            end = end if close is None else close + 1
+        start = len(out)
+        while start > 0 and out[start - 1].kind == "ws":
+            start -= 1
+        if start > 0 and out[start - 1].text == ",":
+            start -= 1
+        if start == len(out):
+            out.append(token)
+            k += 1
+            continue
+        del out[start:]
+        k = end
+    return out
 
 
 def _clean_global(text: str) -> str:
-    # Numba's environment globals are `common`; inside a standalone module they
-    # are private state of this function.
-    text = re.sub(r"= common (local_unnamed_addr )?global", "= internal global", text)
-    text = re.sub(r",\s*comdat(\([^)]*\))?", "", text)
-    text = re.sub(r"\s+comdat(\([^)]*\))?", "", text)
-    return text
+    """A global's definition as this function's private state: Numba's environment globals are ``common``
+    (``internal`` here), and a standalone module has no comdats."""
+    tokens = _without_comdat(_internal(tokenize(text)))
+    return "".join(t.text for t in tokens)
 
 
 _LIBM_CALL_RE = re.compile(
@@ -298,7 +388,7 @@ _LIBM_CALL_RE = re.compile(
 
 
 def _declare_libm_calls(text: str) -> tuple[str, list[str]]:
-    declared = {m.group(1) for m in map(_DEFINE_NAME_RE.match, text.splitlines()) if m}
+    declared = {s for s in map(_function_symbol, text.splitlines()) if s}
     added: dict[str, str] = {}
     for match in _LIBM_CALL_RE.finditer(text):
         ty, name = match.group(1), match.group(2) + match.group(3)
@@ -316,11 +406,11 @@ def dedupe_declarations(text: str) -> str:
     out = []
     for line in text.splitlines():
         if line.startswith("declare "):
-            match = _DEFINE_NAME_RE.match(line)
-            if match:
-                if match.group(1) in seen:
+            symbol = _function_symbol(line)
+            if symbol:
+                if symbol in seen:
                     continue
-                seen.add(match.group(1))
+                seen.add(symbol)
         out.append(line)
     return "\n".join(out) + "\n"
 

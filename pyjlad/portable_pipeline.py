@@ -95,8 +95,8 @@ def kind_specific_blas(text: str, context: PortableContext) -> str:
         return text
     declarations: dict[str, str] = {}
     for line in text.splitlines():
-        if line.startswith("declare ") and (m := p._DEFINE_NAME_RE.match(line)):
-            declarations.setdefault(m.group(1), line)
+        if line.startswith("declare ") and (symbol := p._function_symbol(line)):
+            declarations.setdefault(symbol, line)
     added = [declarations["@" + helper].replace(f"@{helper}(", f"@{helper}.{kind}(")
              for helper, kind in context.links if "@" + helper in declarations]
     if not added:
@@ -142,8 +142,8 @@ def extract(text: str, context: PortableContext) -> str:
     """
     header, entity_list, groups = p.split_module(text)
     entities = {e.name: e for e in entity_list}
-    context.numba_functions = {m.group(1) for e in entity_list if e.kind == "define"
-                               if (m := excinfo_slots.NUMBA_ABI_DEFINE_RE.match(e.text))}
+    context.numba_functions = {m for e in entity_list if e.kind == "define"
+                               if (m := excinfo_slots.numba_abi_symbol(e.text))}
     types = [e.text for e in entity_list if e.kind == "type"]
     globals_: list[str] = []
     defines: list[str] = []
@@ -185,8 +185,8 @@ def _map_definitions(text: str, names: set[str], rewrite: Callable[[str], str]) 
     k = 0
     while k < len(lines):
         line = lines[k]
-        match = p._DEFINE_NAME_RE.match(line) if line.startswith("define ") else None
-        if match is None:
+        symbol = p._function_symbol(line) if line.startswith("define ") else None
+        if symbol is None:
             out.append(line)
             k += 1
             continue
@@ -194,7 +194,7 @@ def _map_definitions(text: str, names: set[str], rewrite: Callable[[str], str]) 
         while not lines[end].startswith("}"):
             end += 1
         definition = "\n".join(lines[k:end + 1])
-        out.append(rewrite(definition) if match.group(1) in names else definition)
+        out.append(rewrite(definition) if symbol in names else definition)
         k = end + 1
     return "\n".join(out)
 
@@ -254,9 +254,9 @@ def down_level(text: str, context: PortableContext) -> str:
     groups: dict[str, str] = {}
     body: list[str] = []
     for line in rest:
-        match = p._ATTR_GROUP_RE.match(line) if line.startswith("attributes #") else None
-        if match:
-            groups[match.group(1)] = match.group(2)
+        group = p._attribute_group(line) if line.startswith("attributes #") else None
+        if group:
+            groups[group[0]] = group[1]
         else:
             body.append(line)
     used: set[str] = set()

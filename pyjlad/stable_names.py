@@ -3,14 +3,23 @@
 The portable module's text is part of the gradient disk cache's key, so it must not depend on the
 process that made it: the ``stable-names`` and ``unique-names`` passes
 (:mod:`pyjlad.portable_pipeline`) use these.
+
+IR text is read through :mod:`pyjlad.ir`'s tokens: symbols are ``global`` tokens, a string constant's
+length is the ``[N x i8]`` before its ``cstring`` token. Two regular expressions remain, and both match
+inside one *name*, never IR text: :data:`_PROCESS_HASH_NAME_RE` (is a global's name one Numba made from
+a per-process hash?) and the mangled-name uid tags :data:`_UID_TAG_RE`/:data:`_NUMBERED_TAG_RE`
+(``B3v29``), applied to the text of each token that can hold a name (:func:`_map_names`: symbols,
+local values and labels, which LLVM names after inlined functions, the ``c"..."`` messages that
+name a symbol, comments).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 
-from .ir.lexer import substitute
+from .ir.lexer import Token, substitute, substitute_kinds, tokenize
 from .portable import _Entity
 
 __all__ = ["name_by_content", "salt_uids", "stable_uids"]
@@ -64,12 +73,33 @@ def name_by_content(entities: list[_Entity]) -> list[_Entity]:
 #: Numba's unique id of a compiled function, an ABI tag of its mangled name: ``B3v29`` (the tag "v29",
 #: the 29th function this process compiled), followed by the next tag or the ``E`` closing the name.
 _UID_TAG_RE = re.compile(r"(?<=[A-Za-z0-9_])B(\d+)v(\d+)(?=B\d|E)")
-_CSTRING_GLOBAL_RE = re.compile(r'\[(\d+) x i8\] c"([^"]*)"')
+#: The token kinds that can hold a (part of a) mangled name; ``ws`` and ``punct`` never do.
+_NAME_KINDS = frozenset({"global", "local", "word", "comdat", "cstring", "string", "metadata", "comment",
+                         "attrgroup"})
+
+
+def _names(text: str) -> list[str]:
+    """The texts of the tokens of ``text`` that can hold a name (:data:`_NAME_KINDS`) with a uid tag's ``B``,
+    in order."""
+    if _UID_TAG_RE.search(text) is None:
+        return []
+    names: list[str] = []
+    substitute_kinds(text, _NAME_KINDS, lambda name: (names.append(name) if "B" in name else None) or name)
+    return names
+
+
+def _map_names(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> str:
+    """``text`` with ``pattern`` (a pattern of a name part) replaced by ``replace`` inside each token that can
+    hold a name; every other byte kept. ``pattern`` is a tag starting ``B``. A match inside a token is a match in ``text`` (never the reverse), so
+    ``text`` with no match at all is returned without tokenizing it."""
+    if pattern.search(text) is None:
+        return text
+    return substitute_kinds(text, _NAME_KINDS, lambda name: pattern.sub(replace, name) if "B" in name else name)
 
 
 def _uid_tags(text: str) -> list[str]:
     """The uids (digits) of the mangled names in ``text``, in order, each once."""
-    return list(dict.fromkeys(m.group(2) for m in _UID_TAG_RE.finditer(text)
+    return list(dict.fromkeys(m.group(2) for name in _names(text) for m in _UID_TAG_RE.finditer(name)
                               if int(m.group(1)) == len(m.group(2)) + 1))
 
 
@@ -87,13 +117,26 @@ def _uid_numbers(entities: list[_Entity]) -> dict[str, int]:
     return numbers
 
 
-_BYTE_ESCAPE_RE = re.compile(r"\\[0-9A-Fa-f]{2}")
+def _byte_length(data: str) -> int:
+    """The number of bytes of the body of a ``c"..."`` constant (an escape ``\\XX`` is one byte)."""
+    count = index = 0
+    while index < len(data):
+        escaped = data[index] == "\\" and all(c in "0123456789abcdefABCDEF" for c in data[index + 1:index + 3])
+        index += 3 if escaped and len(data) >= index + 3 else 1
+        count += 1
+    return count
 
 
-def _fix_length(match: re.Match[str]) -> str:
-    """``[N x i8] c"..."`` with N the byte length of the string (an escape ``\\XX`` is one byte)."""
-    size = len(_BYTE_ESCAPE_RE.sub("x", match.group(2)))
-    return f'[{size} x i8] c"{match.group(2)}"'
+def _fix_lengths(text: str) -> str:
+    """``text`` with each ``[N x i8] c"..."`` given N the byte length of its string."""
+    tokens = tokenize(text)
+    for k, token in enumerate(tokens):
+        if token.kind != "cstring" or k < 8:
+            continue
+        array = [t.text for t in tokens[k - 8:k]]
+        if array[0] == "[" and array[1].isdigit() and array[2:] == [" ", "x", " ", "i8", "]", " "]:
+            tokens[k - 7] = Token("word", str(_byte_length(token.text[2:-1])))
+    return "".join(t.text for t in tokens)
 
 
 def _retag(entities: list[_Entity], entry: str, tags: dict[str, str]) -> tuple[list[_Entity], str]:
@@ -105,9 +148,9 @@ def _retag(entities: list[_Entity], entry: str, tags: dict[str, str]) -> tuple[l
 
     renamed = []
     for entity in entities:
-        text = _UID_TAG_RE.sub(retag, entity.text)
+        text = _map_names(entity.text, _UID_TAG_RE, retag)
         if entity.kind == "global" and text != entity.text:
-            text = _CSTRING_GLOBAL_RE.sub(_fix_length, text)
+            text = _fix_lengths(text)
         renamed.append(_Entity(entity.kind, _UID_TAG_RE.sub(retag, entity.name), text))
     return renamed, _UID_TAG_RE.sub(retag, entry)
 
@@ -147,9 +190,9 @@ def salt_uids(text: str, salt: str) -> str:
 
     lines = text.split("\n")
     for k, line in enumerate(lines):
-        new = _NUMBERED_TAG_RE.sub(salted, line)
+        new = _map_names(line, _NUMBERED_TAG_RE, salted)
         if new != line and new.startswith("@"):
-            new = _CSTRING_GLOBAL_RE.sub(_fix_length, new)
+            new = _fix_lengths(new)
         lines[k] = new
     return "\n".join(lines)
 

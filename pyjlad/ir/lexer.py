@@ -34,7 +34,7 @@ from ..errors import IRError, IRParseError
 
 __all__ = [
     "Token", "tokenize", "texts_of", "substitute", "OPEN", "CLOSE", "closing", "split_top_level", "words", "decode_name",
-    "symbol_for",
+    "symbol_for", "substitute_kinds",
 ]
 
 _NAME = r'(?:"[^"]*"|[-a-zA-Z$._][-a-zA-Z$._0-9]*|\d+)'
@@ -95,6 +95,26 @@ def substitute(text: str, kind: str, replace: Callable[[str], str]) -> str:
     The same as ``"".join(replace(t.text) if t.kind == kind else t.text for t in tokenize(text))``.
     """
     return _scanner(kind).sub(lambda m: m.group(0) if m.group(1) is None else replace(m.group(1)), text)
+
+
+@functools.cache
+def _kinds_scanner(kinds: frozenset[str]) -> re.Pattern[str]:
+    """The rules but whitespace and punctuation, in their order, each a named group."""
+    if not kinds <= dict(_RULES).keys() - {"ws", "punct"}:
+        raise IRError(f"no token kinds {sorted(kinds)!r} to scan for")
+    return re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in _RULES if name not in ("ws", "punct")))
+
+
+def substitute_kinds(text: str, kinds: frozenset[str], replace: Callable[[str], str]) -> str:
+    """``text`` with each token of one of ``kinds`` replaced by ``replace(token text)``, every other byte kept.
+
+    The same as ``"".join(replace(t.text) if t.kind in kinds else t.text for t in tokenize(text))``;
+    ``kinds`` holds neither ``ws`` nor ``punct``.
+
+    >>> substitute_kinds('@f(ptr %x) ; %y', frozenset({"global", "local"}), str.upper)
+    '@F(ptr %X) ; %y'
+    """
+    return _kinds_scanner(kinds).sub(lambda m: replace(m.group()) if m.lastgroup in kinds else m.group(), text)
 
 
 def _depth_change(token: Token) -> int:
