@@ -56,7 +56,7 @@ def check_elf(data: bytes, *, machine: int | None = None, object_type: int = _ET
     >>> check_elf(b"not an object")
     Traceback (most recent call last):
     ...
-    pyjlad.objcheck.InvalidObject: not an ELF object (13 bytes, no ELF magic)
+    pyjlad.errors.InvalidObject: not an ELF object (13 bytes, no ELF magic)
     """
     if len(data) < 16 or data[:4] != _ELF_MAGIC:
         raise InvalidObject(f"not an ELF object ({len(data)} bytes, no ELF magic)")
@@ -128,7 +128,7 @@ def check_llvm_module(data: bytes) -> None:
     >>> check_llvm_module(b"BC\\xc0\\xde\\x35\\x14")
     Traceback (most recent call last):
     ...
-    pyjlad.objcheck.InvalidObject: LLVM bitcode of 6 bytes is not a whole number of 32-bit words (truncated)
+    pyjlad.errors.InvalidObject: LLVM bitcode of 6 bytes is not a whole number of 32-bit words (truncated)
     """
     import llvmlite.binding as llvm
 
