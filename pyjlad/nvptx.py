@@ -105,10 +105,10 @@ def dedupe_device_declarations(text: str, context: DeviceContext) -> str:
 
 #: The passes that retarget a portable module to NVPTX, in order.
 NVPTX = Pipeline("nvptx", (
-    Pass("refuse-host-only-calls", refuse_host_only_calls, "nothing: a check"),
-    Pass("nvptx-target", nvptx_target, "target lines"),
-    Pass("libdevice-calls", libdevice_calls, "callees"),
-    Pass("dedupe-declarations", dedupe_device_declarations, "declarations"),
+    Pass("refuse-host-only-calls", refuse_host_only_calls, "nothing: a check", form="text"),
+    Pass("nvptx-target", nvptx_target, "target lines", form="text"),
+    Pass("libdevice-calls", libdevice_calls, "callees", form="text"),
+    Pass("dedupe-declarations", dedupe_device_declarations, "declarations", form="text"),
 ))
 
 

@@ -313,17 +313,17 @@ def refuse_target_intrinsics(text: str, context: PortableContext) -> str:
 
 #: The portable pipeline, in order.
 PORTABLE = Pipeline("portable", (
-    Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added"),
-    Pass("stable-names", stable_names, "global names; comments and metadata dropped"),
-    Pass("extract", extract, "which items are kept; runtime definitions and stubs"),
-    Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions"),
-    Pass("opaque-address-comparisons", opaque_address_comparisons, "bodies of Numba's functions; a helper added"),
-    Pass("freeze-carried-selects", freeze_selects, "bodies of Numba's functions"),
-    Pass("down-level", down_level, "syntax, attributes, vector intrinsics"),
-    Pass("unique-names", unique_names, "the entry's and mangled names"),
-    Pass("dedupe-declarations", dedupe_declarations, "declarations"),
-    Pass("declare-libm-calls", declare_libm_calls, "declarations"),
-    Pass("refuse-target-intrinsics", refuse_target_intrinsics, "nothing: a check"),
+    Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added", form="text"),
+    Pass("stable-names", stable_names, "global names; comments and metadata dropped", form="text"),
+    Pass("extract", extract, "which items are kept; runtime definitions and stubs", form="text"),
+    Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions", form="text"),
+    Pass("opaque-address-comparisons", opaque_address_comparisons, "bodies of Numba's functions; a helper added", form="text"),
+    Pass("freeze-carried-selects", freeze_selects, "bodies of Numba's functions", form="text"),
+    Pass("down-level", down_level, "syntax, attributes, vector intrinsics", form="text"),
+    Pass("unique-names", unique_names, "the entry's and mangled names", form="text"),
+    Pass("dedupe-declarations", dedupe_declarations, "declarations", form="text"),
+    Pass("declare-libm-calls", declare_libm_calls, "declarations", form="text"),
+    Pass("refuse-target-intrinsics", refuse_target_intrinsics, "nothing: a check", form="text"),
 ))
 
 

@@ -296,7 +296,7 @@ def test_readme_shows_the_pipeline() -> None:
 def test_dump_writes_nothing_when_unset(monkeypatch, tmp_path) -> None:
     monkeypatch.delenv(DUMP_VARIABLE, raising=False)
     assert dump("f", "stage", "x") is None
-    assert Pipeline("p", (Pass("a", lambda t, c: t + "a", "text"),)).run("", None, label="f") == "a"
+    assert Pipeline("p", (Pass("a", lambda t, c: t + "a", "text", form="text"),)).run("", None, label="f") == "a"
 
 
 def test_an_unwritable_dump_directory_is_a_setting_error(monkeypatch, tmp_path) -> None:
@@ -309,11 +309,47 @@ def test_an_unwritable_dump_directory_is_a_setting_error(monkeypatch, tmp_path) 
 
 def test_pipeline_dumps_every_pass_in_order(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(DUMP_VARIABLE, str(tmp_path))
-    pipeline = Pipeline("p", (Pass("a", lambda t, c: t + "a", "text"), Pass("b", lambda t, c: t + "b", "text")))
+    pipeline = Pipeline("p", (Pass("a", lambda t, c: t + "a", "text", form="text"), Pass("b", lambda t, c: t + "b", "text", form="text")))
     assert pipeline.run("x", None, label="f/../g") == "xab"
     files = sorted((tmp_path / "f_.._g").iterdir())
     assert [f.name[3:] for f in files] == ["p.input.ll", "p.a.ll", "p.b.ll"]
     assert [f.read_text() for f in files] == ["x", "xa", "xab"]
+
+
+def test_pipeline_hands_each_pass_its_form_and_parses_only_where_the_form_changes(monkeypatch, tmp_path) -> None:
+    from pyjlad.ir import Module
+    from pyjlad.ir import pipeline as pipeline_module
+
+    parses = []
+    real_parse = pipeline_module.parse
+    monkeypatch.setattr(pipeline_module, "parse", lambda text: parses.append(text) or real_parse(text))
+    seen = []
+
+    def rename(module, context):
+        seen.append(type(module))
+        (function,) = module.declarations
+        function.symbol = "@" + function.name + "x"
+        return module
+
+    def comment(text, context):
+        seen.append(type(text))
+        return text + "; done\n"
+
+    monkeypatch.setenv(DUMP_VARIABLE, str(tmp_path))
+    pipeline = Pipeline("p", (Pass("r1", rename, "names"), Pass("r2", rename, "names"),
+                              Pass("c", comment, "comments", form="text"), Pass("r3", rename, "names")))
+    out = pipeline.run("declare void @f()\n", None, label="g")
+    assert seen == [Module, Module, str, Module]
+    assert len(parses) == 2                     # once for r1-r2, once for r3
+    assert out == "declare void @fxxx()\n; done\n"
+    dumps = [f.read_text() for f in sorted((tmp_path / "g").iterdir())]
+    assert dumps == ["declare void @f()\n", "declare void @fx()\n", "declare void @fxx()\n",
+                     "declare void @fxx()\n; done\n", "declare void @fxxx()\n; done\n"]
+
+
+def test_a_pass_form_must_be_module_or_text() -> None:
+    with pytest.raises(ValueError, match="form must be"):
+        Pass("a", lambda t, c: t, "x", form="bitcode")
 
 
 def test_gradient_dumps_every_step_from_numbas_module_to_the_derivative(monkeypatch, tmp_path) -> None:

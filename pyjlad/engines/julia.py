@@ -133,9 +133,9 @@ def internalize(module_text: str, entry: str) -> str:
 
 #: The passes that make a linked portable module the text Julia's ``llvmcall`` receives; the context is the entry.
 LLVMCALL = Pipeline("llvmcall", (
-    Pass("drop-target-lines", drop_target_lines, "target lines"),
-    Pass("define-runtime-hooks", define_runtime_hooks, "declarations become definitions"),
-    Pass("internalize", internalize, "linkage of every definition but the entry"),
+    Pass("drop-target-lines", drop_target_lines, "target lines", form="text"),
+    Pass("define-runtime-hooks", define_runtime_hooks, "declarations become definitions", form="text"),
+    Pass("internalize", internalize, "linkage of every definition but the entry", form="text"),
 ))
 
 

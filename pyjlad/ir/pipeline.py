@@ -1,8 +1,11 @@
-"""Named passes over LLVM IR text, run in order by a :class:`Pipeline`, with a dump after each.
+r"""Named passes over LLVM IR modules, run in order by a :class:`Pipeline`, with a dump after each.
 
-A pass is a documented function ``(text, context) -> text``: it gets a whole module as LLVM IR text
-and the pipeline's context (what earlier passes found: the entry's symbol, the functions a module
-needs from outside, ...), and returns the module it made. Each pass says in its docstring why it
+A pass is a documented function ``(module, context) -> module``: it gets a whole module, parsed
+(:class:`pyjlad.ir.Module`, the default ``form="module"``) or as LLVM IR text (``form="text"``: only
+passes that rewrite LLVM's syntax itself, like down-levelling to LLVM 15), and the pipeline's context
+(what earlier passes found: the entry's symbol, the functions a module needs from outside, ...), and
+returns the module it made. The pipeline parses and renders only where the form changes from one
+pass to the next, so a run of module passes shares one parse. Each pass says in its docstring why it
 exists (the Enzyme or LLVM reason) and is registered with what it changes, like the passes of
 Numba's ``numba/core`` pipeline. Passes are tested one by one on small hand-written IR
 (``tests/test_ir_passes.py``).
@@ -20,19 +23,26 @@ Examples
 >>> @dataclass
 ... class Seen:
 ...     names: list
+>>> def drop_body(module: Module, context: Seen) -> Module:
+...     '''Make every definition a declaration (an example).'''
+...     context.names.extend(f.name for f in module.definitions)
+...     for function in module.definitions:
+...         function.keyword, function.body = "declare", None
+...     return module
 >>> def shout(text: str, context: Seen) -> str:
-...     '''Upper-case every line (an example).'''
-...     context.names.append("shout")
+...     '''Upper-case every line (an example of a text pass).'''
 ...     return text.upper()
->>> pipeline = Pipeline("example", (Pass("shout", shout, "every line"),))
+>>> pipeline = Pipeline("example", (Pass("drop-body", drop_body, "function bodies"),
+...                                 Pass("shout", shout, "every line", form="text")))
 >>> context = Seen([])
->>> pipeline.run("ret void", context, label="example")
-'RET VOID'
+>>> print(pipeline.run("define void @f() {\nentry:\n  ret void\n}\n", context, label="example"), end="")
+DECLARE VOID @F()
 >>> context.names
-['shout']
+['f']
 >>> print(pipeline.describe())
 example:
-  shout  Upper-case every line (an example).  [changes: every line]
+  drop-body  Make every definition a declaration (an example).  [changes: function bodies]
+  shout      Upper-case every line (an example of a text pass).  [changes: every line; LLVM IR text]
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ from typing import Any
 
 from .. import config
 from ..errors import SettingError
+from .module import Module, parse
 
 __all__ = ["DUMP_VARIABLE", "Pass", "Pipeline", "dump", "dump_directory"]
 
@@ -64,14 +75,22 @@ class Pass:
     name : str
         Short name, used in dumps and in README's pipeline (``"down-level"``).
     run : callable
-        ``(text, context) -> text``; its docstring's first line is the pass's summary.
+        ``(module, context) -> module`` (``(text, context) -> text`` where ``form="text"``); its
+        docstring's first line is the pass's summary.
     changes : str
         What the pass may change (``"function bodies"``, ``"nothing: a check"``), for the reader.
+    form : str
+        ``"module"`` (a parsed :class:`~pyjlad.ir.Module`) or ``"text"`` (LLVM IR text).
     """
 
     name: str
-    run: Callable[[str, Any], str]
+    run: Callable[[Any, Any], Any]
     changes: str
+    form: str = "module"
+
+    def __post_init__(self) -> None:
+        if self.form not in ("module", "text"):
+            raise ValueError(f"pass {self.name!r}: form must be 'module' or 'text', not {self.form!r}")
 
     @property
     def summary(self) -> str:
@@ -94,13 +113,13 @@ class Pipeline:
     name: str
     passes: Sequence[Pass]
 
-    def run(self, text: str, context: Any, *, label: str, prefix: str | None = None) -> str:
-        """``text`` after every pass, in order; with ``PYJLAD_DUMP_IR`` set, dumped before and after each.
+    def run(self, text: str | Module, context: Any, *, label: str, prefix: str | None = None) -> str:
+        """The module after every pass, in order, as text; with ``PYJLAD_DUMP_IR`` set, dumped before and after each.
 
         Parameters
         ----------
-        text : str
-            The module the first pass gets.
+        text : str or Module
+            The module the first pass gets (parsed or rendered as that pass needs).
         context : object
             Shared by the passes (each pipeline defines its own).
         label : str
@@ -109,17 +128,32 @@ class Pipeline:
             Names the dumps of this run (default: the pipeline's name).
         """
         prefix = prefix or self.name
-        dump(label, f"{prefix}.input", text)
+        module: str | Module = text
+        _dump_lazily(label, f"{prefix}.input", module)
         for step in self.passes:
-            text = step.run(text, context)
-            dump(label, f"{prefix}.{step.name}", text)
-        return text
+            module = step.run(_as_form(module, step.form), context)
+            _dump_lazily(label, f"{prefix}.{step.name}", module)
+        return _as_form(module, "text")
 
     def describe(self) -> str:
         """The pipeline as text: each pass's name, summary and what it changes (README shows this)."""
         width = max(len(p.name) for p in self.passes) + 2
-        rows = [f"  {p.name:<{width}}{p.summary}  [changes: {p.changes}]" for p in self.passes]
+        rows = [f"  {p.name:<{width}}{p.summary}  [changes: {p.changes}{'; LLVM IR text' if p.form == 'text' else ''}]"
+                for p in self.passes]
         return "\n".join([f"{self.name}:", *rows])
+
+
+def _as_form(module: str | Module, form: str) -> str | Module:
+    """``module`` as text (``form="text"``) or parsed (``form="module"``), converting only when needed."""
+    if form == "text":
+        return module if isinstance(module, str) else module.render()
+    return parse(module) if isinstance(module, str) else module
+
+
+def _dump_lazily(label: str, stage: str, module: str | Module) -> None:
+    """:func:`dump`, rendering a parsed module only when dumps are on."""
+    if dump_directory() is not None:
+        dump(label, stage, _as_form(module, "text"))
 
 
 def dump_directory() -> Path | None:
