@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..errors import SettingError
+from ..errors import ArgumentError, SettingError
 from .module import Module, parse
 
 __all__ = ["DUMP_VARIABLE", "Pass", "Pipeline", "dump", "dump_directory"]
@@ -90,7 +90,7 @@ class Pass:
 
     def __post_init__(self) -> None:
         if self.form not in ("module", "text"):
-            raise ValueError(f"pass {self.name!r}: form must be 'module' or 'text', not {self.form!r}")
+            raise ArgumentError(f"pass {self.name!r}: form must be 'module' or 'text', not {self.form!r}")
 
     @property
     def summary(self) -> str:
