@@ -106,7 +106,7 @@ def _export(args: argparse.Namespace) -> int:
         # The module as Julia's llvmcall takes it (usable by any LLVM >= 15 tool too).
         text = julia_module_text(exported)
         if args.target == "nvptx":
-            from .nvptx import device_module
+            from .targets.nvptx import device_module
 
             text = device_module(text, exported.module.external_functions, name=exported.name,
                                  label=exported.abi.entry)

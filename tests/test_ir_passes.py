@@ -13,7 +13,9 @@ import pytest
 
 import pyjlad
 from pyjlad.errors import PortabilityError, SettingError
+from pyjlad.ir import parse
 from pyjlad.ir.pipeline import DUMP_VARIABLE, Pass, Pipeline, dump
+from pyjlad.portable import RUNTIME_CALL_DTOR
 from pyjlad.portable_pipeline import (
     PORTABLE,
     PortableContext,
@@ -380,50 +382,80 @@ def test_gradient_dumps_every_step_from_numbas_module_to_the_derivative(monkeypa
 
 # ------------------------------------------------------------------ target pipelines: NVPTX and Julia's llvmcall
 DEVICE_IR = HEADER + """
-define double @f(double %x) {
+define double @f(double %x, i32 %n) {
   %a = call double @llvm.sin.f64(double %x)
   %b = call float @erff(float 1.0)
   %c = call double @tanh(double %a)
-  ret double %c
+  %d = call double @llvm.powi.f64.i32(double %c, i32 %n)
+  %e = call float @llvm.exp.f32(float %b) ; @tanh( in a comment stays
+  %g = call double @llvm.fabs.f64(double %d)
+  ret double %g
 }
+@table = internal constant [1 x ptr] [ptr @tanh]
 declare double @llvm.sin.f64(double)
 declare double @tanh(double)
 declare float @erff(float)
+declare double @llvm.powi.f64.i32(double, i32)
+declare float @llvm.exp.f32(float)
+declare double @llvm.fabs.f64(double)
 """
 
 
-def test_nvptx_passes() -> None:
-    from pyjlad.nvptx import (
-        NVPTX,
-        DeviceContext,
-        dedupe_device_declarations,
-        libdevice_calls,
-        nvptx_target,
-        refuse_host_only_calls,
-    )
+def test_nvptx_refuses_host_only_calls() -> None:
+    from pyjlad.targets.nvptx import DeviceContext, refuse_host_only_calls
 
-    context = DeviceContext(("llvm.sin.f64", "tanh", "erff"), "f")
-    assert refuse_host_only_calls(DEVICE_IR, context) == DEVICE_IR
+    module = parse(DEVICE_IR)
+    context = DeviceContext(("llvm.sin.f64", "tanh", "erff", "llvm.powi.f64.i32"), "f")
+    assert refuse_host_only_calls(module, context).render() == DEVICE_IR
     with pytest.raises(pyjlad.errors.UnsupportedFunctionError, match="f calls NRT_MemInfo_alloc_aligned.*GPU"):
-        refuse_host_only_calls(DEVICE_IR, DeviceContext(("tanh", "NRT_MemInfo_alloc_aligned"), "f"))
-    targeted = nvptx_target(DEVICE_IR, context)
-    assert 'target triple = "nvptx64-nvidia-cuda"' in targeted and "x86_64" not in targeted
-    device = libdevice_calls(targeted, context)
-    assert "call double @__nv_sin(double %x)" in device and "call float @__nv_erff(float 1.0)" in device
-    assert "call double @__nv_tanh(double %a)" in device and "@llvm.sin" not in device
+        refuse_host_only_calls(module, DeviceContext(("tanh", "NRT_MemInfo_alloc_aligned"), "f"))
+
+
+def test_nvptx_target_and_libdevice_calls() -> None:
+    from pyjlad.targets.nvptx import NVPTX_DATALAYOUT, DeviceContext, libdevice_calls, nvptx_target
+
+    context = DeviceContext((), "f")
+    targeted = nvptx_target(parse(DEVICE_IR), context).render()
+    assert targeted == (f'target datalayout = "{NVPTX_DATALAYOUT}"\ntarget triple = "nvptx64-nvidia-cuda"\n'
+                        + DEVICE_IR[len(HEADER):])
+    device = libdevice_calls(parse(targeted), context).render()
+    body = device[device.index("define"):]
+    # every libm call and the intrinsics NVPTX cannot lower call libdevice; llvm.fabs is lowered natively
+    assert body == """define double @f(double %x, i32 %n) {
+  %a = call double @__nv_sin(double %x)
+  %b = call float @__nv_erff(float 1.0)
+  %c = call double @__nv_tanh(double %a)
+  %d = call double @__nv_powi(double %c, i32 %n)
+  %e = call float @__nv_expf(float %b) ; @tanh( in a comment stays
+  %g = call double @llvm.fabs.f64(double %d)
+  ret double %g
+}
+@table = internal constant [1 x ptr] [ptr @tanh]
+declare double @__nv_sin(double)
+declare double @__nv_tanh(double)
+declare float @__nv_erff(float)
+declare double @__nv_powi(double, i32)
+declare float @__nv_expf(float)
+declare double @llvm.fabs.f64(double)
+"""
+
+
+def test_nvptx_dedupes_declarations_and_runs_in_order() -> None:
+    from pyjlad.targets.nvptx import NVPTX, DeviceContext, dedupe_device_declarations
+
     # @llvm.sin.f64 and its libm twin both became @__nv_sin: both declared now
-    twice = device.replace("declare double @__nv_tanh(double)", "declare double @__nv_sin(double)")
-    assert twice.count("declare double @__nv_sin(double)") == 2
-    assert dedupe_device_declarations(twice, context).count("declare double @__nv_sin(double)") == 1
+    twice = "declare double @__nv_sin(double)\ndeclare double @__nv_cos(double)\ndeclare double @__nv_sin(double)\n"
+    out = dedupe_device_declarations(parse(twice), DeviceContext()).render()
+    assert out == "declare double @__nv_sin(double)\ndeclare double @__nv_cos(double)\n"
     assert [p.name for p in NVPTX.passes] == ["refuse-host-only-calls", "nvptx-target", "libdevice-calls",
                                               "dedupe-declarations"]
+    assert all(p.form == "module" for p in NVPTX.passes)
+    both = DEVICE_IR.replace("@llvm.fabs.f64", "@sin")   # sin and llvm.sin.f64 both become __nv_sin
+    device = NVPTX.run(both, DeviceContext(("llvm.sin.f64", "sin")), label="x")
+    assert device.count("declare double @__nv_sin(double)") == 1 and "@sin" not in device
 
 
-def test_llvmcall_passes() -> None:
-    from pyjlad.engines.julia import LLVMCALL, define_runtime_hooks, drop_target_lines, internalize
-    from pyjlad.portable import RUNTIME_CALL_DTOR
-
-    module = HEADER + f"""define i32 @entry() {{
+LLVMCALL_IR = HEADER + f"""define i32 @entry() {{
   call void @{RUNTIME_CALL_DTOR}(ptr null)
   %f = call i32 @numba_fatal_error()
   %h = call i32 @helper()
@@ -438,14 +470,73 @@ define i32 @other() {{
 declare void @{RUNTIME_CALL_DTOR}(ptr) nofree "enzyme_inactive"
 declare i32 @numba_fatal_error()
 """
-    dropped = drop_target_lines(module, "entry")
-    assert "target " not in dropped and dropped == module[len(HEADER):]
-    hooked = define_runtime_hooks(dropped, "entry")
-    assert f"define internal void @{RUNTIME_CALL_DTOR}(ptr %mi) {{\n  call void @free(ptr %mi)" in hooked
-    assert "define internal i32 @numba_fatal_error() {\n  call void @abort()\n  unreachable\n}" in hooked
-    assert hooked.endswith("declare void @free(ptr)\ndeclare void @abort()\n")
-    internal = internalize(hooked, "entry")
-    assert "define i32 @entry()" in internal and "define internal i32 @other()" in internal
+
+
+def test_llvmcall_drop_target_lines() -> None:
+    from pyjlad.targets.llvmcall import drop_target_lines
+
+    assert drop_target_lines(parse(LLVMCALL_IR), "entry").render() == LLVMCALL_IR[len(HEADER):]
+
+
+def test_llvmcall_define_runtime_hooks() -> None:
+    from pyjlad.targets.llvmcall import define_runtime_hooks
+
+    hooked = define_runtime_hooks(parse(LLVMCALL_IR), "entry").render()
+    assert hooked == LLVMCALL_IR.replace(
+        f'declare void @{RUNTIME_CALL_DTOR}(ptr) nofree "enzyme_inactive"\n',
+        f"define internal void @{RUNTIME_CALL_DTOR}(ptr %mi) {{\n  call void @free(ptr %mi)\n  ret void\n}}\n",
+    ).replace("declare i32 @numba_fatal_error()\n",
+              "define internal i32 @numba_fatal_error() {\n  call void @abort()\n  unreachable\n}\n"
+              ) + "declare void @free(ptr)\ndeclare void @abort()\n"
+    assert _llvm_as_15(hooked).returncode == 0
+
+
+def test_llvmcall_runtime_hooks_declare_free_and_abort_once() -> None:
+    """A module that already declares ``free`` (with attributes, as LLVM prints libc's) or ``abort`` gets no
+    second declaration (LLVM rejects a function declared twice); a hook with parameter attributes is defined."""
+    from pyjlad.targets.llvmcall import define_runtime_hooks
+
+    module = (f"define void @entry(ptr %p) {{\n  call void @{RUNTIME_CALL_DTOR}(ptr %p)\n  call void @free(ptr %p)\n"
+              "  %s = call i32 @numba_fatal_error()\n  ret void\n}\n"
+              f"declare void @{RUNTIME_CALL_DTOR}(ptr noundef) #0\n"
+              "declare void @free(ptr allocptr nocapture noundef) #1\ndeclare i32 @numba_fatal_error()\n"
+              "declare void @abort() #2\n"
+              "attributes #0 = { nounwind }\nattributes #1 = { nounwind }\nattributes #2 = { noreturn }\n")
+    hooked = define_runtime_hooks(parse(module), "entry").render()
+    assert hooked.count("@free(ptr") == 3 and hooked.count("declare void @abort()") == 1
+    assert f"define internal void @{RUNTIME_CALL_DTOR}(ptr %mi) {{" in hooked
+    assert "define internal i32 @numba_fatal_error() {" in hooked
+    assert _llvm_as_15(hooked).returncode == 0
+    other = "declare i32 @numba_fatal_error(i32)\n"   # not the runtime's signature: left to unresolvable_symbols
+    assert define_runtime_hooks(parse(other), "entry").render() == other
+
+
+def test_llvmcall_internalize() -> None:
+    from pyjlad.targets.llvmcall import internalize
+
+    module = ('@g = global i64 1\n@h = hidden unnamed_addr constant i8 2\n@k = linkonce_odr global i8 0\n'
+              '@e = external global i8\n@a = alias i64, ptr @g\n'
+              "define i32 @entry() {\n  ret i32 0\n}\n"
+              "define dso_local hidden double @helper(double %x) #0 {\n  ret double %x\n}\n"
+              "define linkonce_odr i32 @shared() {\n  ret i32 1\n}\n"
+              "declare double @sin(double)\nattributes #0 = { nounwind }\n")
+    assert internalize(parse(module), "entry").render().splitlines() == [
+        "@g = internal global i64 1", "@h = internal unnamed_addr constant i8 2", "@k = linkonce_odr global i8 0",
+        "@e = external global i8", "@a = internal alias i64, ptr @g",
+        "define i32 @entry() {", "  ret i32 0", "}",
+        "define internal dso_local double @helper(double %x) #0 {", "  ret double %x", "}",
+        "define linkonce_odr i32 @shared() {", "  ret i32 1", "}",
+        "declare double @sin(double)", "attributes #0 = { nounwind }",
+    ]
+
+
+def test_llvmcall_pipeline() -> None:
+    from pyjlad.targets.llvmcall import LLVMCALL, llvmcall_module
+
+    assert [p.name for p in LLVMCALL.passes] == ["drop-target-lines", "define-runtime-hooks", "internalize"]
+    assert all(p.form == "module" for p in LLVMCALL.passes)
+    internal = LLVMCALL.run(LLVMCALL_IR, "entry", label="x")
+    assert internal.startswith("define i32 @entry()") and "define internal i32 @other()" in internal
     assert "define linkonce_odr i32 @helper()" in internal  # a linkage of its own is kept
-    assert LLVMCALL.run(module, "entry", label="x") == internal
+    assert internal == llvmcall_module(LLVMCALL_IR).replace("define i32 @other", "define internal i32 @other")
     assert _llvm_as_15(internal).returncode == 0

@@ -37,9 +37,11 @@ from numba.core.ccallback import CFunc
 from numba.core.registry import CPUDispatcher
 from test_julia_static import _device_wrapper, _entry_signature
 
-from pyjlad.engines.julia import JULIA_PROJECT, array_spec, internalize, julia_module_text
+from pyjlad.engines.julia import JULIA_PROJECT, array_spec, julia_module_text
 from pyjlad.errors import UnsupportedFunctionError
 from pyjlad.export import export, numba_argtypes
+from pyjlad.ir import parse
+from pyjlad.targets.llvmcall import internalize
 
 PYJLAD_JL = (JULIA_PROJECT / "src" / "PyJlad.jl").read_text()
 #: lli of LLVM 16 (opaque pointers by default) and 19: Julia 1.12 embeds LLVM 18.
@@ -502,7 +504,7 @@ def test_internalize_keeps_the_entry_and_local_definitions() -> None:
             "define dso_local hidden double @helper(double %x) #0 {\n  ret double %x\n}\n"
             "define linkonce_odr i32 @shared() {\n  ret i32 1\n}\n"
             "declare double @sin(double)\n")
-    out = internalize(text, "entry")
+    out = internalize(parse(text), "entry").render()
     assert out.splitlines() == [
         "@g = internal global i64 1", "@c = internal constant i8 2", '@"q.x" = internal constant i8 3',
         "@e = external global i8",

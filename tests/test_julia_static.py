@@ -27,8 +27,6 @@ from cases import CASES
 from numba import njit
 
 from pyjlad.engines.julia import (
-    _LIBC,
-    _LIBM,
     JULIA_PROJECT,
     MIN_JULIA,
     MIN_OPENSSL,
@@ -42,11 +40,11 @@ from pyjlad.engines.julia import (
     parse_julia_version,
     shadow_like,
     shadow_twin,
-    unresolvable_symbols,
     zero_shadow_constants,
 )
 from pyjlad.errors import UnsupportedFunctionError
 from pyjlad.export import export, numba_argtypes
+from pyjlad.targets.llvmcall import LIBC, LIBM, unresolvable_symbols
 
 JL_FILES = sorted(JULIA_PROJECT.rglob("*.jl"))
 PYJLAD_JL = (JULIA_PROJECT / "src" / "PyJlad.jl").read_text()
@@ -396,7 +394,7 @@ def test_unresolvable_symbols() -> None:
 def test_julia_and_python_share_the_resolvable_symbols() -> None:
     libm = re.search(r'const LIBM = Set\(split\("""(.*?)"""\)\)', PYJLAD_JL, re.DOTALL).group(1).split()
     libc = re.findall(r'"(\w+)"', re.search(r"const LIBC = Set\(\[(.*?)\]\)", PYJLAD_JL).group(1))
-    assert set(libm) == _LIBM and set(libc) == _LIBC
+    assert set(libm) == LIBM and set(libc) == LIBC
 
 
 def test_the_abi_crosses_as_json_text() -> None:

@@ -19,7 +19,7 @@ import pyjlad
 from pyjlad.engines.differentiate import PASSES
 from pyjlad.engines.driver import ad_driver
 from pyjlad.export import export, numba_argtypes
-from pyjlad.nvptx import NVPTX_TRIPLE, device_module
+from pyjlad.targets.nvptx import NVPTX_TRIPLE, device_module
 from pyjlad.toolchain import locate
 
 _LIBDEVICE = next(iter(sorted(Path("/usr/local").glob("cuda*/nvvm/libdevice/libdevice.10.bc"))), None)

@@ -1,13 +1,13 @@
 """The Julia engine: Enzyme.jl differentiates the exported IR through ``Base.llvmcall``.
 
 Python exports the portable module and its ABI (:mod:`pyjlad.export`), turns it
-into the exact text ``llvmcall`` receives (:func:`llvmcall_module`), and calls the
-bundled Julia package ``PyJlad`` (``pyjlad/julia_project/``, shipped in the wheel)
-through juliacall. What crosses the boundary is plain data: the module text and
-the ABI as JSON strings (:func:`abi_json`), Python scalars (:func:`julia_scalar`),
-and arrays by address (:func:`array_spec`), whose shadows have exactly their
-primal's layout (:func:`shadow_twin`). The sweep contract is the embedded
-engine's, so every transform works on either engine.
+into the exact text ``llvmcall`` receives (the ``llvmcall`` target,
+:func:`pyjlad.targets.llvmcall.julia_module_text`), and calls the bundled Julia
+package ``PyJlad`` (``pyjlad/julia_project/``, shipped in the wheel) through
+juliacall. What crosses the boundary is plain data (:mod:`pyjlad.engines.julia_boundary`):
+the module text and the ABI as JSON strings, Python scalars, and arrays by
+address, whose shadows have exactly their primal's layout. The sweep contract is
+the embedded engine's, so every transform works on either engine.
 
 The engine needs Julia 1.12 or later: ``Ptr`` is an LLVM ``ptr`` in ``llvmcall``
 only from 1.12 (JuliaLang/julia#53687), and Julia 1.11's typed-pointer context
@@ -20,7 +20,6 @@ itself unavailable, with the reason, and its tests skip. It has never executed.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -28,211 +27,38 @@ import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import config
-from ..abi import ArrayArg, FunctionABI
-from ..errors import ArgumentError, EngineUnavailableError, UnsupportedFunctionError
+from ..abi import ArrayArg
+from ..errors import EngineUnavailableError
 from ..export import ExportedFunction, export, numba_argtypes
-from ..ir.pipeline import Pass, Pipeline
 from ..memo import cached_for
-from ..portable import RUNTIME_CALL_DTOR
-from ..rules import is_rule_symbol
-from ..toolchain import locate
+from ..targets.llvmcall import julia_module_text
 from .base import Sweep, reraise_from_function, resolve_activities
-from .differentiate import linked_modules
+from .julia_boundary import (
+    abi_json,
+    array_spec,
+    julia_scalar,
+    shadow_like,
+    shadow_twin,
+    to_julia,
+    zero_shadow_constants,
+)
 
-__all__ = ["JuliaEngine", "LLVMCALL", "llvmcall_module", "internalize", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT",
-           "MIN_JULIA", "MIN_OPENSSL", "openssl_conflict", "abi_json", "julia_scalar", "shadow_like", "shadow_twin",
-           "unresolvable_symbols", "juliacall_environment", "JULIACALL_SETTINGS"]
+__all__ = ["JuliaEngine", "julia_module_text", "array_spec", "julia_status", "JULIA_PROJECT", "MIN_JULIA",
+           "MIN_OPENSSL", "openssl_conflict", "abi_json", "julia_scalar", "shadow_like", "shadow_twin",
+           "zero_shadow_constants", "juliacall_environment", "JULIACALL_SETTINGS"]
 
 NAME = "julia"
 #: The bundled Julia package (package data; ``juliapkg.json`` points at it).
 JULIA_PROJECT = Path(__file__).resolve().parents[1] / "julia_project"
 #: The oldest Julia whose ``llvmcall`` takes opaque-pointer IR with ``Ptr`` as ``ptr``.
 MIN_JULIA = (1, 12)
-
-#: C library functions Julia's JIT resolves in its own process; PyJlad.jl keeps the same list.
-_LIBM = frozenset("""sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 expm1 log log2
-    log10 log1p pow sqrt cbrt hypot erf erfc tgamma lgamma fmod floor ceil trunc round rint nearbyint fabs
-    copysign fmin fmax fma ldexp frexp modf remainder""".split())
-_LIBC = frozenset({"malloc", "calloc", "realloc", "free", "memcpy", "memmove", "memset", "abort"})
-_DECLARE = re.compile(r'^declare[^@\n]*@"?([^"(\s]+)"?\(', re.MULTILINE)
-
-_HOOK_DECLARATION = re.compile(r"^declare void @" + RUNTIME_CALL_DTOR + r"\(ptr\)[^\n]*$", re.MULTILINE)
-_FATAL_DECLARATION = re.compile(r"^declare i32 @numba_fatal_error\(\)[^\n]*$", re.MULTILINE)
-
-
-def drop_target_lines(text: str, entry: str) -> str:
-    """Remove the target lines: Julia sets its own data layout and triple on the module ``llvmcall`` gets."""
-    lines = [ln for ln in text.splitlines() if not ln.startswith(("target datalayout", "target triple"))]
-    return "\n".join(lines) + "\n"
-
-
-def define_runtime_hooks(text: str, entry: str) -> str:
-    """Define the runtime functions Julia's process does not have: the destructor hook as ``free``,
-    ``numba_fatal_error`` as ``abort``.
-
-    Called from Julia, no MemInfo with a Numba-runtime destructor can reach the hook; Numba's helperlib
-    ``numba_fatal_error`` (``Py_FatalError``) is not in Julia's process image: the same fatal stop, through libc.
-    """
-    definition = (f"define internal void @{RUNTIME_CALL_DTOR}(ptr %mi) {{\n"
-                  "  call void @free(ptr %mi)\n  ret void\n}")
-    text, count = _HOOK_DECLARATION.subn(definition, text)
-    if count and "declare void @free(ptr)" not in text:
-        text += "declare void @free(ptr)\n"
-    fatal = "define internal i32 @numba_fatal_error() {\n  call void @abort()\n  unreachable\n}"
-    text, count = _FATAL_DECLARATION.subn(fatal, text)
-    if count and not re.search(r"^declare void @abort\(", text, re.MULTILINE):
-        text += "declare void @abort()\n"
-    return text
-
-
-def llvmcall_module(portable_text: str) -> str:
-    """The module text handed to Julia's ``Base.llvmcall``, before :func:`internalize`: no target lines,
-    runtime hooks defined (the first two passes of :data:`LLVMCALL`)."""
-    return define_runtime_hooks(drop_target_lines(portable_text, ""), "")
-
-
-_LINKAGE = frozenset({"private", "internal", "available_externally", "linkonce", "weak", "common", "appending",
-                      "extern_weak", "linkonce_odr", "weak_odr", "external"})
-_DEFINITION = re.compile(r'^(define|@(?:"[^"]*"|[-\w.$]+) =)( [^\n]*)$', re.MULTILINE)
-_DEFINED_NAME = re.compile(r'@("[^"]*"|[-\w.$]+)')
-
-
-def internalize(module_text: str, entry: str) -> str:
-    """``module_text`` with every external definition but ``entry``'s made ``internal``.
-
-    Julia parses a module per ``llvmcall`` site, renames only the entry and
-    links the module into the calling function's (julia src/ccall.cpp,
-    ``emit_llvmcall``: ``f->setName(ir_name)``, ``ctx.llvmcall_modules``); two
-    sites of one function, or two functions sharing a callee (pyjlad's LAPACK
-    loops), would define the same external symbol twice ("symbol multiply
-    defined"). Internal definitions are private to each copy.
-    """
-
-    def local(match: re.Match) -> str:
-        head, rest = match.group(1), match.group(2)
-        if head == "define":
-            name = _DEFINED_NAME.search(rest)
-            prefix, name = rest[:name.start()], name.group(1)
-        else:
-            keyword = re.search(r" (?:global|constant) ", rest + " ")
-            prefix, name = rest[:keyword.start()] if keyword else rest, _DEFINED_NAME.match(head).group(1)
-        if name.strip('"') == entry or _LINKAGE.intersection(prefix.split()):
-            return match.group(0)
-        visible = re.sub(r" (?:hidden|protected)\b", "", prefix)   # local linkage needs default visibility
-        return f"{head} internal{visible}{rest[len(prefix):]}"
-
-    return _DEFINITION.sub(local, module_text)
-
-
-#: The passes that make a linked portable module the text Julia's ``llvmcall`` receives; the context is the entry.
-LLVMCALL = Pipeline("llvmcall", (
-    Pass("drop-target-lines", drop_target_lines, "target lines", form="text"),
-    Pass("define-runtime-hooks", define_runtime_hooks, "declarations become definitions", form="text"),
-    Pass("internalize", internalize, "linkage of every definition but the entry", form="text"),
-))
-
-
-def unresolvable_symbols(module_text: str) -> list[str]:
-    """The functions ``module_text`` declares that Julia's JIT cannot resolve.
-
-    An unresolved symbol in an ``llvmcall`` module aborts Julia at link time,
-    so such modules are refused before they reach it.
-    """
-    out = []
-    for name in _DECLARE.findall(module_text):
-        plain = name[:-1] if name.endswith("f") and name[:-1] in _LIBM else name
-        if not (name.startswith("llvm.") or plain in _LIBM or name in _LIBC):
-            out.append(name)
-    return out
-
-
-def abi_json(abi: FunctionABI) -> str:
-    """The ABI as the JSON text ``PyJlad.load_ir`` parses (a dict would reach Julia as a ``PyDict{Py,Py}``)."""
-    return json.dumps(abi.to_dict())
-
-
-def julia_scalar(x: Any) -> bool | int | float:
-    """``x`` as the Python scalar juliacall converts to a Julia ``Bool``, ``Integer`` or ``Float64``.
-
-    PyJlad converts it to the exported dtype (with a range check) and passes
-    bools and unsigned integers to ``llvmcall`` as the signed integer Numba declares.
-
-    Raises
-    ------
-    TypeError
-        If ``x`` is not a real scalar.
-    """
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x)
-    raise UnsupportedFunctionError(f"the Julia engine takes bool, integer and real scalars, got {type(x).__name__}")
-
-
-def shadow_like(x: np.ndarray) -> np.ndarray:
-    """A zero array with exactly ``x``'s memory layout: same span, offset and strides.
-
-    Enzyme.jl indexes a shadow with its primal's offset and strides, so a
-    shadow must be laid out like its primal (``np.zeros_like`` of a strided view is
-    contiguous instead).
-    """
-    _, length, dtype, offset, shape, strides = array_spec(x)
-    buffer = np.zeros(length, dtype=dtype)
-    return np.lib.stride_tricks.as_strided(buffer[offset:], shape=shape,
-                                           strides=[s * x.itemsize for s in strides])
-
-
-def shadow_twin(primal: np.ndarray, shadow: np.ndarray) -> tuple[np.ndarray, Callable[[], None]]:
-    """``shadow`` itself when laid out like ``primal``, else a copy that is; and how to copy results back.
-
-    Returns
-    -------
-    twin : ndarray
-        The array Julia wraps as the shadow.
-    write_back : callable
-        Copies the twin's contents into ``shadow`` after the sweep (a no-op
-        when the twin is ``shadow``).
-    """
-    if array_spec(shadow)[1:] == array_spec(primal)[1:]:
-        return shadow, lambda: None
-    twin = shadow_like(primal)
-    twin[...] = shadow
-
-    def write_back() -> None:
-        shadow[...] = twin
-
-    return twin, write_back
-
-
-def array_spec(x: np.ndarray) -> tuple[int, int, str, int, tuple[int, ...], tuple[int, ...]]:
-    """How Julia wraps ``x`` without copying: ``(address, length, dtype, offset, shape, strides)``.
-
-    ``address`` is the lowest byte ``x`` touches, ``length`` the number of
-    elements from there to the highest, ``offset`` the index of ``x``'s first
-    element in that span, and ``strides`` are in elements.
-
-    Raises
-    ------
-    ValueError
-        If a stride is not a whole number of elements.
-    """
-    itemsize = x.itemsize
-    if any(s % itemsize for s in x.strides):
-        raise ArgumentError("array strides must be multiples of the element size to cross to Julia")
-    low = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) if x.size else 0
-    high = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) if x.size else 0
-    address = x.ctypes.data + low
-    return (address, (high - low) // itemsize + 1, str(x.dtype), -low // itemsize,
-            tuple(int(n) for n in x.shape), tuple(s // itemsize for s in x.strides))
 
 
 def _julia_executable() -> str | None:
@@ -392,62 +218,6 @@ def _pyjlad_julia() -> Any:
         return _module["PyJlad"]
 
 
-def julia_module_text(exported: Any) -> str:
-    """The complete module of ``exported`` as ``llvmcall`` takes it (pyjlad's LAPACK loops linked in).
-
-    Raises
-    ------
-    UnsupportedFunctionError
-        If the function calls a :func:`pyjlad.custom_derivative` (its rules
-        are registered for the embedded engine's Enzyme only), or a function
-        Julia's JIT cannot resolve (SciPy's BLAS/LAPACK behind Numba's
-        ``np.dot``/``np.linalg``, which would abort Julia).
-    """
-    if any(is_rule_symbol(name) for name in exported.module.external_functions):
-        raise UnsupportedFunctionError(
-            f"{exported.name} calls a pyjlad.custom_derivative; its rules are applied by the embedded "
-            "engine only: use engine='embedded', or write the rule with Enzyme.jl's EnzymeRules in Julia"
-        )
-    text = exported.enzyme_module.text
-    extra = linked_modules(exported)
-    if extra:
-        text = locate().link([text, *extra], what=exported.name, text=True).decode()
-    text = LLVMCALL.run(text, exported.abi.entry, label=exported.abi.entry)
-    missing = unresolvable_symbols(text)
-    if missing:
-        raise UnsupportedFunctionError(
-            f"{exported.name} calls {', '.join(missing)}, which Julia's JIT cannot resolve (BLAS/LAPACK from "
-            "SciPy or Numba's runtime; an unresolved symbol would abort Julia): use engine='embedded'"
-        )
-    return text
-
-
-def zero_shadow_constants(abi: FunctionABI, activities: tuple[str, ...], args: tuple[Any, ...],
-                          shadows: tuple[Any, ...]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-    """Activities and shadows with every constant ``aliased`` array made ``Duplicated`` with a zero shadow.
-
-    Enzyme.jl, like Enzyme, would shadow such an array with itself (see
-    :mod:`pyjlad.aliasing`); the embedded engine's driver does the same in LLVM.
-    """
-    remaining = iter(shadows)
-    new_activities: list[str] = []
-    new_shadows: list[Any] = []
-    for index, (act, arg) in enumerate(zip(activities, abi.args)):
-        if act == "const" and isinstance(arg, ArrayArg) and arg.aliased:
-            new_activities.append("dup")
-            new_shadows.append(shadow_like(args[index]))
-            continue
-        new_activities.append(act)
-        if act in ("dup", "dupnoneed"):
-            new_shadows.append(next(remaining))
-    return tuple(new_activities), tuple(new_shadows)
-
-
-def _to_julia(jl: Any, x: Any) -> Any:
-    """An argument as it crosses to Julia: arrays wrapped by address, scalars as Python scalars."""
-    return jl.numba_array(*array_spec(x)) if isinstance(x, np.ndarray) else julia_scalar(x)
-
-
 class JuliaCompiled:
     """A sweep run by Enzyme.jl; the same call contract as the embedded engine's."""
 
@@ -476,8 +246,8 @@ class JuliaCompiled:
         twins, write_backs = self._twins(args, activities, shadows)
         with _lock:
             # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects).
-            jargs = tuple(_to_julia(jl, a) for a in args)
-            jshadows = tuple(_to_julia(jl, s) for s in twins)
+            jargs = tuple(to_julia(jl, a) for a in args)
+            jshadows = tuple(to_julia(jl, s) for s in twins)
             try:
                 value, dret, adjoints = jl.sweep(function, self.sweep.mode, tuple(activities), jargs, jshadows,
                                                  float(seed))
@@ -509,12 +279,12 @@ class JuliaCompiled:
         wrt = self.sweep.wrt
         x = args[wrt]
         with _lock:
-            jargs = tuple(_to_julia(jl, a) for a in args)
+            jargs = tuple(to_julia(jl, a) for a in args)
             if isinstance(x, np.ndarray):
                 v, _ = shadow_twin(x, tangent)
                 out, write_back = shadow_twin(x, result)
                 # juliacall spells `hvp_exported!` as `hvp_exported_b` (PythonCall src/JlWrap/raw.jl, pyjl_attr_py2jl).
-                jl.hvp_exported_b(_to_julia(jl, out), function, jargs, wrt + 1, _to_julia(jl, v),
+                jl.hvp_exported_b(to_julia(jl, out), function, jargs, wrt + 1, to_julia(jl, v),
                                   runtime_activity=aliased)
                 write_back()
             else:

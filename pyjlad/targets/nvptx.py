@@ -15,12 +15,13 @@ PTX with ``llc`` and assemble that with ``ptxas``: no GPU needed.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from .errors import UnsupportedFunctionError
-from .ir.pipeline import Pass, Pipeline
-from .portable import LIBM_FUNCTIONS, dedupe_declarations
+from ..errors import UnsupportedFunctionError
+from ..ir import Line, Module
+from ..ir.edit import drop_repeated_declarations, rename_callees
+from ..ir.pipeline import Pass, Pipeline
+from ..portable import LIBM_FUNCTIONS
 
 __all__ = ["device_module", "NVPTX", "NVPTX_TRIPLE", "NVPTX_DATALAYOUT", "LIBDEVICE_FUNCTIONS"]
 
@@ -32,8 +33,7 @@ LIBDEVICE_FUNCTIONS = LIBM_FUNCTIONS
 # LLVM intrinsics NVPTX cannot select in double precision: call libdevice instead.
 _INTRINSICS_TO_LIBDEVICE = {"sin": "sin", "cos": "cos", "exp": "exp", "exp2": "exp2", "exp10": "exp10",
                             "log": "log", "log2": "log2", "log10": "log10", "pow": "pow", "powi": "powi"}
-_INTRINSIC_RE = re.compile(r"@llvm\.(" + "|".join(_INTRINSICS_TO_LIBDEVICE) + r")\.(f64|f32)(?:\.i32)?\b")
-_LIBM_RE = re.compile(r"@(" + "|".join(sorted(LIBDEVICE_FUNCTIONS, key=len, reverse=True)) + r")(f?)(?=\()")
+_PRECISIONS = {"f64": "", "f32": "f"}
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class DeviceContext:
     name: str = "the function"
 
 
-def refuse_host_only_calls(text: str, context: DeviceContext) -> str:
+def refuse_host_only_calls(module: Module, context: DeviceContext) -> Module:
     """Refuse calls with no device counterpart (Numba's allocating runtime, BLAS, LAPACK, custom rules, printing).
 
     Raises
@@ -63,52 +63,62 @@ def refuse_host_only_calls(text: str, context: DeviceContext) -> str:
             "takes per-sample functions of scalars and existing arrays (no temporary arrays, BLAS/LAPACK, "
             "custom rules or printing)"
         )
-    return text
+    return module
 
 
-def _is_target_line(line: str) -> bool:
-    return line.startswith(("target datalayout", "target triple"))
-
-
-def nvptx_target(text: str, context: DeviceContext) -> str:
+def nvptx_target(module: Module, context: DeviceContext) -> Module:
     """Make the module's target NVPTX's (``nvptx64-nvidia-cuda`` and its data layout)."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith("target datalayout"):
-            line = f'target datalayout = "{NVPTX_DATALAYOUT}"'
-        elif line.startswith("target triple"):
-            line = f'target triple = "{NVPTX_TRIPLE}"'
-        out.append(line)
-    return "\n".join(out) + "\n"
+    for item in module.items:
+        if isinstance(item, Line) and item.kind == "datalayout":
+            item.text = f'target datalayout = "{NVPTX_DATALAYOUT}"'
+        elif isinstance(item, Line) and item.kind == "triple":
+            item.text = f'target triple = "{NVPTX_TRIPLE}"'
+    module.trailing_newline = True
+    return module
 
 
-def libdevice_calls(text: str, context: DeviceContext) -> str:
+def libdevice_name(name: str) -> str | None:
+    """The libdevice function that replaces function ``name`` on NVPTX, or ``None`` if it stays.
+
+    Examples
+    --------
+    >>> libdevice_name("llvm.sin.f64"), libdevice_name("llvm.powi.f32.i32"), libdevice_name("erff")
+    ('__nv_sin', '__nv_powif', '__nv_erff')
+    >>> libdevice_name("llvm.fabs.f64") is None, libdevice_name("pyjlad_f") is None
+    (True, True)
+    """
+    parts = name.split(".")
+    if parts[0] == "llvm":
+        if (len(parts) in (3, 4) and parts[1] in _INTRINSICS_TO_LIBDEVICE and parts[2] in _PRECISIONS
+                and parts[3:] in ([], ["i32"])):
+            return f"__nv_{_INTRINSICS_TO_LIBDEVICE[parts[1]]}{_PRECISIONS[parts[2]]}"
+        return None
+    if name in LIBDEVICE_FUNCTIONS or (name.endswith("f") and name[:-1] in LIBDEVICE_FUNCTIONS):
+        return f"__nv_{name}"
+    return None
+
+
+def libdevice_calls(module: Module, context: DeviceContext) -> Module:
     """Call CUDA's libdevice (``__nv_sin``) for libm functions and the intrinsics NVPTX cannot lower in double.
 
     The NVPTX backend selects no double-precision ``llvm.sin.f64``, ``llvm.pow.f64``...; CUDA.jl links
-    libdevice into every kernel that references it.
+    libdevice into every kernel that references it. Callees and the declarations' names are renamed
+    (:func:`libdevice_name`); the float versions of libm functions (``erff``) get libdevice's (``__nv_erff``).
     """
-    out = []
-    for line in text.splitlines():
-        if not _is_target_line(line):
-            line = _INTRINSIC_RE.sub(lambda m: f"@__nv_{_INTRINSICS_TO_LIBDEVICE[m.group(1)]}"
-                                     + ("f" if m.group(2) == "f32" else ""), line)
-            line = _LIBM_RE.sub(lambda m: f"@__nv_{m.group(1)}{m.group(2)}", line)
-        out.append(line)
-    return "\n".join(out) + "\n"
+    return rename_callees(module, libdevice_name)
 
 
-def dedupe_device_declarations(text: str, context: DeviceContext) -> str:
+def dedupe_device_declarations(module: Module, context: DeviceContext) -> Module:
     """Drop repeated declarations: an intrinsic and the libm call it became may now both be declared."""
-    return dedupe_declarations(text)
+    return drop_repeated_declarations(module)
 
 
 #: The passes that retarget a portable module to NVPTX, in order.
 NVPTX = Pipeline("nvptx", (
-    Pass("refuse-host-only-calls", refuse_host_only_calls, "nothing: a check", form="text"),
-    Pass("nvptx-target", nvptx_target, "target lines", form="text"),
-    Pass("libdevice-calls", libdevice_calls, "callees", form="text"),
-    Pass("dedupe-declarations", dedupe_device_declarations, "declarations", form="text"),
+    Pass("refuse-host-only-calls", refuse_host_only_calls, "nothing: a check"),
+    Pass("nvptx-target", nvptx_target, "target lines"),
+    Pass("libdevice-calls", libdevice_calls, "callees"),
+    Pass("dedupe-declarations", dedupe_device_declarations, "declarations"),
 ))
 
 

@@ -1,0 +1,136 @@
+"""Small edits of a parsed :class:`~pyjlad.ir.Module` that module passes share.
+
+Each edits the module in place, re-rendering only what it changes: every other byte stays as it was
+(see :func:`pyjlad.ir.parse`).
+
+* :func:`rename_callees`: rename functions where they are called and where they are declared or
+  defined (a ``global`` token written directly before ``(``), never inside ``c"..."`` data,
+  quoted strings or comments.
+* :func:`drop_repeated_declarations`: keep the first ``declare`` of each symbol.
+* :func:`declare`: append a declaration unless the module already has the function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import IRError
+from .lexer import decode_name, symbol_for, tokenize
+from .module import Function, Module, parse
+
+__all__ = ["rename_callees", "drop_repeated_declarations", "declare"]
+
+
+def _functions(module: Module) -> list[Function]:
+    """Every ``define`` and ``declare`` of ``module``, in order (repeated declarations included)."""
+    return [item for item in module.items if isinstance(item, Function)]
+
+
+def _renamed_line(line: str, rename: Callable[[str], str | None]) -> str:
+    """``line`` with each ``@symbol(`` renamed as ``rename`` says; the line itself when nothing changes."""
+    if "@" not in line:
+        return line
+    tokens = tokenize(line)
+    out, changed = [], False
+    for index, token in enumerate(tokens):
+        text = token.text
+        if token.kind == "global" and index + 1 < len(tokens) and tokens[index + 1].text == "(":
+            new = rename(decode_name(text))
+            if new is not None:
+                text, changed = symbol_for(new), True
+        out.append(text)
+    return "".join(out) if changed else line
+
+
+def rename_callees(module: Module, rename: Callable[[str], str | None]) -> Module:
+    """Rename functions at their call sites and in their own ``define``/``declare`` headers.
+
+    A function's name is renamed where it is written directly before ``(``: the callee of a
+    ``call``/``invoke`` and the name in a header. Uses as a value (``ptr @f`` in a global's
+    initializer, a metadata node) are left alone, as are ``c"..."`` data, quoted strings and comments.
+
+    Parameters
+    ----------
+    module : Module
+        Edited in place.
+    rename : callable
+        Given a function's name (no ``@``, quotes decoded), returns its new name, or ``None`` to keep it.
+
+    Returns
+    -------
+    Module
+        ``module``.
+
+    Examples
+    --------
+    >>> m = parse("declare double @sin(double)\\n"
+    ...           "define double @f(double %x) {\\n  %y = call double @sin(double %x) ; @sin(\\n  ret double %y\\n}\\n")
+    >>> print(rename_callees(m, {"sin": "__nv_sin"}.get).render(), end="")
+    declare double @__nv_sin(double)
+    define double @f(double %x) {
+      %y = call double @__nv_sin(double %x) ; @sin(
+      ret double %y
+    }
+    """
+    for function in _functions(module):
+        new = rename(function.name)
+        if new is not None:
+            function.symbol = symbol_for(new)
+        if function.body is not None:
+            function.body = [_renamed_line(line, rename) for line in function.body]
+    return module
+
+
+def drop_repeated_declarations(module: Module) -> Module:
+    """Keep only the first ``declare`` of each symbol (after a rename, two may name one function).
+
+    Examples
+    --------
+    >>> m = parse("declare double @g(double)\\ndeclare double @g(double)\\ndeclare double @h(double)\\n")
+    >>> print(drop_repeated_declarations(m).render(), end="")
+    declare double @g(double)
+    declare double @h(double)
+    """
+    seen: set[str] = set()
+    kept = []
+    for item in module.items:
+        if isinstance(item, Function) and item.is_declaration:
+            if item.symbol in seen:
+                continue
+            seen.add(item.symbol)
+        kept.append(item)
+    module.items = kept
+    return module
+
+
+def declare(module: Module, declaration: str) -> bool:
+    """Append ``declaration`` (one ``declare`` line) unless the module declares or defines that function.
+
+    Returns
+    -------
+    bool
+        Whether it was appended.
+
+    Raises
+    ------
+    IRError
+        If ``declaration`` is not one ``declare`` line.
+
+    Examples
+    --------
+    >>> m = parse("declare void @free(ptr nocapture)\\n")
+    >>> declare(m, "declare void @free(ptr)"), declare(m, "declare void @abort()")
+    (False, True)
+    >>> print(m.render(), end="")
+    declare void @free(ptr nocapture)
+    declare void @abort()
+    """
+    items = parse(declaration + "\n").items
+    function = items[0] if len(items) == 1 else None
+    if not isinstance(function, Function) or not function.is_declaration:
+        raise IRError(f"not a declaration: {declaration!r}")
+    if any(f.name == function.name for f in _functions(module)):
+        return False
+    module.items.append(function)
+    module.trailing_newline = True
+    return True
