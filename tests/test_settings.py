@@ -80,14 +80,14 @@ def test_bad_opt_settings_are_setting_errors_and_toolchain_errors(monkeypatch):
                                        ("true", True), (" YES ", True), ("on", True)])
 def test_disable_disk_cache_reads_the_usual_switch_words(monkeypatch, value, on):
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", value)
-    assert cache._disabled() is on
+    assert cache.settings.disabled() is on
 
 
 @pytest.mark.parametrize("bad", ["2", "yes please", "disable"])
 def test_disable_disk_cache_typo_is_an_error(monkeypatch, bad):
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", bad)
     with pytest.raises(SettingError, match=f"PYJLAD_DISABLE_DISK_CACHE='{bad}' is not a switch"):
-        cache._disabled()
+        cache.settings.disabled()
 
 
 def test_a_bad_cache_setting_stops_the_gradient_before_anything_is_built(monkeypatch):
