@@ -113,14 +113,14 @@ def test_a_plugin_others_could_replace_is_not_loaded(tmp_path, monkeypatch):
 
     from pyjlad import toolchain
 
-    src = toolchain._toolchain_dir()
+    src = toolchain.paths.toolchain_dir()
     monkeypatch.setenv("PYJLAD_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PYJLAD_ENZYME_PLUGIN", raising=False)
-    monkeypatch.setattr(toolchain, "_located", {})
-    dest = toolchain._toolchain_dir()
+    monkeypatch.setattr(toolchain.locator, "_located", {})
+    dest = toolchain.paths.toolchain_dir()
     shutil.copytree(src, dest)
     assert toolchain.locate().plugin == dest / "LLVMEnzyme-15.so"  # the user's own copy is used
-    toolchain._located.clear()
+    toolchain.locator.forget()
     os.chmod(dest, 0o777)
     with pytest.raises(ToolchainError, match=r"does not load the Enzyme plugin .*group or others may write .*"
                                              r"chmod go-w"):
