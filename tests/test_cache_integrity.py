@@ -109,7 +109,7 @@ def _files(directory: Path, pattern: str) -> list[Path]:
 
 
 def _payload(path: Path) -> bytes:
-    return path.read_bytes()[len(cache._MAGIC) + cache._MAC_BYTES:]
+    return path.read_bytes()[len(cache.entries.MAGIC) + cache.entries.MAC_BYTES:]
 
 
 def _is_bitcode(path: Path) -> bool:
@@ -449,7 +449,7 @@ def test_toolchain_identity_hashes_the_plugin_bytes(tmp_path: Path) -> None:
 
 
 def test_least_recently_used_entries_are_evicted_beyond_the_cap(cache_dir: Path, monkeypatch) -> None:
-    entry_size = len(cache._MAGIC) + cache._MAC_BYTES + 1000
+    entry_size = len(cache.entries.MAGIC) + cache.entries.MAC_BYTES + 1000
     monkeypatch.setenv("PYJLAD_CACHE_MAX_BYTES", str(3 * entry_size + 100))
     keys = {name: cache.cache_key("lru", name) for name in "ABCD"}
     paths = {name: cache_dir / key[:2] / f"{key}.bin" for name, key in keys.items()}
@@ -561,7 +561,7 @@ def test_writer_killed_before_its_rename_leaves_nothing_behind(cache_dir: Path) 
     out = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(cache_dir), key], env=_env(cache_dir))
     assert out.returncode == -signal.SIGKILL
     (orphan,) = _files(cache_dir, "*.tmp")
-    assert orphan.stat().st_size == len(cache._MAGIC) + cache._MAC_BYTES + 100000
+    assert orphan.stat().st_size == len(cache.entries.MAGIC) + cache.entries.MAC_BYTES + 100000
     assert cache.get(key) is None
     assert cache.get_or_build(key, lambda: b"built") == b"built"  # stores, then sweeps the dead writer's file
     assert _files(cache_dir, "*.tmp") == []

@@ -80,14 +80,14 @@ def test_bad_opt_settings_are_setting_errors_and_toolchain_errors(monkeypatch):
                                        ("true", True), (" YES ", True), ("on", True)])
 def test_disable_disk_cache_reads_the_usual_switch_words(monkeypatch, value, on):
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", value)
-    assert cache._disabled() is on
+    assert cache.settings.disabled() is on
 
 
 @pytest.mark.parametrize("bad", ["2", "yes please", "disable"])
 def test_disable_disk_cache_typo_is_an_error(monkeypatch, bad):
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", bad)
     with pytest.raises(SettingError, match=f"PYJLAD_DISABLE_DISK_CACHE='{bad}' is not a switch"):
-        cache._disabled()
+        cache.settings.disabled()
 
 
 def test_a_bad_cache_setting_stops_the_gradient_before_anything_is_built(monkeypatch):
@@ -113,14 +113,14 @@ def test_a_plugin_others_could_replace_is_not_loaded(tmp_path, monkeypatch):
 
     from pyjlad import toolchain
 
-    src = toolchain._toolchain_dir()
+    src = toolchain.paths.toolchain_dir()
     monkeypatch.setenv("PYJLAD_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PYJLAD_ENZYME_PLUGIN", raising=False)
-    monkeypatch.setattr(toolchain, "_located", {})
-    dest = toolchain._toolchain_dir()
+    monkeypatch.setattr(toolchain.locator, "_located", {})
+    dest = toolchain.paths.toolchain_dir()
     shutil.copytree(src, dest)
     assert toolchain.locate().plugin == dest / "LLVMEnzyme-15.so"  # the user's own copy is used
-    toolchain._located.clear()
+    toolchain.locator.forget()
     os.chmod(dest, 0o777)
     with pytest.raises(ToolchainError, match=r"does not load the Enzyme plugin .*group or others may write .*"
                                              r"chmod go-w"):

@@ -1046,7 +1046,7 @@ def _poisoned(kind: str) -> dict:
     elif kind == "empty":
         data = bytearray()
     elif kind == "flipped signature":
-        data[len(cache._MAGIC) + 3] ^= 1
+        data[len(cache.entries.MAGIC) + 3] ^= 1
     path.write_bytes(bytes(data))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -1139,14 +1139,14 @@ def _cache_probes() -> list[Probe]:
 
 def _foreign_owner() -> bool:
     """Without root a directory cannot be given away; check the ownership test itself on a stat result."""
-    from pyjlad import cache
+    from pyjlad.ownership import foreign
 
     st = os.stat(_tmp())
     fake = os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, os.geteuid() + 1, st.st_gid,
                            st.st_size, st.st_atime, st.st_mtime, st.st_ctime))
-    why = cache.foreign(fake)
+    why = foreign(fake)
     assert why is not None and f"owned by uid {os.geteuid() + 1}" in why, why
-    assert cache.foreign(st) is None
+    assert foreign(st) is None
     return True
 
 

@@ -1,0 +1,165 @@
+"""Running the toolchain's programs: ``opt`` with the Enzyme plugin, and ``llvm-link``.
+
+Enzyme always runs in an ``opt`` subprocess: a crash or assertion inside
+Enzyme becomes an :class:`~pyjlad.errors.EnzymeError` whose message carries
+Enzyme's key diagnostic lines, never a dead Python process.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import config
+from ..errors import EnzymeError, ToolchainError, ToolchainSettingError
+from .versions import ENZYME_VERSION, file_sha256, opt_version
+
+__all__ = ["Toolchain"]
+
+_SELF_TEST_IR = """
+define double @square(double %x) {
+  %m = fmul double %x, %x
+  ret double %m
+}
+declare double @__enzyme_autodiff(...)
+define double @dsquare(double %x) {
+  %r = call double (...) @__enzyme_autodiff(ptr @square, double %x)
+  ret double %r
+}
+"""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A located Enzyme toolchain.
+
+    Attributes
+    ----------
+    opt : Path
+        The LLVM 15 ``opt`` executable.
+    plugin : Path
+        ``LLVMEnzyme-15.so``, loadable by ``opt``.
+    """
+
+    opt: Path
+    plugin: Path
+
+    @property
+    def identity(self) -> str:
+        """A string that changes whenever the toolchain's behaviour may change.
+
+        It names the SHA-256 of the plugin's bytes as they are now (hashed once
+        per process and file version), never the stamp written at install time:
+        a plugin replaced or modified since cannot reuse cached gradients.
+        """
+        return f"opt={self.opt_version()};enzyme={ENZYME_VERSION};plugin={file_sha256(self.plugin)}"
+
+    def opt_version(self) -> str:
+        """The ``opt --version`` line naming the LLVM version."""
+        return opt_version(self.opt)
+
+    def link(self, modules: list[str], *, what: str = "module", text: bool = False) -> bytes:
+        """Link IR modules with ``llvm-link`` (LLVM 15, beside ``opt``); return bitcode (``text``: IR text)."""
+        linker = self.opt.with_name(self.opt.name.replace("opt", "llvm-link"))
+        with tempfile.TemporaryDirectory(prefix="pyjlad-link-") as tmp:
+            paths = []
+            for k, text in enumerate(modules):
+                path = Path(tmp) / f"m{k}.ll"
+                path.write_text(text)
+                paths.append(str(path))
+            proc = subprocess.run([str(linker), *paths, *(["-S"] if text else []), "-o", "-"],
+                                  capture_output=True, timeout=config.opt_timeout_s())
+        if proc.returncode != 0:
+            stderr = proc.stderr.decode(errors="replace")
+            raise EnzymeError(f"llvm-link failed while linking {what}:\n{stderr[-2000:]}", diagnostics=stderr)
+        return proc.stdout
+
+    def run(self, ir: str | bytes, passes: str, *, what: str = "module", options: tuple[str, ...] = ()) -> bytes:
+        """Run ``opt`` with the Enzyme plugin over ``ir``; return the bitcode.
+
+        Raises
+        ------
+        EnzymeError
+            If ``opt`` fails, crashes or times out; the message carries
+            Enzyme's diagnostics.
+        """
+        cmd = [
+            str(self.opt),
+            f"--load-pass-plugin={self.plugin}",
+            f"-passes={passes}",
+            *options,
+            "-o", "-",
+            "-",
+        ]
+        timeout = config.opt_timeout_s()
+        try:
+            data = ir if isinstance(ir, bytes) else ir.encode()
+            proc = subprocess.run(cmd, input=data, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise EnzymeError(
+                f"Enzyme did not finish differentiating {what} within {timeout:.0f} s "
+                "(raise PYJLAD_OPT_TIMEOUT to wait longer)"
+            ) from exc
+        except OSError as exc:  # not a program (ENOEXEC), not permitted, gone since it was located
+            raise _cannot_run(self.opt, exc) from exc
+        stderr = proc.stderr.decode(errors="replace")
+        if proc.returncode != 0:
+            raise EnzymeError(_describe_failure(proc.returncode, stderr, what), diagnostics=stderr)
+        return proc.stdout
+
+    def self_test(self) -> None:
+        """Differentiate ``x*x`` and check the derivative is ``2x``.
+
+        Raises
+        ------
+        ToolchainError
+            If the plugin cannot be loaded or gives a wrong derivative.
+        """
+        try:
+            bitcode = self.run(_SELF_TEST_IR, "enzyme,default<O2>", what="the x*x self-test")
+        except EnzymeError as exc:
+            raise ToolchainError(f"the Enzyme toolchain failed its self-test: {exc}") from exc
+        try:
+            text = subprocess.run(
+                [str(self.opt), "-S", "-o", "-", "-"], input=bitcode, capture_output=True,
+                check=True, timeout=60,
+            ).stdout.decode()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ToolchainError(f"cannot read back the self-test's output: {exc}") from exc
+        body = text.split("@dsquare", 1)[-1]
+        if "fmul" not in body or "2.000000e+00" not in body:
+            raise ToolchainError("the Enzyme self-test did not produce d(x*x)/dx = 2x:\n" + body[:500])
+
+
+_KEY_LINE = re.compile(
+    r"^error:|Assertion|Illegal|Enzyme:|cannot|Cannot|unknown function|LLVM ERROR|not handled|"
+    r"Unhandled|Stack dump|Segmentation|Aborted"
+)
+
+
+def _describe_failure(returncode: int, stderr: str, what: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    key = [
+        ln[:300] for ln in lines
+        if _KEY_LINE.search(ln) and not ln.startswith(("@", "define ", "declare "))
+    ]
+    summary = "\n".join((key or lines[-5:])[:12])
+    if returncode < 0:
+        how = f"crashed with signal {-returncode}"
+    else:
+        how = f"failed (exit status {returncode})"
+    return f"Enzyme {how} while differentiating {what}:\n{summary}"
+
+
+def _cannot_run(opt: Path, exc: OSError) -> ToolchainError:
+    """The error for an ``opt`` the system would not start, naming ``PYJLAD_OPT`` when it chose it."""
+    override = config.opt_override()
+    if override:
+        return ToolchainSettingError(
+            f"PYJLAD_OPT={override!r} cannot be run ({exc.strerror}): point it at LLVM 15's opt, "
+            "or unset it to use opt-15 from PATH (the default)")
+    return ToolchainError(f"LLVM 15's opt at {opt} cannot be run ({exc.strerror}): reinstall it "
+                          "(Debian package llvm-15), or set PYJLAD_OPT to a working opt-15")
