@@ -38,6 +38,7 @@ registers them with Enzyme (``__enzyme_register_gradient_<symbol>`` and
 ``__enzyme_register_derivative_<symbol>``). Only float values cross that
 boundary: Numba's status code stays inside the adapters, so Enzyme never sees
 an integer return it could mistake for a differentiable value.
+The call site and the adapters are written by :mod:`pyjlad.rules_ir`.
 
 A mode without a rule differentiates the function's body as usual.
 """
@@ -45,22 +46,21 @@ A mode without a rule differentiates the function's body as usual.
 from __future__ import annotations
 
 import inspect
-import re
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import numba
-from llvmlite import ir as llvmir
 from numba import types as nbtypes
-from numba.core import cgutils
 from numba.core.dispatcher import Dispatcher
 from numba.core.imputils import lower_builtin
 from numba.core.typing.templates import make_concrete_template
 from numba.extending import typeof_impl
 
 from .errors import UnsupportedFunctionError
+from .ir.names import c_identifier
 from .portable_pipeline import make_portable
+from .rules_ir import call_lowering, glue_module
 
 __all__ = ["custom_derivative", "CustomDerivative", "RULE_PREFIX", "rule_modules", "is_rule_symbol"]
 
@@ -126,7 +126,7 @@ class CustomDerivative:
         self.vjp_rule: Dispatcher | None = None
         self._cfunc: Any = None
         self._modules: list[str] | None = None
-        base = RULE_PREFIX + (re.sub(r"[^a-zA-Z0-9_]", "_", py_func.__qualname__).strip("_") or "f")
+        base = RULE_PREFIX + c_identifier(py_func.__qualname__)
         with _lock:
             symbol, k = base, 1
             while symbol in _registry:
@@ -171,7 +171,7 @@ class CustomDerivative:
         return f"<pyjlad.custom_derivative {self.__qualname__} as {self.symbol}>"
 
     def _numba_type(self) -> nbtypes.Function:
-        """The Numba type of this object in ``@njit`` code (see :func:`_make_lowering`)."""
+        """The Numba type of this object in ``@njit`` code (see :func:`~pyjlad.rules_ir.call_lowering`)."""
         with _lock:
             if self._cfunc is None:
                 import llvmlite.binding as llvm
@@ -179,7 +179,7 @@ class CustomDerivative:
                 entry = _generated("entry", ["p"], f"return float(f({_joined('p[{}]', self.nargs)}))", self.dispatcher)
                 self._cfunc = numba.cfunc(nbtypes.float64(nbtypes.CPointer(nbtypes.float64)))(entry)
                 llvm.add_symbol(self.symbol, self._cfunc.address)
-                lower_builtin(self, *self.signature.args)(_make_lowering(self.symbol, self.nargs))
+                lower_builtin(self, *self.signature.args)(call_lowering(self.symbol, self.nargs))
         return nbtypes.Function(make_concrete_template(f"custom_derivative({self.symbol})", self, [self.signature]))
 
     def __pyjlad_dispatcher__(self) -> Dispatcher:
@@ -213,31 +213,23 @@ class CustomDerivative:
             return list(self._modules)
 
     def _build_modules(self) -> list[str]:
-        n, sym = self.nargs, self.symbol
+        """The Numba modules of the function and its rules, then the glue module (:func:`glue_module`)."""
+        n = self.nargs
         args = [f"a{i}" for i in range(n)]
         modules = [self._compiled("primal", self.dispatcher, f"return float(f({', '.join(args)}))", args)]
-        declares = [_declare(f"{sym}.primal", n), "declare ptr @malloc(i64)", "declare void @free(ptr)"]
-        glue = [_entry_adapter(sym, n)]
         if self.vjp_rule is not None:
             result = self._rule_result(self.vjp_rule, n + 1, n, "reverse")
             modules.append(self._compiled("vjp", self.vjp_rule, f"r = f({', '.join([*args, 'g'])})\n    return {result}",
                                           [*args, "g"]))
-            declares.append(_declare(f"{sym}.vjp", n + 1))
-            glue += [_augmented_adapter(sym, n), _reverse_adapter(sym, n),
-                     f"@__enzyme_register_gradient_{sym} = global [3 x ptr] "
-                     f"[ptr @{sym}, ptr @{_quote(sym + '.aug')}, ptr @{_quote(sym + '.rev')}]"]
         if self.jvp_rule is not None:
             tangents = [f"t{i}" for i in range(n)]
             result = self._rule_result(self.jvp_rule, 2 * n, 2, "forward")
             modules.append(self._compiled("jvp", self.jvp_rule,
                                           f"r = f({', '.join([*args, *tangents])})\n    return {result}",
                                           [*args, *tangents]))
-            declares.append(_declare(f"{sym}.jvp", 2 * n))
-            glue += [_forward_adapter(sym, n),
-                     f"@__enzyme_register_derivative_{sym} = global [2 x ptr] "
-                     f"[ptr @{sym}, ptr @{_quote(sym + '.fwd')}]"]
         header = [line for line in modules[0].splitlines() if line.startswith(("target datalayout", "target triple"))]
-        modules.append("\n".join([*header, *declares, *glue]) + "\n")
+        modules.append(glue_module(self.symbol, n, header, reverse=self.vjp_rule is not None,
+                                   forward=self.jvp_rule is not None))
         return modules
 
     def _rule_result(self, rule: Dispatcher, nargs: int, nout: int, what: str) -> str:
@@ -285,114 +277,6 @@ def _generated(name: str, params: list[str], body: str, f: Any) -> Callable[...,
     namespace: dict[str, Any] = {"f": f}
     exec(f"def {name}({', '.join(params)}):\n    {body}\n", namespace)  # noqa: S102
     return namespace[name]
-
-
-def _make_lowering(symbol: str, nargs: int) -> Callable[..., Any]:
-    def lower(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        double = llvmir.DoubleType()
-        buffer = cgutils.alloca_once(builder, llvmir.ArrayType(double, nargs), name="rule.args")
-        for i, (value, ty) in enumerate(zip(args, sig.args)):
-            value = context.cast(builder, value, ty, nbtypes.float64)
-            builder.store(value, builder.gep(buffer, [context.get_constant(nbtypes.int32, 0),
-                                                      context.get_constant(nbtypes.int32, i)]))
-        fnty = llvmir.FunctionType(double, [llvmir.IntType(8).as_pointer()])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
-        return builder.call(fn, [builder.bitcast(buffer, llvmir.IntType(8).as_pointer())])
-
-    return lower
-
-
-def _declare(name: str, nargs: int) -> str:
-    return f"declare i32 @{_quote(name)}(ptr, ptr, {', '.join(['double'] * nargs)})"
-
-
-def _struct(n: int) -> str:
-    return "{ " + ", ".join(["double"] * n) + " }"
-
-
-def _loads(buffer: str, n: int, prefix: str) -> list[str]:
-    """IR loading ``n`` doubles from ``buffer`` into ``%<prefix><i>``."""
-    lines = []
-    for i in range(n):
-        lines.append(f"  %{prefix}{i}.p = getelementptr inbounds double, ptr %{buffer}, i64 {i}")
-        lines.append(f"  %{prefix}{i} = load double, ptr %{prefix}{i}.p, align 8")
-    return lines
-
-
-def _call_numba(callee: str, ret: str, values: list[str]) -> list[str]:
-    """IR calling Numba's ABI function ``@callee`` and loading its result as ``%res`` (status dropped)."""
-    return [
-        f"  %res.p = alloca {ret}, align 8",
-        "  %exc = alloca ptr, align 8",
-        f"  %status = call i32 @{_quote(callee)}(ptr %res.p, ptr %exc, "
-        + ", ".join(f"double %{v}" for v in values) + ")",
-        f"  %res = load {ret}, ptr %res.p, align 8",
-    ]
-
-
-def _entry_adapter(sym: str, n: int) -> str:
-    return "\n".join([
-        f"define linkonce_odr double @{_quote(sym)}(ptr %args) {{",
-        "entry:",
-        *_loads("args", n, "a"),
-        *_call_numba(f"{sym}.primal", "double", [f"a{i}" for i in range(n)]),
-        "  ret double %res",
-        "}",
-    ])
-
-
-def _augmented_adapter(sym: str, n: int) -> str:
-    return "\n".join([
-        f"define linkonce_odr {{ ptr, double }} @{_quote(sym + '.aug')}(ptr %args, ptr %dargs) {{",
-        "entry:",
-        f"  %tape = call ptr @malloc(i64 {8 * n})",
-        *_loads("args", n, "a"),
-        *(line for i in range(n) for line in (
-            f"  %tape{i}.p = getelementptr inbounds double, ptr %tape, i64 {i}",
-            f"  store double %a{i}, ptr %tape{i}.p, align 8")),
-        f"  %value = call double @{_quote(sym)}(ptr %args)",
-        "  %out0 = insertvalue { ptr, double } undef, ptr %tape, 0",
-        "  %out = insertvalue { ptr, double } %out0, double %value, 1",
-        "  ret { ptr, double } %out",
-        "}",
-    ])
-
-
-def _reverse_adapter(sym: str, n: int) -> str:
-    lines = [
-        f"define linkonce_odr void @{_quote(sym + '.rev')}(ptr %args, ptr %dargs, double %dret, ptr %tape) {{",
-        "entry:",
-        "  %constant = icmp eq ptr %args, %dargs",  # Enzyme passes the buffer itself as a constant's shadow
-        "  br i1 %constant, label %done, label %accumulate",
-        "accumulate:",
-        *_loads("tape", n, "a"),
-        *_call_numba(f"{sym}.vjp", _struct(n), [*(f"a{i}" for i in range(n)), "dret"]),
-    ]
-    for i in range(n):
-        lines += [
-            f"  %g{i} = extractvalue {_struct(n)} %res, {i}",
-            f"  %d{i}.p = getelementptr inbounds double, ptr %dargs, i64 {i}",
-            f"  %d{i} = load double, ptr %d{i}.p, align 8",
-            f"  %d{i}.new = fadd double %d{i}, %g{i}",
-            f"  store double %d{i}.new, ptr %d{i}.p, align 8",
-        ]
-    return "\n".join([*lines, "  br label %done", "done:", "  call void @free(ptr %tape)", "  ret void", "}"])
-
-
-def _forward_adapter(sym: str, n: int) -> str:
-    return "\n".join([
-        f"define linkonce_odr {{ double, double }} @{_quote(sym + '.fwd')}(ptr %args, ptr %dargs) {{",
-        "entry:",
-        *_loads("args", n, "a"),
-        *_loads("dargs", n, "t"),
-        *_call_numba(f"{sym}.jvp", _struct(2), [*(f"a{i}" for i in range(n)), *(f"t{i}" for i in range(n))]),
-        f"  ret {_struct(2)} %res",
-        "}",
-    ])
-
-
-def _quote(name: str) -> str:
-    return name if re.fullmatch(r"[-a-zA-Z$._0-9]+", name) else f'"{name}"'
 
 
 @typeof_impl.register(CustomDerivative)

@@ -30,7 +30,7 @@ from corpus.family_elementwise import powers
 from numba import njit
 
 import pyjlad
-from pyjlad.export import _enzyme_ir, _ir_before_codegen
+from pyjlad.export_ir import enzyme_ir, ir_before_codegen
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -306,7 +306,7 @@ def test_callee_compiled_by_the_user_first(caller):
 def _optimized_ir(f: Callable, *args: object) -> str:
     """The IR of ``f``'s compile for ``args`` as LLVM's optimizer left it (before code generation)."""
     captured: list = []
-    with _ir_before_codegen(captured):
+    with ir_before_codegen(captured):
         f(*args)
     return "\n".join(ir for _, ir in captured)
 
@@ -352,7 +352,7 @@ def test_enzyme_copy_has_branches_and_no_vectors():
         return calls_guarded(v) + log_if_positive(v) + np.sum(powers(v * v + 1.0))
 
     caller(x)
-    _, ir = _enzyme_ir(caller, caller.signatures[0])
+    _, ir = enzyme_ir(caller, caller.signatures[0])
     assert "x double>" not in ir
     assert not [line for line in ir.splitlines() if " select " in line and "double" in line]
     assert "@llvm.log.f64" in ir

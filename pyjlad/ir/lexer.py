@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from ..errors import IRError, IRParseError
+from .names import decode_name, symbol_for
 
 __all__ = [
     "Token", "tokenize", "texts_of", "substitute", "OPEN", "CLOSE", "closing", "split_top_level", "words", "decode_name",
@@ -170,32 +171,3 @@ def words(tokens: Sequence[Token]) -> list[str]:
     ``["ptr", "noalias", "align", "8", "%x"]``, ``{ i64, ptr } %s`` gives ``["{ i64, ptr }", "%s"]``."""
     groups = _split(tokens, lambda t: t.kind == "ws")
     return ["".join(t.text for t in group) for group in groups if group]
-
-
-def decode_name(symbol: str) -> str:
-    """The name a ``@``/``%``/``$`` symbol stands for: sigil and quotes removed, ``\\XX`` escapes decoded.
-
-    >>> decode_name('@"a\\\\22b c"')
-    'a"b c'
-    >>> decode_name("@llvm.sin.f64")
-    'llvm.sin.f64'
-    """
-    body = symbol[1:]
-    if not body.startswith('"'):
-        return body
-    raw = body[1:-1]
-    return re.sub(r"\\([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), raw.replace("\\\\", "\\5C"))
-
-
-def symbol_for(name: str, sigil: str = "@") -> str:
-    """The symbol LLVM writes for ``name``: bare if it is a plain identifier, else quoted and escaped.
-
-    >>> symbol_for("f.1")
-    '@f.1'
-    >>> symbol_for("a b")
-    '@"a b"'
-    """
-    if re.fullmatch(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*", name):
-        return sigil + name
-    escaped = "".join(c if c.isprintable() and c not in '"\\' else f"\\{ord(c):02X}" for c in name)
-    return f'{sigil}"{escaped}"'

@@ -1,0 +1,230 @@
+"""The Numba function pyjlad exports, compiled for the call's argument types.
+
+:func:`as_numba_function` finds the Numba object behind what the user passed (a ``@njit``
+dispatcher, a ``@cfunc``, a :class:`~pyjlad.rules.CustomDerivative` or a plain Python function),
+:func:`numba_argtypes` types the call's arguments, :func:`compile_result` compiles the function for
+them, and :func:`serial_dispatcher` replaces a ``parallel=True`` function by a serial copy. Each
+refuses what pyjlad cannot differentiate with an :class:`~pyjlad.errors.UnsupportedFunctionError`
+in the user's terms.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types as pytypes
+from collections.abc import Sequence
+from typing import Any
+
+import numba
+import numpy as np
+from numba import types as nbtypes
+from numba.core import errors as nberrors
+from numba.core.ccallback import CFunc
+from numba.core.dispatcher import Dispatcher
+
+from .errors import UnsupportedFunctionError
+from .memo import cached_for
+
+__all__ = [
+    "as_numba_function", "compile_result", "describe_function", "numba_argtypes", "result_type", "serial_dispatcher",
+]
+
+
+def describe_function(func: Any) -> str:
+    """A short human-readable name for ``func`` for error messages."""
+    inner = getattr(func, "py_func", None) or getattr(func, "_pyfunc", None) or func
+    return getattr(inner, "__qualname__", None) or repr(func)
+
+
+def as_numba_function(func: Any) -> Dispatcher | CFunc:
+    """Return the Numba object to export for ``func``.
+
+    A ``@njit`` dispatcher or ``@cfunc`` is returned as is; a plain Python
+    function is wrapped with ``numba.njit`` once (the result is remembered).
+
+    Raises
+    ------
+    UnsupportedFunctionError
+        If ``func`` is not callable, or is a Numba object-mode/GPU function.
+    """
+    if isinstance(func, CFunc):
+        return func
+    hook = getattr(type(func), "__pyjlad_dispatcher__", None)
+    if hook is not None:  # a pyjlad.custom_derivative: an @njit caller of its symbol
+        return as_numba_function(cached_for(func, ("dispatcher",), lambda: hook(func)))
+    if isinstance(func, Dispatcher):
+        if getattr(func, "_impl_kind", "direct") != "direct" or func.targetoptions.get("forceobj"):
+            raise UnsupportedFunctionError(
+                f"{describe_function(func)} is compiled in object mode; pyjlad differentiates "
+                "nopython-mode code: decorate it with @numba.njit instead"
+            )
+        return func
+    if type(func).__module__.startswith("numba.cuda"):
+        raise UnsupportedFunctionError(
+            f"{describe_function(func)} is a CUDA kernel; pass the @njit (CPU) version of the function"
+        )
+    if inspect.ismethod(func):
+        raise UnsupportedFunctionError(
+            f"cannot differentiate the bound method {describe_function(func)}: Numba compiles functions, "
+            "not methods; write a function that takes the object's arrays and floats as arguments"
+        )
+    if not callable(func) or not hasattr(func, "__code__"):
+        raise UnsupportedFunctionError(
+            f"cannot differentiate {func!r}: pass a Python function, a @numba.njit "
+            "dispatcher or a @numba.cfunc"
+        )
+    return cached_for(func, ("njit",), lambda: numba.njit(func))
+
+
+def numba_argtypes(args: Sequence[Any]) -> tuple[nbtypes.Type, ...]:
+    """Numba types of call arguments, refusing unsupported ones clearly."""
+    out = []
+    for index, value in enumerate(args):
+        _refuse_unsupported_value(index, value)
+        try:
+            ty = numba.typeof(value)
+        except (ValueError, nberrors.NumbaError) as exc:  # NumbaValueError ("Unsupported array dtype") is no ValueError
+            raise UnsupportedFunctionError(
+                f"argument {index} ({type(value).__name__}) has no Numba type; pass floats, "
+                "ints, bools or NumPy arrays of them"
+            ) from exc
+        out.append(ty)
+    return tuple(out)
+
+
+def _refuse_unsupported_value(index: int, value: Any) -> None:
+    """NumPy values Numba cannot take, refused with what to pass instead."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise UnsupportedFunctionError(
+            f"argument {index} is a masked array, which Numba cannot take: pass x.filled(value) "
+            "(or x.data) and, if the function needs it, the mask as a separate bool array"
+        )
+    dtype = getattr(value, "dtype", None)
+    if not isinstance(dtype, np.dtype):
+        return
+    if dtype == np.float16:
+        raise UnsupportedFunctionError(
+            f"argument {index} is float16, which Numba does not support: pass x.astype(np.float32)"
+        )
+    if dtype.kind in "fc" and dtype.itemsize > (8 if dtype.kind == "f" else 16):
+        wanted = "x.astype(np.float64)" if dtype.kind == "f" else "x.real and x.imag as float64 arrays"
+        raise UnsupportedFunctionError(
+            f"argument {index} is {dtype.name} (extended precision), which Numba does not support: pass {wanted}"
+        )
+    if dtype.kind == "O":
+        raise UnsupportedFunctionError(
+            f"argument {index} is an array of Python objects (dtype=object): convert it with "
+            "x.astype(np.float64)"
+        )
+    if not dtype.isnative:
+        raise UnsupportedFunctionError(
+            f"argument {index} has non-native byte order ({dtype.str}): pass "
+            "x.astype(x.dtype.newbyteorder('='))"
+        )
+
+
+def _arity_message(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> str:
+    """Why ``len(argtypes)`` arguments do not fit ``func``, in terms of its Python signature."""
+    name = describe_function(func)
+    signature = inspect.signature(func.py_func)
+    params = signature.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return (f"{name}{signature} takes *args, which pyjlad cannot compile for a fixed argument list: "
+                "name each argument in the def (def f(x, y): ...)")
+    return (f"{name}{signature} takes {len(signature.parameters)} argument(s) but was given {len(argtypes)}: "
+            "pyjlad passes arguments by position and does not fill in defaults, so pass every argument "
+            "(defaults included)")
+
+
+def compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:
+    """Numba's compile result of ``func`` for ``argtypes`` (or the overload it would dispatch them to).
+
+    Raises
+    ------
+    UnsupportedFunctionError
+        If Numba cannot compile it in nopython mode, the argument count does not fit, or its
+        compilation is disabled and no signature fits.
+    """
+    name = describe_function(func)
+    try:
+        func.compile(argtypes)
+    except nberrors.NumbaError as exc:
+        first = str(exc).strip().splitlines()
+        detail = "\n".join(first[:12])
+        raise UnsupportedFunctionError(
+            f"Numba cannot compile {name} for argument types "
+            f"({', '.join(map(str, argtypes))}) in nopython mode. pyjlad differentiates "
+            "nopython-mode Numba code: change the function so that numba.njit compiles it "
+            f"for these arguments.\nNumba said:\n{detail}"
+        ) from None
+    except TypeError as exc:
+        if "Signature mismatch" in str(exc):
+            raise UnsupportedFunctionError(_arity_message(func, argtypes)) from None
+        if "compilation disabled" not in str(exc):
+            raise
+    cres = func.overloads.get(argtypes)
+    if cres is None:
+        # Explicit signatures: find the overload Numba would dispatch to.
+        for sig, candidate in func.overloads.items():
+            if len(sig) == len(argtypes) and all(
+                func.typingctx.can_convert(a, b) is not None for a, b in zip(argtypes, sig)
+            ):
+                cres = candidate
+                break
+    if cres is None:
+        raise UnsupportedFunctionError(
+            f"{name} has no compiled version for argument types ({', '.join(map(str, argtypes))}) "
+            f"and its compilation is disabled; its signatures are {list(func.overloads)}"
+        )
+    if cres.objectmode:
+        raise UnsupportedFunctionError(f"{name} compiled in object mode; use @numba.njit")
+    return cres
+
+
+def result_type(func: Any, argtypes: Sequence[nbtypes.Type]) -> nbtypes.Type:
+    """The Numba result type of ``func`` for ``argtypes`` (compiling it if needed)."""
+    target = as_numba_function(func)
+    if isinstance(target, CFunc):
+        return target._sig.return_type
+    return compile_result(target, tuple(argtypes)).signature.return_type
+
+
+def _uses_parallel(dispatcher: Dispatcher, seen: set[int] | None = None) -> bool:
+    """Whether ``dispatcher`` or an ``@njit`` function it references by global name is ``parallel=True``."""
+    seen = set() if seen is None else seen
+    if id(dispatcher) in seen:
+        return False
+    seen.add(id(dispatcher))
+    if dispatcher.targetoptions.get("parallel"):
+        return True
+    py = dispatcher.py_func
+    return any(
+        isinstance(value, Dispatcher) and _uses_parallel(value, seen)
+        for value in (py.__globals__.get(name) for name in py.__code__.co_names)
+    )
+
+
+def serial_dispatcher(dispatcher: Dispatcher) -> Dispatcher:
+    """The dispatcher itself, or a serial copy if it (or an ``@njit`` function it calls) is ``parallel=True``.
+
+    Numba's parallel loops call its threading runtime through function pointers
+    Enzyme cannot follow; the serial copy (``prange`` runs as ``range``, and
+    parallel callees referenced by global name are replaced by their serial
+    copies) computes the same function, and its derivative runs serially.
+    """
+    if not _uses_parallel(dispatcher):
+        return dispatcher
+
+    def build() -> Dispatcher:
+        py = dispatcher.py_func
+        namespace = dict(py.__globals__)
+        for name in py.__code__.co_names:
+            value = namespace.get(name)
+            if isinstance(value, Dispatcher) and _uses_parallel(value):
+                namespace[name] = serial_dispatcher(value)
+        clone = pytypes.FunctionType(py.__code__, namespace, py.__name__, py.__defaults__, py.__closure__)
+        clone.__qualname__ = py.__qualname__
+        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("parallel", "nopython")}
+        return numba.njit(**options)(clone)
+
+    return cached_for(dispatcher, ("serial",), build)

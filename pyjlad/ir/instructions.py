@@ -1,0 +1,109 @@
+"""Instructions of a function body: :func:`parse_instruction` reads one body line (through the
+lexer, :mod:`pyjlad.ir.lexer`) into an :class:`Instruction`, and :meth:`Instruction.call` reads a call
+site into a :class:`Call`.
+
+Body lines stay text in :class:`~pyjlad.ir.items.Function`; these classes are views of one line, built
+when a pass asks for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .lexer import Token, closing, split_top_level, tokenize, words
+
+__all__ = ["Call", "Instruction", "parse_instruction", "significant"]
+
+
+@dataclass
+class Call:
+    """A call (or invoke) site: the callee symbol and its argument texts.
+
+    Attributes
+    ----------
+    callee : str
+        ``@name`` of a direct call, a ``%value`` of an indirect one.
+    arguments : list of str
+        Each argument as written (``ptr nonnull %x``, ``double 1.0``).
+    """
+
+    callee: str
+    arguments: list[str]
+
+    @property
+    def values(self) -> list[str]:
+        """The last word of each argument: the value passed (``%x``, ``1.0``, ``@g``)."""
+        return [(words(tokenize(a)) or [""])[-1] for a in self.arguments]
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One body line that is an instruction: its result (``%x`` or ``None``), opcode and tokens."""
+
+    text: str
+    result: str | None
+    opcode: str
+    tokens: tuple[Token, ...]
+
+    def operands(self) -> list[str]:
+        """The local values (``%x``) the instruction reads, in order, its result excluded."""
+        found = [t.text for t in self.tokens if t.kind == "local"]
+        if self.result is not None and found and found[0] == self.result:
+            found = found[1:]
+        return found
+
+    def phi_incoming(self) -> list[tuple[str, str]]:
+        """``(value, block)`` pairs of a ``phi`` (``[ %a, %bb ]``); ``[]`` for other opcodes."""
+        if self.opcode != "phi":
+            return []
+        pairs, index, tokens = [], 0, self.tokens
+        while index < len(tokens):
+            if tokens[index].text == "[":
+                end = closing(tokens, index)
+                parts = ["".join(t.text for t in part).strip() for part in split_top_level(tokens[index + 1:end])]
+                if len(parts) == 2:
+                    pairs.append((parts[0], parts[1]))
+                index = end
+            index += 1
+        return pairs
+
+    def call(self) -> Call | None:
+        """The call site, for a ``call``/``invoke``/``callbr``; ``None`` for other opcodes."""
+        if self.opcode not in ("call", "invoke", "callbr"):
+            return None
+        depth = 0
+        tokens = self.tokens
+        for index, token in enumerate(tokens):
+            if token.kind == "punct" and token.text in "([{<":
+                depth += 1
+            elif token.kind == "punct" and token.text in ")]}>":
+                depth -= 1
+            elif (depth == 0 and token.kind in ("global", "local") and token.text != self.result
+                  and index + 1 < len(tokens) and tokens[index + 1].text == "("):
+                end = closing(tokens, index + 1)
+                inner = tokens[index + 2:end]
+                args = ["".join(t.text for t in part).strip() for part in split_top_level(inner)]
+                return Call(token.text, [a for a in args if a])
+        return None
+
+
+def significant(tokens: list[Token]) -> list[Token]:
+    """``tokens`` without whitespace and comments."""
+    return [t for t in tokens if t.kind not in ("ws", "comment")]
+
+
+def parse_instruction(line: str) -> Instruction | None:
+    """The instruction on body line ``line``; ``None`` for a label, blank or comment line."""
+    tokens = tokenize(line)
+    kept = significant(tokens)
+    if not kept or (len(kept) >= 2 and kept[1].text == ":" and kept[0].kind in ("word", "string")):
+        return None
+    result = None
+    rest = kept
+    if len(rest) >= 2 and rest[0].kind == "local" and rest[1].text == "=":
+        result, rest = rest[0].text, rest[2:]
+    opcode_index = 0
+    while opcode_index < len(rest) - 1 and rest[opcode_index].text in ("tail", "musttail", "notail"):
+        opcode_index += 1
+    opcode = rest[opcode_index].text if rest else ""
+    return Instruction(line, result, opcode, tuple(tokens))
