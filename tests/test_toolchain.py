@@ -62,3 +62,14 @@ def test_segfault_inside_enzyme_is_an_exception() -> None:
     with pytest.raises(EnzymeError, match="crashed with signal 11"):
         locate().run(SEGFAULT_IR, "enzyme", what="a module that crashes opt")
     locate().self_test()  # still fine afterwards
+
+
+_TWO_MODULES = ["define double @g(double %x) {\n  ret double %x\n}\n",
+                "declare double @g(double)\ndefine double @f(double %x) {\n  %y = call double @g(double %x)\n  ret double %y\n}\n"]
+
+
+def test_link_returns_bitcode_unless_text_is_asked_for() -> None:
+    toolchain = locate()
+    assert toolchain.link(_TWO_MODULES).startswith(b"BC\xc0\xde")     # LLVM's bitcode magic
+    text = toolchain.link(_TWO_MODULES, text=True).decode()
+    assert "define double @g(double %x)" in text and "define double @f(double %x)" in text

@@ -185,7 +185,8 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     texts = [prepare_special(m) for m in (module_text, *linked_modules(exported))]
     if dominance:
         texts = [dominance_ordered(t) for t in texts]
-    return toolchain.link(texts, what=exported.name) if len(texts) > 1 else texts[0]
+    # IR text, like the single module of the other branch (and its dump)
+    return toolchain.link(texts, what=exported.name, text=True) if len(texts) > 1 else texts[0]
 
 
 def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:

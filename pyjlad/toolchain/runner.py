@@ -66,9 +66,9 @@ class Toolchain:
         linker = self.opt.with_name(self.opt.name.replace("opt", "llvm-link"))
         with tempfile.TemporaryDirectory(prefix="pyjlad-link-") as tmp:
             paths = []
-            for k, text in enumerate(modules):
+            for k, module in enumerate(modules):
                 path = Path(tmp) / f"m{k}.ll"
-                path.write_text(text)
+                path.write_text(module)
                 paths.append(str(path))
             proc = subprocess.run([str(linker), *paths, *(["-S"] if text else []), "-o", "-"],
                                   capture_output=True, timeout=config.opt_timeout_s())
