@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import config
 from ..abi import ArrayArg, FunctionABI
+from ..activity import Activity, as_activities
 from ..errors import ArgumentError, EngineUnavailableError, UnsupportedFunctionError
 from ..export import ExportedFunction, export, numba_argtypes
 from ..ir.pipeline import Pass, Pipeline
@@ -422,23 +423,23 @@ def julia_module_text(exported: Any) -> str:
     return text
 
 
-def zero_shadow_constants(abi: FunctionABI, activities: tuple[str, ...], args: tuple[Any, ...],
-                          shadows: tuple[Any, ...]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def zero_shadow_constants(abi: FunctionABI, activities: tuple[Activity | str, ...], args: tuple[Any, ...],
+                          shadows: tuple[Any, ...]) -> tuple[tuple[Activity, ...], tuple[Any, ...]]:
     """Activities and shadows with every constant ``aliased`` array made ``Duplicated`` with a zero shadow.
 
     Enzyme.jl, like Enzyme, would shadow such an array with itself (see
     :mod:`pyjlad.aliasing`); the embedded engine's driver does the same in LLVM.
     """
     remaining = iter(shadows)
-    new_activities: list[str] = []
+    new_activities: list[Activity] = []
     new_shadows: list[Any] = []
-    for index, (act, arg) in enumerate(zip(activities, abi.args)):
-        if act == "const" and isinstance(arg, ArrayArg) and arg.aliased:
-            new_activities.append("dup")
+    for index, (act, arg) in enumerate(zip(as_activities(activities), abi.args)):
+        if act is Activity.CONST and isinstance(arg, ArrayArg) and arg.aliased:
+            new_activities.append(Activity.DUP)
             new_shadows.append(shadow_like(args[index]))
             continue
         new_activities.append(act)
-        if act in ("dup", "dupnoneed"):
+        if act.shadowed:
             new_shadows.append(next(remaining))
     return tuple(new_activities), tuple(new_shadows)
 
@@ -455,7 +456,7 @@ class JuliaCompiled:
         self.func = func
         self.sweep = sweep
 
-    def _loaded(self, args: tuple[Any, ...]) -> tuple[Any, tuple[str, ...], ExportedFunction]:
+    def _loaded(self, args: tuple[Any, ...]) -> tuple[Any, tuple[Activity, ...], ExportedFunction]:
         exported = export(self.func, numba_argtypes(args))
         activities = resolve_activities(exported, self.sweep)
         jl = _pyjlad_julia()
@@ -475,11 +476,13 @@ class JuliaCompiled:
         activities, shadows = zero_shadow_constants(exported.abi, activities, args, shadows)
         twins, write_backs = self._twins(args, activities, shadows)
         with _lock:
-            # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects).
+            # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects);
+            # activities cross as their plain string values, which PyJlad.jl's `sweep` compares.
             jargs = tuple(_to_julia(jl, a) for a in args)
             jshadows = tuple(_to_julia(jl, s) for s in twins)
+            jactivities = tuple(a.value for a in activities)
             try:
-                value, dret, adjoints = jl.sweep(function, self.sweep.mode, tuple(activities), jargs, jshadows,
+                value, dret, adjoints = jl.sweep(function, self.sweep.mode, jactivities, jargs, jshadows,
                                                  float(seed))
             except Exception:  # noqa: BLE001 - a Julia error: let the function's own exception surface
                 reraise_from_function(self.func, args)
@@ -489,9 +492,9 @@ class JuliaCompiled:
         return float(value), float(dret), tuple(float(a) for a in adjoints)
 
     @staticmethod
-    def _twins(args: tuple[Any, ...], activities: tuple[str, ...], shadows: tuple[Any, ...]):
+    def _twins(args: tuple[Any, ...], activities: tuple[Activity, ...], shadows: tuple[Any, ...]):
         """Each shadow laid out like its primal (see :func:`shadow_twin`), and the copies back."""
-        primals = [a for a, act in zip(args, activities) if act in ("dup", "dupnoneed")]
+        primals = [a for a, act in zip(args, activities) if act.shadowed]
         twins, write_backs = [], []
         for primal, shadow in zip(primals, shadows):
             if isinstance(primal, np.ndarray):
