@@ -13,7 +13,8 @@ Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
 :mod:`pyjlad.transforms` (the public API).
 """
 
-from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse, autodiff
+from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse
+from .annotated import autodiff
 from .errors import (
     ArgumentError,
     ArgumentTypeError,

@@ -1,8 +1,9 @@
-"""Enzyme's own vocabulary: modes, activity annotations and ``autodiff``.
+"""Enzyme's vocabulary: modes, activity annotations and the one :class:`Activity` enum.
 
-For users who think in Enzyme's terms, ``pyjlad.autodiff`` mirrors Enzyme.jl's
-``autodiff``. Each argument is wrapped in an annotation that maps one-to-one
-onto Enzyme's activity markers:
+The bottom of pyjlad's dependency graph (as EnzymeCore sits below Enzyme): it imports nothing of
+pyjlad but :mod:`pyjlad.errors`. :func:`pyjlad.autodiff` (in :mod:`pyjlad.annotated`) mirrors
+Enzyme.jl's ``autodiff``; each argument is wrapped in an annotation that maps one-to-one onto
+Enzyme's activity markers:
 
 =========================  ===================  ==============================================
 pyjlad                     Enzyme (LLVM)        meaning
@@ -21,21 +22,25 @@ pyjlad                     Enzyme (LLVM)        meaning
 The result of ``f`` is differentiated when it is a float (reverse mode seeds it
 with 1; forward mode returns its tangent); a function returning nothing is
 seeded, and reports tangents, through its ``Duplicated`` arguments.
+
+The transforms (``gradient``, ``vjp``, ...) ask for activities without knowing the argument
+types: :attr:`Activity.DIFF` ("differentiate this argument") becomes ``ACTIVE`` or ``DUP`` once
+the engine sees whether the argument is a scalar or an array (:meth:`Activity.concrete_for`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-import numpy as np
+from .errors import ArgumentError
 
-from .engines.base import Sweep, overlaps_itself, shadow_like
-from .errors import ArgumentError, ArgumentTypeError
-from .export import numba_argtypes, result_type
-from .products import compiled_sweep
+__all__ = ["Activity", "as_activities", "Reverse", "Forward", "Const", "Active", "Duplicated",
+           "DuplicatedNoNeed", "Mode", "MODES"]
 
-__all__ = ["Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed", "autodiff", "Mode"]
+#: The sweep directions, by name (``Sweep.mode``).
+MODES = ("reverse", "forward")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,108 @@ class Mode:
 Reverse = Mode("reverse")
 #: Forward mode (``__enzyme_fwddiff``).
 Forward = Mode("forward")
+
+
+class Activity(StrEnum):
+    """One argument's activity: what a sweep does with it.
+
+    A ``str`` enum: each member equals (and hashes as) its value, so ``Activity.DUP == "dup"``,
+    and ``str(Activity.DUP)`` is ``"dup"``. ``Activity("dup")`` looks a member up by value; an
+    unknown value is a :class:`~pyjlad.errors.ArgumentError`.
+
+    Requested (resolved per argument type by :meth:`concrete_for`):
+
+    - ``DIFF``: differentiate (an adjoint for a float scalar in reverse mode, a shadow otherwise);
+    - ``DIFF_NONEED``: as ``DIFF``, the primal not needed.
+
+    Concrete (Enzyme's own, :attr:`marker` names the marker global):
+
+    - ``CONST`` (``enzyme_const``), ``ACTIVE`` (``enzyme_out``), ``DUP`` (``enzyme_dup``),
+      ``DUPNONEED`` (``enzyme_dupnoneed``).
+
+    Examples
+    --------
+    >>> Activity("dup") is Activity.DUP, Activity.DUP == "dup", Activity.ACTIVE.marker
+    (True, True, 'enzyme_out')
+    >>> Activity.DIFF.concrete_for(False, "reverse"), Activity.DIFF.concrete_for(True, "reverse")
+    (<Activity.ACTIVE: 'active'>, <Activity.DUP: 'dup'>)
+    >>> Activity("out")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pyjlad.errors.ArgumentError: unknown activity 'out'; one of const, diff, ..., dupnoneed
+    """
+
+    CONST = "const"
+    DIFF = "diff"
+    DIFF_NONEED = "diff_noneed"
+    ACTIVE = "active"
+    DUP = "dup"
+    DUPNONEED = "dupnoneed"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Activity:
+        raise ArgumentError(f"unknown activity {value!r}; one of {', '.join(member.value for member in cls)}")
+
+    @property
+    def concrete(self) -> bool:
+        """Whether this is one of Enzyme's own activities (not ``DIFF``/``DIFF_NONEED``)."""
+        return self not in (Activity.DIFF, Activity.DIFF_NONEED)
+
+    @property
+    def shadowed(self) -> bool:
+        """Whether the argument comes with a shadow (``DUP``, ``DUPNONEED``)."""
+        return self in (Activity.DUP, Activity.DUPNONEED)
+
+    @property
+    def marker(self) -> str:
+        """The name of Enzyme's marker global for this (concrete) activity, e.g. ``enzyme_dup``."""
+        if not self.concrete:
+            raise ArgumentError(f"activity {self.value!r} has no Enzyme marker: resolve it first (concrete_for)")
+        return "enzyme_out" if self is Activity.ACTIVE else f"enzyme_{self.value}"
+
+    def concrete_for(self, is_array: bool, mode: str) -> Activity:
+        """The concrete activity of this requested one for an array or float scalar argument in ``mode``."""
+        if self.concrete:
+            return self
+        if not is_array and mode == "reverse":
+            return Activity.ACTIVE
+        return Activity.DUP if self is Activity.DIFF else Activity.DUPNONEED
+
+    @classmethod
+    def of(cls, annotation: Any) -> Activity:
+        """The activity of an :func:`~pyjlad.autodiff` argument: its annotation's, ``CONST`` if bare.
+
+        Examples
+        --------
+        >>> Activity.of(Active(1.0)), Activity.of(DuplicatedNoNeed(1.0, 0.0)), Activity.of(2)
+        (<Activity.ACTIVE: 'active'>, <Activity.DUPNONEED: 'dupnoneed'>, <Activity.CONST: 'const'>)
+        """
+        if isinstance(annotation, Active):
+            return cls.ACTIVE
+        if isinstance(annotation, DuplicatedNoNeed):
+            return cls.DUPNONEED
+        if isinstance(annotation, Duplicated):
+            return cls.DUP
+        return cls.CONST
+
+
+_BY_VALUE: dict[str, Activity] = {member.value: member for member in Activity}
+
+
+def as_activities(values: Any) -> tuple[Activity, ...]:
+    """``values`` (activities or their string values) as a tuple of :class:`Activity`.
+
+    Examples
+    --------
+    >>> as_activities(("dup", Activity.CONST))
+    (<Activity.DUP: 'dup'>, <Activity.CONST: 'const'>)
+    """
+    try:
+        # A dict lookup, not Activity(value) (~1 us each, on every jvp/vjp call); members are
+        # equal to and hash as their values, so they find themselves.
+        return tuple(_BY_VALUE[value] for value in values)
+    except (KeyError, TypeError):
+        return tuple(map(Activity, values))  # the unknown value's ArgumentError
 
 
 @dataclass(frozen=True)
@@ -83,102 +190,3 @@ class Duplicated:
 @dataclass(frozen=True)
 class DuplicatedNoNeed(Duplicated):
     """As :class:`Duplicated`, telling Enzyme the primal output is not needed (``enzyme_dupnoneed``)."""
-
-
-def autodiff(mode: Mode | str, f: Any, *args: Any, engine: str | None = None) -> tuple[Any, Any]:
-    """Differentiate ``f`` once, with Enzyme's activities.
-
-    Parameters
-    ----------
-    mode : Mode or str
-        :data:`Reverse` / ``"reverse"`` or :data:`Forward` / ``"forward"``.
-    f : callable
-        A ``@numba.njit`` function, ``@numba.cfunc`` or plain Python function
-        returning a float or nothing.
-    *args
-        Arguments, each bare (constant) or wrapped in :class:`Const`,
-        :class:`Active`, :class:`Duplicated` or :class:`DuplicatedNoNeed`.
-
-    Returns
-    -------
-    Reverse: ``(derivatives, value)``
-        One entry per argument: the adjoint (a float) for :class:`Active`
-        arguments, ``None`` for the others (whose shadows were updated in
-        place); and ``f``'s result (``None`` if it returns nothing).
-    Forward: ``(tangent, value)``
-        The tangent of ``f``'s float result (``None`` if it returns nothing;
-        tangents of written arrays are in their shadows) and ``f``'s result.
-
-    Examples
-    --------
-    >>> import numpy as np, pyjlad
-    >>> from pyjlad import Active, Duplicated, Reverse, Forward
-    >>> x, dx = np.array([1.0, 2.0]), np.zeros(2)
-    >>> pyjlad.autodiff(Reverse, lambda x, c: c * np.sum(x * x), Duplicated(x, dx), Active(3.0))
-    ((None, 5.0), 15.0)
-    >>> dx.tolist()
-    [6.0, 12.0]
-    >>> pyjlad.autodiff(Forward, lambda a: a ** 3, Duplicated(2.0, 1.0))
-    (12.0, 8.0)
-    """
-    name = mode.name if isinstance(mode, Mode) else str(mode)
-    if name not in ("reverse", "forward"):
-        raise ArgumentError(f"mode must be pyjlad.Reverse or pyjlad.Forward, got {mode!r}")
-    primals, activities, shadows, write_back = [], [], [], []
-    for index, arg in enumerate(args):
-        if isinstance(arg, Active):
-            if not isinstance(arg.val, (float, np.floating)):
-                raise ArgumentTypeError(
-                    f"argument {index}: Active wraps a float scalar; use Duplicated(x, dx) for arrays"
-                )
-            activities.append("active")
-            primals.append(arg.val)
-        elif isinstance(arg, Duplicated):
-            activities.append("dupnoneed" if isinstance(arg, DuplicatedNoNeed) else "dup")
-            primals.append(arg.val)
-            shadows.append(_shadow_for(index, arg, write_back))
-        else:
-            activities.append("const")
-            primals.append(arg.val if isinstance(arg, Const) else arg)
-    primals_t = tuple(primals)
-    returns_none = result_type(f, numba_argtypes(primals_t)).__class__.__name__ == "NoneType"
-    compiled = compiled_sweep(f, Sweep("ad", name, tuple(activities)), engine)
-    value, tangent, adjoints = compiled(primals_t, tuple(shadows), 1.0)
-    for target, shadow in write_back:
-        target[...] = shadow
-    result = None if returns_none else float(value)
-    if name == "forward":
-        return (None if returns_none else float(tangent)), result
-    adjoint_iter = iter(adjoints)
-    derivs = tuple(float(next(adjoint_iter)) if a == "active" else None for a in activities)
-    return derivs, result
-
-
-def _shadow_for(index: int, arg: Duplicated, write_back: list) -> Any:
-    x, dx = arg.val, arg.dval
-    if not isinstance(x, np.ndarray):
-        if np.ndim(dx) != 0:
-            raise ArgumentError(f"argument {index}: the tangent of a scalar must be a scalar")
-        return float(dx)
-    if not isinstance(dx, np.ndarray) or dx.shape != x.shape or dx.dtype != x.dtype:
-        raise ArgumentError(
-            f"argument {index}: the shadow must be an ndarray of shape {x.shape} and dtype {x.dtype}, "
-            f"like the argument; got {type(dx).__name__}"
-            f"{f' of shape {dx.shape} and dtype {dx.dtype}' if isinstance(dx, np.ndarray) else ''}"
-        )
-    if overlaps_itself(x):
-        raise ArgumentError(
-            f"argument {index}: elements of the array share memory (zero strides, as from np.broadcast_to); "
-            "Enzyme would add all their derivatives into one shadow element: pass np.ascontiguousarray(x)"
-        )
-    if np.shares_memory(x, dx):
-        raise ArgumentError(
-            f"argument {index}: the shadow shares memory with the argument itself; Enzyme writes "
-            "derivatives into the shadow, which would overwrite the argument: pass a separate array "
-            "(e.g. Duplicated(x, np.zeros_like(x)))"
-        )
-    if dx.strides == x.strides and dx.flags.writeable:
-        return dx
-    shadow, _ = shadow_like(x, dx)
-    write_back.append((dx, shadow))
-    return shadow

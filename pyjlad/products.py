@@ -2,7 +2,8 @@
 
 Modelled on JAX's transforms, for Numba functions whose result is a float, a
 float array, a tuple of those, or nothing (a function that writes its result
-into an array argument).
+into an array argument). Their arguments are checked and laid out for a sweep in
+:mod:`pyjlad.product_args`.
 """
 
 from __future__ import annotations
@@ -11,116 +12,29 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numba import types as nbtypes
 
-from .abi import ArrayArg
-from .engines import default_engine_name, get_engine
-from .engines.base import Sweep, compact_overlapping, shadow_like
+from .activity import Activity
+from .engines import compiled_sweep
 from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
-from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
-from .memo import cached_for
+from .export import as_numba_function, describe_function
 from .outputs import output_layout, output_wrapper
+from .product_args import (
+    as_result,
+    as_tuple,
+    check_real,
+    check_tangent,
+    copy_arrays,
+    differentiable,
+    is_float_array,
+    passed_arrays,
+    result_kind,
+    shadow_of,
+    unit_vector,
+    written_output,
+)
+from .sweep import Sweep, compact_overlapping, shadow_like
 
 __all__ = ["jvp", "vjp", "jacobian", "hessian", "hvp"]
-
-
-def compiled_sweep(f: Any, sweep: Sweep, engine: str | None) -> Any:
-    """The engine's compiled sweep of ``f`` (cached per function)."""
-    name = engine or default_engine_name()
-    return cached_for(f, ("sweep", sweep, name), lambda: get_engine(name).compile(f, sweep))
-
-
-def _is_float_array(x: Any) -> bool:
-    return isinstance(x, np.ndarray) and x.dtype in (np.float64, np.float32)
-
-
-def _is_float_scalar(x: Any) -> bool:
-    return isinstance(x, (float, np.floating)) and not isinstance(x, bool)
-
-
-def _differentiable(x: Any) -> bool:
-    return _is_float_array(x) or _is_float_scalar(x)
-
-
-def _result_kind(f: Any, primals: tuple[Any, ...]) -> str:
-    restype = result_type(f, numba_argtypes(primals))
-    if isinstance(restype, nbtypes.Float):
-        return "scalar"
-    if isinstance(restype, nbtypes.NoneType):
-        return "none"
-    return "other"
-
-
-def _as_tuple(values: Any, what: str, transform: str) -> tuple[Any, ...]:
-    """``primals``/``tangents`` as a tuple; a bare array or float is a mistake JAX users make too."""
-    if isinstance(values, (tuple, list)):
-        return tuple(values)
-    raise ArgumentTypeError(
-        f"{transform}: {what} must be a tuple with one entry per argument of f, e.g. (x,) for a function "
-        f"of one argument; got {type(values).__name__}"
-    )
-
-
-def _check_real(value: Any, what: str) -> None:
-    if np.iscomplexobj(value):
-        raise ArgumentTypeError(
-            f"the {what} is complex, but pyjlad differentiates real functions (its imaginary part "
-            "would be dropped): pass real and imaginary parts as separate real arrays"
-        )
-
-
-def _check_tangent(index: int, x: Any, t: Any, what: str) -> None:
-    _check_real(t, f"{what} of argument {index}")
-    if not _differentiable(x):
-        advice = (f"pass None as its {what}" if what != "vector v" else
-                  "a Hessian is taken with respect to a float or float array argument (pass 2.0, not 2)")
-        raise ArgumentTypeError(
-            f"argument {index} is {type(x).__name__}"
-            f"{' of ' + str(x.dtype) if isinstance(x, np.ndarray) else ''}, which has no derivative: {advice}"
-        )
-    if np.shape(t) != np.shape(x):
-        raise ArgumentError(
-            f"the {what} of argument {index} has shape {np.shape(t)}; the argument has shape {np.shape(x)}"
-        )
-
-
-def _shadow(x: Any, fill: Any = None) -> tuple[Any, bool]:
-    if isinstance(x, np.ndarray):
-        return shadow_like(x, fill)
-    return (0.0 if fill is None else float(fill)), False
-
-
-def _written_output(f: Any, primals: tuple[Any, ...]) -> int:
-    abi = export(f, numba_argtypes(primals)).abi
-    for index, arg in enumerate(abi.args):
-        if isinstance(arg, ArrayArg) and arg.writes and arg.differentiable:
-            return index
-    raise UnsupportedFunctionError(
-        f"{describe_function(f)} returns nothing and writes no float array argument: "
-        "there is no output to differentiate"
-    )
-
-
-def _copy_arrays(primals: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(np.array(x, copy=True, order="K") if isinstance(x, np.ndarray) else x for x in primals)
-
-
-def _passed_arrays(primals: tuple[Any, ...], kind: str) -> tuple[Any, ...]:
-    """The arguments the sweep is given: for array and tuple results (``f`` already ran once to
-    learn the output's shapes) private copies, so the caller's arrays are mutated at most once;
-    arrays whose elements share memory (``np.broadcast_to``) compacted (see
-    :func:`~pyjlad.engines.base.compact_overlapping`).
-
-    Shadows must be made from these, not from the caller's arrays: Enzyme addresses a
-    shadow with the strides of the array it is paired with, and a copy is compact.
-    """
-    if kind not in ("scalar", "none"):
-        return _copy_arrays(primals)
-    return compact_overlapping(primals, [i for i, x in enumerate(primals) if _is_float_array(x)])
-
-
-def _as_result(shadow: Any, is_view: bool) -> Any:
-    return np.array(shadow) if is_view else shadow
 
 
 def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str | None = None) -> tuple[Any, Any]:
@@ -151,36 +65,37 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     >>> tangent.tolist()
     [2.0, 4.0]
     """
-    primals, tangents = _as_tuple(primals, "primals", "jvp"), _as_tuple(tangents, "tangents", "jvp")
+    primals, tangents = as_tuple(primals, "primals", "jvp"), as_tuple(tangents, "tangents", "jvp")
     if len(tangents) != len(primals):
         raise ArgumentError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
     for index, (x, t) in enumerate(zip(primals, tangents)):
         if t is not None:
-            _check_tangent(index, x, t, "tangent")
-    kind = _result_kind(f, primals)
-    written = _written_output(f, primals) if kind == "none" else None
-    passed = _passed_arrays(primals, kind)
+            check_tangent(index, x, t, "tangent")
+    kind = result_kind(f, primals)
+    written = written_output(f, primals) if kind == "none" else None
+    passed = passed_arrays(primals, kind)
     arg_acts, arg_shadows, views = [], [], {}
     for index, (x, t) in enumerate(zip(passed, tangents)):
         if t is not None or index == written:
-            shadow, views[index] = _shadow(x, t)
-            arg_acts.append("dup")
+            shadow, views[index] = shadow_of(x, t)
+            arg_acts.append(Activity.DUP)
             arg_shadows.append(shadow)
         else:
-            arg_acts.append("const")
+            arg_acts.append(Activity.CONST)
     if kind in ("scalar", "none"):
         compiled = compiled_sweep(f, Sweep("ad", "forward", tuple(arg_acts)), engine)
         value, tangent, _ = compiled(passed, tuple(arg_shadows), 0.0)
         if kind == "scalar":
             return float(value), float(tangent)
-        position = [i for i, a in enumerate(arg_acts) if a == "dup"].index(written)
-        return None, _as_result(arg_shadows[position], views[written])
+        position = [i for i, a in enumerate(arg_acts) if a is Activity.DUP].index(written)
+        return None, as_result(arg_shadows[position], views[written])
     value = as_numba_function(f)(*primals)
     layout = output_layout(value, describe_function(f))
     buffers = [np.empty(shape, dtype) for _, shape, dtype in layout.buffers]
     out_shadows = [np.zeros_like(b) for b in buffers]
     wrapper = output_wrapper(f, len(primals), layout)
-    compiled = compiled_sweep(wrapper, Sweep("ad", "forward", ("dup",) * len(buffers) + tuple(arg_acts)), engine)
+    sweep = Sweep("ad", "forward", (Activity.DUP,) * len(buffers) + tuple(arg_acts))
+    compiled = compiled_sweep(wrapper, sweep, engine)
     compiled((*buffers, *passed), (*out_shadows, *arg_shadows), 0.0)
     return value, layout.unpack(out_shadows)
 
@@ -212,18 +127,18 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     >>> ct.tolist()
     [2.0, 40.0]
     """
-    primals = _as_tuple(primals, "primals", "vjp")
+    primals = as_tuple(primals, "primals", "vjp")
     for part in cotangent if isinstance(cotangent, tuple) else (cotangent,):
-        _check_real(part, "cotangent")
-    kind = _result_kind(f, primals)
-    written = _written_output(f, primals) if kind == "none" else None
-    passed = _passed_arrays(primals, kind)
+        check_real(part, "cotangent")
+    kind = result_kind(f, primals)
+    written = written_output(f, primals) if kind == "none" else None
+    passed = passed_arrays(primals, kind)
     arg_acts, arg_shadows, views = [], [], {}
     for index, x in enumerate(passed):
-        if not _differentiable(x):
-            arg_acts.append("const")
+        if not differentiable(x):
+            arg_acts.append(Activity.CONST)
             continue
-        arg_acts.append("diff")
+        arg_acts.append(Activity.DIFF)
         if isinstance(x, np.ndarray):
             fill = None
             if index == written:
@@ -249,7 +164,8 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     seeds = layout.seeds(cotangent, describe_function(f))
     buffers = [np.empty(shape, dtype) for _, shape, dtype in layout.buffers]
     wrapper = output_wrapper(f, len(primals), layout)
-    compiled = compiled_sweep(wrapper, Sweep("ad", "reverse", ("dup",) * len(buffers) + tuple(arg_acts)), engine)
+    sweep = Sweep("ad", "reverse", (Activity.DUP,) * len(buffers) + tuple(arg_acts))
+    compiled = compiled_sweep(wrapper, sweep, engine)
     _, _, adjoints = compiled((*buffers, *passed), (*seeds, *arg_shadows), 0.0)
     return value, _collect(primals, arg_acts, arg_shadows, views, adjoints)
 
@@ -259,23 +175,23 @@ def _collect(primals, arg_acts, arg_shadows, views, adjoints) -> tuple[Any, ...]
     scalars = iter(adjoints)
     out: list[Any] = []
     for index, (x, act) in enumerate(zip(primals, arg_acts)):
-        if act == "const":
+        if act is Activity.CONST:
             out.append(None)
         elif isinstance(x, np.ndarray):
-            out.append(_as_result(next(shadows), views[index]))
+            out.append(as_result(next(shadows), views[index]))
         else:
             out.append(float(next(scalars)))
     return tuple(out)
 
 
 def _output_shape(f: Any, primals: tuple[Any, ...]) -> tuple[tuple[int, ...], Any]:
-    kind = _result_kind(f, primals)
+    kind = result_kind(f, primals)
     if kind == "scalar":
         return (), np.float64
     if kind == "none":
-        x = primals[_written_output(f, primals)]
+        x = primals[written_output(f, primals)]
         return x.shape, x.dtype
-    value = as_numba_function(f)(*_copy_arrays(primals))
+    value = as_numba_function(f)(*copy_arrays(primals))
     if isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32):
         return value.shape, value.dtype
     raise UnsupportedFunctionError(
@@ -318,33 +234,27 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     for index in indices:
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(args):
             raise ArgumentTypeError(f"wrt must name arguments 0..{len(args) - 1}, got {wrt!r}")
-        if not _differentiable(args[index]):
+        if not differentiable(args[index]):
             raise ArgumentTypeError(f"argument {index} is not a float or float array: it has no derivative")
     out_shape, out_dtype = _output_shape(f, args)
     results = []
     for index in indices:
         x = args[index]
-        in_shape = np.shape(x)
-        jac = np.zeros(out_shape + in_shape, dtype=np.result_type(out_dtype, np.asarray(x).dtype))
+        in_shape, x_dtype = np.shape(x), np.asarray(x).dtype
+        jac = np.zeros(out_shape + in_shape, dtype=np.result_type(out_dtype, x_dtype))
         if mode == "reverse":
             for out_idx in np.ndindex(out_shape):
-                seed = 1.0 if out_shape == () else _unit(out_shape, out_idx, out_dtype)
-                _, cots = vjp(f, _copy_arrays(args), seed, engine=engine)
+                seed = 1.0 if out_shape == () else unit_vector(out_shape, out_idx, out_dtype)
+                _, cots = vjp(f, copy_arrays(args), seed, engine=engine)
                 jac[out_idx] = cots[index]
         else:
             for in_idx in np.ndindex(in_shape):
                 tangents = [None] * len(args)
-                tangents[index] = 1.0 if in_shape == () else _unit(in_shape, in_idx, np.asarray(x).dtype)
-                _, tangent = jvp(f, _copy_arrays(args), tuple(tangents), engine=engine)
+                tangents[index] = 1.0 if in_shape == () else unit_vector(in_shape, in_idx, x_dtype)
+                _, tangent = jvp(f, copy_arrays(args), tuple(tangents), engine=engine)
                 jac[(Ellipsis, *in_idx)] = tangent
         results.append(jac)
     return results[0] if single else tuple(results)
-
-
-def _unit(shape: tuple[int, ...], index: tuple[int, ...], dtype: Any) -> np.ndarray:
-    e = np.zeros(shape, dtype=dtype)
-    e[index] = 1.0
-    return e
 
 
 def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | None = None) -> Any:
@@ -376,19 +286,19 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     >>> pyjlad.hvp(lambda x: np.sum(x ** 3), (np.array([1.0, 2.0]),), np.array([1.0, 1.0])).tolist()
     [6.0, 12.0]
     """
-    primals = _as_tuple(primals, "primals", "hvp")
+    primals = as_tuple(primals, "primals", "hvp")
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(primals):
         raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
-    primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if _is_float_array(p)])
+    primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if is_float_array(p)])
     x = primals[wrt]
-    _check_tangent(wrt, x, v, "vector v")
+    check_tangent(wrt, x, v, "vector v")
     compiled = compiled_sweep(f, Sweep("hvp", "reverse", (), wrt), engine)
     if isinstance(x, np.ndarray):
         tangent, _ = shadow_like(x, np.asarray(v))
         gradient, _ = shadow_like(x)
         result, is_view = shadow_like(x)
         compiled(primals, (tangent, gradient, result), 0.0)
-        return _as_result(result, is_view)
+        return as_result(result, is_view)
     dtype = np.float32 if isinstance(x, np.float32) else np.float64
     result = np.zeros(1, dtype)
     compiled(primals, (float(v), np.zeros(1, dtype), result), 0.0)
@@ -418,5 +328,5 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None) -> Any:
         return hvp(f, args, 1.0, wrt, engine=engine)
     hess = np.zeros(x.shape + x.shape, dtype=x.dtype)
     for idx in np.ndindex(x.shape):
-        hess[(Ellipsis, *idx)] = hvp(f, args, _unit(x.shape, idx, x.dtype), wrt, engine=engine)
+        hess[(Ellipsis, *idx)] = hvp(f, args, unit_vector(x.shape, idx, x.dtype), wrt, engine=engine)
     return hess

@@ -105,3 +105,35 @@ def test_activity_errors() -> None:
         pyjlad.autodiff(Reverse, weighted, x, w, c, Active(6))
     with pytest.raises(TypeError, match="integers and bools have no derivative"):
         pyjlad.autodiff(Forward, weighted, x, w, c, Duplicated(6, 1))
+
+
+def test_one_activity_enum_for_sweeps_and_drivers() -> None:
+    # Sweep keeps Activity members whether given members or their string values: the two spellings are
+    # one memo key, and an unknown value is refused where the sweep is described.
+    from pyjlad.activity import Activity
+    from pyjlad.engines.driver import ad_driver
+    from pyjlad.errors import ArgumentError
+    from pyjlad.export import export, numba_argtypes
+    from pyjlad.sweep import Sweep
+
+    spelled = Sweep("ad", "reverse", ("dup", "const", "active", "const"))
+    members = Sweep("ad", "reverse", (Activity.DUP, Activity.CONST, Activity.ACTIVE, Activity.CONST))
+    assert spelled == members and hash(spelled) == hash(members)
+    assert all(type(a) is Activity for a in spelled.activities)
+    with pytest.raises(ArgumentError, match="unknown activity 'out'"):
+        Sweep("ad", "reverse", ("dup", "out"))
+    with pytest.raises(ArgumentError, match="no Enzyme marker"):
+        _ = Activity.DIFF.marker
+    # The driver is the same module for either spelling, and names Enzyme's marker of each activity.
+    x, w, c = _data()
+    abi = export(weighted, numba_argtypes((x, w, c, 6))).abi
+    driver = ad_driver(abi, "reverse", spelled.activities, salt="s")
+    assert driver.text == ad_driver(abi, "reverse", ("dup", "const", "active", "const"), salt="s").text
+    assert driver.active_scalars == (2,) and driver.shadow_args == (0,)
+    # Parameters: x as meminfo, parent, nitems, itemsize, data (%p4), shape, stride; w as %p7..%p13;
+    # c %p14; n %p15.
+    call = next(line for line in driver.text.splitlines() if "call" in line and "@__enzyme_autodiff(" in line)
+    assert "ptr @enzyme_dup, ptr %p4, ptr %shadow0," in call and "ptr @enzyme_out, double %p14," in call
+    assert call.count("@enzyme_out") == 1 and "ptr @enzyme_const, ptr %p11," in call
+    noneed = ad_driver(abi, "reverse", (Activity.DUPNONEED, "const", "active", "const"), salt="s").text
+    assert "ptr @enzyme_dupnoneed, ptr %p4, ptr %shadow0," in noneed

@@ -12,10 +12,14 @@ The engine is chosen per call with ``engine=...`` or for the process with the
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import config
 from ..errors import EngineUnavailableError
+from ..memo import cached_for
+from ..sweep import Sweep
 
-__all__ = ["get_engine", "ENGINE_NAMES", "default_engine_name"]
+__all__ = ["get_engine", "ENGINE_NAMES", "default_engine_name", "compiled_sweep"]
 
 #: Engine names pyjlad knows.
 ENGINE_NAMES = ("embedded", "julia")
@@ -54,3 +58,10 @@ def get_engine(name: str | None = None):
             engine = _instances[name] = EmbeddedEngine()
     return engine
 
+
+
+def compiled_sweep(f: Any, sweep: Sweep, engine: str | None) -> Any:
+    """The engine's compiled ``sweep`` of ``f`` (cached per function): ``(args, shadows, seed) -> (value,
+    result, adjoints)``; ``engine`` names it (default: :func:`default_engine_name`)."""
+    name = engine or default_engine_name()
+    return cached_for(f, ("sweep", sweep, name), lambda: get_engine(name).compile(f, sweep))

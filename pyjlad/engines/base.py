@@ -1,61 +1,30 @@
-"""What both engines share: the sweep a transform asks for, activity resolution, shadows, re-raising.
+"""What both engines share: activity resolution, the result check, re-raising, ``ReverseGradient``.
 
 This is the contract between the public API (:mod:`pyjlad.transforms`, :mod:`pyjlad.products`) and
 an engine (:mod:`pyjlad.engines.embedded`, :mod:`pyjlad.engines.julia`): a transform describes one
-:class:`Sweep`; the engine's ``compile(func, sweep)`` returns a callable ``(args, shadows, seed) ->
-(value, result, adjoints)``; shadows are laid out like their primals (:func:`shadow_like`); an error
-the differentiated function reports is re-raised by running the function itself
-(:func:`reraise_from_function`). :class:`Engine` is the protocol both engines implement.
+:class:`~pyjlad.sweep.Sweep`; the engine's ``compile(func, sweep)`` returns a callable ``(args, shadows,
+seed) -> (value, result, adjoints)``; shadows are laid out like their primals (:func:`shadow_like`); the
+requested activities become Enzyme's own for the argument types (:func:`resolve_activities`); an
+error the differentiated function reports is re-raised by running the function itself
+(:func:`reraise_from_function`). :class:`Engine` is the protocol both engines implement. The sweep and
+shadow helpers live in :mod:`pyjlad.sweep` (below the engines) and are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..abi import ArrayArg
-from ..errors import (
-    ArgumentError,
-    DifferentiatedFunctionError,
-    UnsupportedFunctionError,
-)
+from ..activity import Activity
+from ..errors import DifferentiatedFunctionError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function
-from .driver import ACTIVITIES
+from ..sweep import Sweep, compact_overlapping, overlaps_itself, shadow_like
 
 __all__ = ["Engine", "ReverseGradient", "Sweep", "compact_overlapping", "overlaps_itself", "reraise_from_function",
            "check_result", "resolve_activities", "shadow_like"]
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """What to differentiate: one reverse/forward sweep, or a Hessian-vector product.
-
-    Attributes
-    ----------
-    kind : str
-        ``"ad"`` (one sweep of ``mode``) or ``"hvp"`` (reverse over forward; forward over reverse through custom rules).
-    mode : str
-        ``"reverse"`` or ``"forward"`` (``kind="ad"``).
-    activities : tuple of str
-        Per argument (missing trailing entries are ``"const"``): ``"const"``,
-        ``"diff"`` (an adjoint for a scalar in reverse mode, a shadow otherwise)
-        or ``"diff_noneed"`` (as ``"diff"``, primal not needed); the concrete
-        Enzyme activities ``"active"``, ``"dup"``, ``"dupnoneed"`` also work.
-    wrt : int
-        The argument of a Hessian-vector product (``kind="hvp"``).
-    scalar_result : bool
-        Whether the function must return a float (gradients): a function that
-        returns nothing is refused instead of giving zeros.
-    """
-
-    kind: str = "ad"
-    mode: str = "reverse"
-    activities: tuple[str, ...] = ()
-    wrt: int = -1
-    scalar_result: bool = False
 
 
 def _refuse_constant(exported: ExportedFunction, index: int) -> None:
@@ -68,7 +37,7 @@ def _refuse_constant(exported: ExportedFunction, index: int) -> None:
     )
 
 
-def resolve_activities(exported: ExportedFunction, sweep: Sweep) -> tuple[str, ...]:
+def resolve_activities(exported: ExportedFunction, sweep: Sweep) -> tuple[Activity, ...]:
     """Concrete Enzyme activities for ``sweep`` on ``exported``'s argument types."""
     abi = exported.abi
     nargs = len(abi.args)
@@ -83,32 +52,26 @@ def resolve_activities(exported: ExportedFunction, sweep: Sweep) -> tuple[str, .
         )
     out = []
     for index, arg in enumerate(abi.args):
-        act = requested[index] if index < len(requested) else "const"
+        act = requested[index] if index < len(requested) else Activity.CONST
         if sweep.kind == "hvp" and index == sweep.wrt:
-            act = "diff"
-        if act == "const":
-            out.append("const")
+            act = Activity.DIFF
+        if act is Activity.CONST:
+            out.append(act)
             continue
         if not arg.differentiable:
             _refuse_constant(exported, index)
         is_array = isinstance(arg, ArrayArg)
-        if act in ("diff", "diff_noneed"):
-            if not is_array and sweep.mode == "reverse":
-                act = "active"
-            else:
-                act = "dup" if act == "diff" else "dupnoneed"
-        if act == "active" and (is_array or sweep.mode == "forward"):
+        act = act.concrete_for(is_array, sweep.mode)
+        if act is Activity.ACTIVE and (is_array or sweep.mode == "forward"):
             raise UnsupportedFunctionError(
                 f"argument {index} of {exported.name}: Active applies to float scalars in reverse "
                 "mode; use Duplicated for arrays and for forward-mode tangents"
             )
-        if act in ("dup", "dupnoneed") and not is_array and sweep.mode == "reverse":
+        if act.shadowed and not is_array and sweep.mode == "reverse":
             raise UnsupportedFunctionError(
                 f"argument {index} of {exported.name} is a float scalar, passed by value: in "
                 "reverse mode mark it Active (its adjoint is returned), not Duplicated"
             )
-        if act not in ACTIVITIES:
-            raise ArgumentError(f"unknown activity {act!r}")
         out.append(act)
     return tuple(out)
 
@@ -128,66 +91,6 @@ def check_result(exported: ExportedFunction, sweep: Sweep) -> None:
         f"{exported.name} returns {dtype}; gradients need a real "
         "floating-point scalar result: return a float (e.g. float(...))"
     )
-
-
-def overlaps_itself(x: np.ndarray) -> bool:
-    """Whether two elements of ``x`` share memory (``np.broadcast_to``'s zero strides, ``as_strided``).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> overlaps_itself(np.broadcast_to(np.ones(1), (3,))), overlaps_itself(np.ones((2, 3))[:, ::2])
-    (True, False)
-    """
-    extent = x.itemsize  # bytes covered by the dimensions seen so far (a sufficient test)
-    for stride, n in sorted((abs(s), n) for n, s in zip(x.shape, x.strides) if n > 1):
-        if stride < extent:
-            return True
-        extent += stride * (n - 1)
-    return False
-
-
-def compact_overlapping(args: tuple[Any, ...], indices: Sequence[int]) -> tuple[Any, ...]:
-    """``args`` with each array at ``indices`` whose elements share memory replaced by a C-ordered copy.
-
-    Each element of such an array is a separate input to differentiate (as JAX sees a
-    broadcast array), but Enzyme would accumulate all their adjoints into one shared
-    shadow element. Such arrays are read-only views, so the function cannot have
-    meant to write them.
-    """
-    out = list(args)
-    for index in indices:
-        x = out[index]
-        if isinstance(x, np.ndarray) and overlaps_itself(x):
-            out[index] = np.ascontiguousarray(x)
-    return tuple(out)
-
-
-def shadow_like(x: np.ndarray, fill: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
-    """A zeroed (or ``fill``-ed) array addressable with ``x``'s strides.
-
-    Enzyme indexes shadow memory exactly as the primal, so a shadow of a
-    strided view is itself a view with the same strides over a fresh buffer.
-    Returns the shadow and whether it is such a view.
-    """
-    if x.flags.c_contiguous:
-        # np.zeros, not np.zeros_like: the latter costs ~2 us more per call (Python-level
-        # empty_like + copyto), a quarter of a small gradient's time.
-        shadow = np.zeros(x.shape, x.dtype)
-        is_view = False
-    elif x.flags.f_contiguous:
-        shadow = np.zeros(x.shape, x.dtype, order="F")
-        is_view = False
-    else:
-        itemsize = x.itemsize
-        low = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides))
-        high = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) + itemsize
-        buffer = np.zeros((high - low + itemsize - 1) // itemsize, dtype=x.dtype)
-        shadow = np.ndarray(x.shape, dtype=x.dtype, buffer=buffer, offset=-low, strides=x.strides)
-        is_view = True
-    if fill is not None:
-        shadow[...] = fill
-    return shadow, is_view
 
 
 def reraise_from_function(func: Any, args: tuple[Any, ...]) -> None:
@@ -212,9 +115,9 @@ class ReverseGradient:
 
     def __init__(self, func: Any, wrt: tuple[int, ...], compile: Callable[[Any, Sweep], Any]) -> None:
         self.wrt = tuple(sorted(set(wrt)))
-        activities = ["const"] * (max(self.wrt) + 1)
+        activities = [Activity.CONST] * (max(self.wrt) + 1)
         for index in self.wrt:
-            activities[index] = "diff"
+            activities[index] = Activity.DIFF
         self._compiled = compile(func, Sweep("ad", "reverse", tuple(activities), scalar_result=True))
 
     def __call__(self, *args: Any) -> tuple[Any, tuple[Any, ...]]:
@@ -248,8 +151,6 @@ class ReverseGradient:
             else:
                 grads.append(float(next(adjoint_iter)))
         return float(value), tuple(grads)
-
-
 
 
 class Engine(Protocol):

@@ -39,17 +39,15 @@ forward mode). The return value is Numba's status.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..abi import ArrayArg, FunctionABI
+from ..activity import MODES, Activity, as_activities
 from ..errors import ArgumentError
 from .entry_status import STATUS_ENTRY_SUFFIX, status_by_pointer
 
-__all__ = ["Driver", "ad_driver", "status_by_pointer", "MODES", "ACTIVITIES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
-
-MODES = ("reverse", "forward")
-#: Concrete per-argument activities a driver accepts.
-ACTIVITIES = ("const", "active", "dup", "dupnoneed")
+__all__ = ["Driver", "ad_driver", "status_by_pointer", "MODES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
 
 
 @dataclass(frozen=True)
@@ -231,10 +229,10 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:12]
 
 
-def _zero_shadowed(abi: FunctionABI, activities) -> tuple[int, ...]:
+def _zero_shadowed(abi: FunctionABI, activities: Sequence[Activity | str]) -> tuple[int, ...]:
     """Constant arrays that need a shadow all the same (see :attr:`ArrayArg.aliased`)."""
     return tuple(i for i, arg in enumerate(abi.args)
-                 if isinstance(arg, ArrayArg) and arg.aliased and activities[i] == "const")
+                 if isinstance(arg, ArrayArg) and arg.aliased and Activity(activities[i]) is Activity.CONST)
 
 
 def _span_lines(var: str, sizes: dict, index: int, ndim: int) -> list[str]:
@@ -293,42 +291,46 @@ def _arg_markers(abi, params, names, activities, mode, shadow_name) -> list[str]
     ``%zero{i}`` (allocated by the caller of the Enzyme call).
     """
     out: list[str] = []
+    activities = as_activities(activities)
     zeroed = _zero_shadowed(abi, activities)
     for (index, role, ty), name in zip(params, names):
         act = activities[index]
         arg = abi.args[index]
-        if act == "const" and role == "data" and index in zeroed:
-            out += ["ptr @enzyme_dup", f"{ty} {name}", f"ptr %zero{index}"]
-        elif act == "active" and role == "value":
-            out += ["ptr @enzyme_out", f"{ty} {name}"]
-        elif act in ("dup", "dupnoneed") and isinstance(arg, ArrayArg) and role == "data":
-            out += [f"ptr @enzyme_{act}", f"{ty} {name}", f"ptr {shadow_name(index)}"]
-        elif act in ("dup", "dupnoneed") and not isinstance(arg, ArrayArg) and mode == "forward":
-            out += [f"ptr @enzyme_{act}", f"{ty} {name}", f"{ty} {shadow_name(index)}"]
+        if act is Activity.CONST and role == "data" and index in zeroed:
+            out += [f"ptr @{Activity.DUP.marker}", f"{ty} {name}", f"ptr %zero{index}"]
+        elif act is Activity.ACTIVE and role == "value":
+            out += [f"ptr @{act.marker}", f"{ty} {name}"]
+        elif act.shadowed and isinstance(arg, ArrayArg) and role == "data":
+            out += [f"ptr @{act.marker}", f"{ty} {name}", f"ptr {shadow_name(index)}"]
+        elif act.shadowed and not isinstance(arg, ArrayArg) and mode == "forward":
+            out += [f"ptr @{act.marker}", f"{ty} {name}", f"{ty} {shadow_name(index)}"]
         else:
-            out += ["ptr @enzyme_const", f"{ty} {name}"]
+            out += [f"ptr @{Activity.CONST.marker}", f"{ty} {name}"]
     return out
 
 
-def ad_driver(abi: FunctionABI, mode: str, activities: tuple[str, ...], *, noalias: bool = True,
+def ad_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity | str], *, noalias: bool = True,
               salt: str = "", oom_guard: bool = True) -> Driver:
     """Driver for one reverse or forward sweep with the given per-argument activities.
 
     ``salt`` (the module's text) makes the driver's symbol unique to the function: two
     functions with the same name and ABI get different symbols in the one JIT.
 
-    ``activities`` must be valid for ``abi`` (checked by the engine): ``active``
-    only on float scalars in reverse mode, ``dup``/``dupnoneed`` on float arrays,
-    or on float scalars in forward mode.
+    ``activities`` (:class:`~pyjlad.activity.Activity` members or their values) must be
+    concrete and valid for ``abi`` (checked by the engine): ``ACTIVE`` only on float scalars
+    in reverse mode, ``DUP``/``DUPNONEED`` on float arrays, or on float scalars in forward mode.
     """
     if mode not in MODES:
         raise ArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+    activities = as_activities(activities)
     params, names = _names(abi)
-    tag = _digest(abi.to_dict(), mode, activities, salt)
+    # Digested by value ('dup', not Activity.DUP's repr): the symbol, so the driver's text and the
+    # disk-cache key, are those of the string activities that came before the enum.
+    tag = _digest(abi.to_dict(), mode, tuple(a.value for a in activities), salt)
     symbol = f"{abi.entry}_{mode}_{tag}"
     primal = f"{abi.entry}_status_{tag}"
-    active = tuple(i for i, a in enumerate(activities) if a == "active")
-    shadowed = tuple(i for i, a in enumerate(activities) if a in ("dup", "dupnoneed"))
+    active = tuple(i for i, a in enumerate(activities) if a is Activity.ACTIVE)
+    shadowed = tuple(i for i, a in enumerate(activities) if a.shadowed)
     res_ty = _result_slot_type(abi)
     float_result = res_ty in ("double", "float")
 

@@ -39,6 +39,7 @@ from numba.extending import intrinsic
 
 from .. import cache, config
 from ..abi import FunctionABI
+from ..activity import Activity
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import (
     EnzymeError,
@@ -100,7 +101,7 @@ class Built:
 
     exported: ExportedFunction
     driver: Driver
-    activities: tuple[str, ...]
+    activities: tuple[Activity, ...]
     library: Any  # numba CodeLibrary holding the driver
 
 

@@ -6,6 +6,7 @@ Same calling convention as every driver (:mod:`pyjlad.engines.driver`).
 from __future__ import annotations
 
 from ..abi import ArrayArg, FunctionABI
+from ..activity import Activity
 from .driver import (
     _MARKERS,
     Driver,
@@ -59,7 +60,7 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     is_array = isinstance(arg, ArrayArg)
     w_ty = "ptr" if is_array else arg.llvm_type  # type: ignore[union-attr]
     typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
-    inner_activities = tuple("dup" if i == wrt else "const" for i in range(len(abi.args)))
+    inner_activities = tuple(Activity.DUP if i == wrt else Activity.CONST for i in range(len(abi.args)))
     # Constant arrays Numba merges with other memory need zeroed shadows: their forward
     # tangents in the inner sweep (%ztangent), and in the outer reverse sweep the
     # adjoints of the arrays (%zero) and of those tangents (%zzero).
@@ -83,7 +84,7 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
         "}",
         "",
     ]
-    outer_activities = tuple("active" if i == wrt and not is_array else "dup" if i == wrt else "const"
+    outer_activities = tuple(Activity.DIFF.concrete_for(is_array, "reverse") if i == wrt else Activity.CONST
                              for i in range(len(abi.args)))
     outer_markers = _arg_markers(abi, params, names, outer_activities, "reverse", lambda i: "%hv")
     outer_markers += ["ptr @enzyme_const", f"{w_ty} %v", "ptr @enzyme_dup", "ptr %dslot", "ptr %dseed"]
@@ -160,7 +161,7 @@ def _forward_over_reverse(abi: FunctionABI, wrt: int, *, noalias: bool, salt: st
     is_array = isinstance(arg, ArrayArg)
     w_ty = "ptr" if is_array else arg.llvm_type  # type: ignore[union-attr]
     typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
-    inner_activities = tuple("dup" if i == wrt and is_array else "active" if i == wrt else "const"
+    inner_activities = tuple(Activity.DIFF.concrete_for(is_array, "reverse") if i == wrt else Activity.CONST
                              for i in range(len(abi.args)))
     inner_markers = _arg_markers(abi, params, names, inner_activities, "reverse", lambda i: "%gbuf")
     # Zeroed shadows of constant arrays Numba merges with other memory: the inner reverse

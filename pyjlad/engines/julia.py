@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import config
 from ..abi import ArrayArg
+from ..activity import Activity
 from ..errors import EngineUnavailableError
 from ..export import ExportedFunction, export, numba_argtypes
 from ..memo import cached_for
@@ -225,7 +226,7 @@ class JuliaCompiled:
         self.func = func
         self.sweep = sweep
 
-    def _loaded(self, args: tuple[Any, ...]) -> tuple[Any, tuple[str, ...], ExportedFunction]:
+    def _loaded(self, args: tuple[Any, ...]) -> tuple[Any, tuple[Activity, ...], ExportedFunction]:
         exported = export(self.func, numba_argtypes(args))
         activities = resolve_activities(exported, self.sweep)
         jl = _pyjlad_julia()
@@ -245,11 +246,13 @@ class JuliaCompiled:
         activities, shadows = zero_shadow_constants(exported.abi, activities, args, shadows)
         twins, write_backs = self._twins(args, activities, shadows)
         with _lock:
-            # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects).
+            # Tuples convert to Julia Tuples of converted elements (lists would stay Python objects);
+            # activities cross as their plain string values, which PyJlad.jl's `sweep` compares.
             jargs = tuple(to_julia(jl, a) for a in args)
             jshadows = tuple(to_julia(jl, s) for s in twins)
+            jactivities = tuple(a.value for a in activities)
             try:
-                value, dret, adjoints = jl.sweep(function, self.sweep.mode, tuple(activities), jargs, jshadows,
+                value, dret, adjoints = jl.sweep(function, self.sweep.mode, jactivities, jargs, jshadows,
                                                  float(seed))
             except Exception:  # noqa: BLE001 - a Julia error: let the function's own exception surface
                 reraise_from_function(self.func, args)
@@ -259,9 +262,9 @@ class JuliaCompiled:
         return float(value), float(dret), tuple(float(a) for a in adjoints)
 
     @staticmethod
-    def _twins(args: tuple[Any, ...], activities: tuple[str, ...], shadows: tuple[Any, ...]):
+    def _twins(args: tuple[Any, ...], activities: tuple[Activity, ...], shadows: tuple[Any, ...]):
         """Each shadow laid out like its primal (see :func:`shadow_twin`), and the copies back."""
-        primals = [a for a, act in zip(args, activities) if act in ("dup", "dupnoneed")]
+        primals = [a for a, act in zip(args, activities) if act.shadowed]
         twins, write_backs = [], []
         for primal, shadow in zip(primals, shadows):
             if isinstance(primal, np.ndarray):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..abi import ArrayArg, FunctionABI
+from ..activity import Activity, as_activities
 from ..errors import ArgumentError, UnsupportedFunctionError
 
 __all__ = ["abi_json", "julia_scalar", "shadow_like", "shadow_twin", "array_spec", "zero_shadow_constants",
@@ -103,23 +104,23 @@ def array_spec(x: np.ndarray) -> tuple[int, int, str, int, tuple[int, ...], tupl
             tuple(int(n) for n in x.shape), tuple(s // itemsize for s in x.strides))
 
 
-def zero_shadow_constants(abi: FunctionABI, activities: tuple[str, ...], args: tuple[Any, ...],
-                          shadows: tuple[Any, ...]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def zero_shadow_constants(abi: FunctionABI, activities: tuple[Activity | str, ...], args: tuple[Any, ...],
+                          shadows: tuple[Any, ...]) -> tuple[tuple[Activity, ...], tuple[Any, ...]]:
     """Activities and shadows with every constant ``aliased`` array made ``Duplicated`` with a zero shadow.
 
     Enzyme.jl, like Enzyme, would shadow such an array with itself (see
     :mod:`pyjlad.aliasing`); the embedded engine's driver does the same in LLVM.
     """
     remaining = iter(shadows)
-    new_activities: list[str] = []
+    new_activities: list[Activity] = []
     new_shadows: list[Any] = []
-    for index, (act, arg) in enumerate(zip(activities, abi.args)):
-        if act == "const" and isinstance(arg, ArrayArg) and arg.aliased:
-            new_activities.append("dup")
+    for index, (act, arg) in enumerate(zip(as_activities(activities), abi.args)):
+        if act is Activity.CONST and isinstance(arg, ArrayArg) and arg.aliased:
+            new_activities.append(Activity.DUP)
             new_shadows.append(shadow_like(args[index]))
             continue
         new_activities.append(act)
-        if act in ("dup", "dupnoneed"):
+        if act.shadowed:
             new_shadows.append(next(remaining))
     return tuple(new_activities), tuple(new_shadows)
 
