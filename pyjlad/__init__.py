@@ -33,6 +33,7 @@ from .errors import (
 from .products import hessian, hvp, jacobian, jvp, vjp
 from .rules import CustomDerivative, custom_derivative
 from .transforms import grad, gradient, value_and_grad, value_and_gradient
+from . import numba_calls as _numba_calls  # noqa: F401,E402 - registers derivatives as Numba callables
 
 __version__ = "0.1.0"
 
