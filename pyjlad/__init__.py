@@ -13,6 +13,7 @@ Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
 :mod:`pyjlad.transforms` (the public API).
 """
 
+from . import numba_calls as _numba_calls  # noqa: F401 - registers derivatives as Numba callables
 from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse, autodiff
 from .errors import (
     ArgumentError,
@@ -33,7 +34,6 @@ from .errors import (
 from .products import hessian, hvp, jacobian, jvp, vjp
 from .rules import CustomDerivative, custom_derivative
 from .transforms import grad, gradient, value_and_grad, value_and_gradient
-from . import numba_calls as _numba_calls  # noqa: F401,E402 - registers derivatives as Numba callables
 
 __version__ = "0.1.0"
 

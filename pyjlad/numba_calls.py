@@ -218,59 +218,85 @@ def _zeros_like(a: Any) -> Any:
     return np.zeros(a.shape, a.dtype)
 
 
+def _pass_arguments(context: Any, builder: Any, plan: _CallPlan, llargs: Any) -> tuple[list[Any], list[Any]]:
+    """The arguments as the sweep takes them (arrays to differentiate made C-contiguous copies
+    where they are not) and the copies to release after the call."""
+    values, copies = [], []
+    for value, have, want in zip(llargs, plan.argtypes, plan.targets):
+        if isinstance(have, types.Array) and have != want:
+            value = context.compile_internal(builder, _contiguous_copy, signature(want, have), [value])
+            copies.append((want, value))
+        elif have != want:
+            value = context.cast(builder, value, have, want)
+        values.append(value)
+    return values, copies
+
+
+def _zeroed_shadows(context: Any, builder: Any, plan: _CallPlan, values: list[Any]) -> dict[int, Any]:
+    """A new zeroed array (the gradient to be) for each array argument differentiated."""
+    shadows = {}
+    for index in plan.built.driver.shadow_args:
+        target = plan.targets[index]
+        shadows[index] = context.compile_internal(builder, _zeros_like, signature(target, target), [values[index]])
+    return shadows
+
+
+def _call_driver(context: Any, builder: Any, plan: _CallPlan, values: list[Any], shadows: dict[int, Any],
+                 result_type: types.Type) -> tuple[Any, Any, Any, list[Any]]:
+    """Call the driver, declared in the caller's module and linked in: ``(status, excinfo slot,
+    value slot, adjoint slots)``. Its calling convention is :mod:`pyjlad.engines.driver`'s."""
+    driver = plan.built.driver
+    flat = list(context.get_arg_packer(plan.targets).as_arguments(builder, values))
+    shadow_ptrs = [context.make_array(plan.targets[i])(context, builder, shadows[i]).data
+                   for i in driver.shadow_args]
+    value_ll = context.get_value_type(result_type)
+    value_slot = cgutils.alloca_once_value(builder, value_ll(0.0))
+    seed_slot = cgutils.alloca_once_value(builder, value_ll(1.0))
+    excinfo = cgutils.alloca_once(builder, _excinfo_ptr_type())
+    builder.store(cgutils.get_null_value(excinfo.type.pointee), excinfo)
+    adjoint_slots = [cgutils.alloca_once(builder, context.get_value_type(plan.targets[i]))
+                     for i in driver.active_scalars]
+    call_args = [value_slot, seed_slot, excinfo, *adjoint_slots, *flat, *shadow_ptrs]
+    fnty = ir.FunctionType(ir.IntType(32), [a.type for a in call_args])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, driver.symbol)
+    context.add_linking_libs([plan.built.library])
+    return builder.call(fn, call_args), excinfo, value_slot, adjoint_slots
+
+
+def _results(context: Any, builder: Any, derivative: _ValueAndGrad, plan: _CallPlan, sig: Any,
+             value: Any, adjoints: list[Any], shadows: dict[int, Any]) -> Any:
+    """What the Python callable returns: the gradient(s) in ``wrt`` order, with the value for value_and_grad."""
+    grads = dict(shadows)
+    for index, adjoint in zip(plan.built.driver.active_scalars, adjoints):
+        grads[index] = context.cast(builder, adjoint, plan.targets[index], types.float64)
+    ordered = [grads[i] for i in plan.wrt]
+    grad_type = sig.return_type if isinstance(derivative, _Grad) else sig.return_type.types[1]
+    if derivative._single:
+        out = ordered[0]
+    else:
+        order = derivative._order or tuple(range(len(ordered)))
+        out = context.make_tuple(builder, grad_type, [ordered[k] for k in order])
+    if isinstance(derivative, _Grad):
+        return out
+    return context.make_tuple(builder, sig.return_type, [value, out])
+
+
 def _make_impl(derivative: _ValueAndGrad, plan: _CallPlan) -> Callable[..., Any]:
     """The lowering of a call with ``plan``'s argument types."""
-    built = plan.built
-    driver = built.driver
-    exported = built.exported
+    exported = plan.built.exported
     result_type = types.float32 if exported.abi.result.dtype == "float32" else types.float64
 
     def impl(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        values, copies = [], []
-        for index, (value, have, want) in enumerate(zip(llargs, plan.argtypes, plan.targets)):
-            if isinstance(have, types.Array) and have != want:
-                value = context.compile_internal(builder, _contiguous_copy, signature(want, have), [value])
-                copies.append((want, value))
-            elif have != want:
-                value = context.cast(builder, value, have, want)
-            values.append(value)
-        flat = list(context.get_arg_packer(plan.targets).as_arguments(builder, values))
-        shadows, shadow_ptrs = {}, []
-        for index in driver.shadow_args:
-            target = plan.targets[index]
-            shadow = context.compile_internal(builder, _zeros_like, signature(target, target), [values[index]])
-            shadows[index] = shadow
-            shadow_ptrs.append(context.make_array(target)(context, builder, shadow).data)
-        adjoint_types = [plan.targets[i] for i in driver.active_scalars]
-        value_ll = context.get_value_type(result_type)
-        value_slot = cgutils.alloca_once_value(builder, value_ll(0.0))
-        dret_slot = cgutils.alloca_once_value(builder, value_ll(1.0))
-        excinfo = cgutils.alloca_once(builder, _excinfo_ptr_type())
-        builder.store(cgutils.get_null_value(excinfo.type.pointee), excinfo)
-        adjoint_slots = [cgutils.alloca_once(builder, context.get_value_type(t)) for t in adjoint_types]
-        call_args = [value_slot, dret_slot, excinfo, *adjoint_slots, *flat, *shadow_ptrs]
-        fnty = ir.FunctionType(ir.IntType(32), [a.type for a in call_args])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, driver.symbol)
-        context.add_linking_libs([built.library])
-        status = builder.call(fn, call_args)
+        values, copies = _pass_arguments(context, builder, plan, llargs)
+        shadows = _zeroed_shadows(context, builder, plan, values)
+        status, excinfo, value_slot, adjoint_slots = _call_driver(context, builder, plan, values, shadows,
+                                                                  result_type)
         for copy_type, copy in copies:
             context.nrt.decref(builder, copy_type, copy)
         _raise_on_failure(context, builder, status, excinfo, exported.name)
-        grads = {}
-        for index, slot in zip(driver.active_scalars, adjoint_slots):
-            grads[index] = context.cast(builder, builder.load(slot), plan.targets[index], types.float64)
-        grads.update(shadows)
-        ordered = [grads[i] for i in plan.wrt]
-        grad_type = sig.return_type if isinstance(derivative, _Grad) else sig.return_type.types[1]
-        if derivative._single:
-            out = ordered[0]
-        else:
-            order = derivative._order or tuple(range(len(ordered)))
-            out = context.make_tuple(builder, grad_type, [ordered[k] for k in order])
-        if isinstance(derivative, _Grad):
-            return out
         value = context.cast(builder, builder.load(value_slot), result_type, types.float64)
-        return context.make_tuple(builder, sig.return_type, [value, out])
+        adjoints = [builder.load(slot) for slot in adjoint_slots]
+        return _results(context, builder, derivative, plan, sig, value, adjoints, shadows)
 
     return impl
 
