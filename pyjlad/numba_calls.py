@@ -19,6 +19,7 @@ path does for overlapping views.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -76,6 +77,23 @@ def _accepts(derivative: _ValueAndGrad) -> str:
             f"{name} takes")
 
 
+def resolve_symbols(names: tuple[str, ...]) -> None:
+    """Make the symbols ``names`` a linked derivative declares resolvable in Numba's JIT
+    (what loading the derivative's own library does: :mod:`pyjlad.engines.objects`)."""
+    from .engines import embedded  # noqa: F401 - registers pyjlad's runtime symbols on import
+    from .engines.blas import resolve_blas_symbols
+    from .engines.pool import resolve_pool_symbols
+
+    resolve_blas_symbols(list(names))
+    resolve_pool_symbols(list(names))
+
+
+def _declared(library: Any) -> tuple[str, ...]:
+    """The functions ``library``'s linking module declares but does not define."""
+    module = library._get_module_for_linking()
+    return tuple(sorted(f.name for f in module.functions if f.is_declaration))
+
+
 class _CallPlan:
     """How one call site's argument types are passed to one built sweep."""
 
@@ -85,6 +103,7 @@ class _CallPlan:
         self.targets = targets
         self.built = built
         self.wrt = wrt
+        self.declared = _declared(built.library)
 
 
 class DerivativeType(types.Callable, types.Dummy):
@@ -260,6 +279,9 @@ def _call_driver(context: Any, builder: Any, plan: _CallPlan, values: list[Any],
     fnty = ir.FunctionType(ir.IntType(32), [a.type for a in call_args])
     fn = cgutils.get_or_insert_function(builder.module, fnty, driver.symbol)
     context.add_linking_libs([plan.built.library])
+    # Run when a caller compiled with cache=True is loaded by a new process: the linked
+    # derivative's external symbols (pyjlad's runtime, the pool, BLAS) must resolve first.
+    context.active_code_library._reload_init.add(functools.partial(resolve_symbols, plan.declared))
     return builder.call(fn, call_args), excinfo, value_slot, adjoint_slots
 
 

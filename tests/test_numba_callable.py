@@ -10,12 +10,18 @@ unchanged afterwards.
 
 from __future__ import annotations
 
+import ast
+import ctypes
 import math
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from numba import njit
+from numba import cfunc, njit, prange, types
 from numba.core.errors import TypingError
 
 import pyjlad
@@ -293,3 +299,85 @@ def test_derivative_is_linked_into_the_caller(caller, args):
         assert "_setjmp" in inner
     python_calls = re.findall(r"call [^@\n]*@(Py\w+|numba_unpickle|numba_gil_ensure)\(", inner)
     assert python_calls == []
+
+
+# ------------------------------------------------------------------ other compiled callers
+@njit
+def scaled_sin_dot(x, t):
+    return np.sum(np.sin(x) * x) * t
+
+
+def test_per_sample_gradients_in_a_prange_loop():
+    df = pyjlad.grad(scaled_sin_dot)
+
+    @njit(parallel=True)
+    def per_sample(samples, t):
+        out = np.empty_like(samples)
+        for i in prange(samples.shape[0]):
+            out[i] = df(samples[i], t)
+        return out
+
+    @njit
+    def serial(samples, t):
+        out = np.empty_like(samples)
+        for i in range(samples.shape[0]):
+            out[i] = df(samples[i], t)
+        return out
+
+    samples = RNG.normal(size=(64, 5))
+    before = samples.copy()
+    oracle = jax.vmap(jax.grad(lambda x: jnp.sum(jnp.sin(x) * x) * 1.5))(jnp.asarray(samples.copy()))
+    got = per_sample(samples, 1.5)
+    np.testing.assert_array_equal(got, serial(samples, 1.5))
+    _close(got, oracle)
+    np.testing.assert_array_equal(samples, before)
+
+
+def test_called_from_a_cfunc():
+    df = pyjlad.grad(two_floats, wrt=(0, 1))
+
+    @cfunc(types.float64(types.float64, types.float64))
+    def weighted(a, b):
+        da, db = df(a, b)
+        return da + 10.0 * db
+
+    c_function = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)(weighted.address)
+    da, db = jax.grad(two_floats_jax, argnums=(0, 1))(0.3, -2.0)
+    _close(c_function(0.3, -2.0), da + 10.0 * db)
+
+
+_CACHED_MODULE = '''
+import numpy as np
+from numba import njit
+import pyjlad
+
+@njit
+def sin_dot(x):
+    return np.sum(np.sin(x) * x)
+
+DF = pyjlad.grad(sin_dot)
+
+@njit(cache=True)
+def cached(x):
+    return DF(x)
+
+g = cached(np.linspace(-1.0, 2.0, 7))
+print(repr(g.tolist()), sum(cached.stats.cache_hits.values()))
+'''
+
+
+def test_caller_compiled_with_cache_true_loads_in_a_new_process(tmp_path):
+    script = tmp_path / "cached_caller.py"
+    script.write_text(_CACHED_MODULE)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    oracle = jax.grad(sin_dot_jax)(jnp.linspace(-1.0, 2.0, 7))
+    hits = []
+    for _ in range(2):  # compiled and stored, then loaded from Numba's cache
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                             cwd=tmp_path, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        values, hit = run.stdout.strip().rsplit(" ", 1)
+        _close(ast.literal_eval(values), oracle)
+        hits.append(int(hit))
+    assert hits == [0, 1]
