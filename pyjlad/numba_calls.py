@@ -36,6 +36,7 @@ from numba.extending import NativeValue, models, register_model, typeof_impl, un
 from .engines.base import ReverseGradient
 from .engines.driver import OUT_OF_MEMORY
 from .errors import PyjladError
+from .memo import cached_for
 from .transforms import _Grad, _ValueAndGrad
 
 __all__ = ["DerivativeType"]
@@ -182,6 +183,32 @@ def _check_count(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> Non
                           f"{_accepts(derivative)}")
 
 
+def _allocates(library: Any) -> bool:
+    """Whether ``library``'s code takes memory from the pool, whose failure exits through the driver's guard."""
+    from .engines.pool import POOL_CALLOC, POOL_MALLOC
+
+    return bool({POOL_MALLOC, POOL_CALLOC} & set(_declared(library)))
+
+
+def _build_for_numba(compiled: Any, targets: tuple[types.Type, ...]) -> Any:
+    """The sweep for ``targets``, built for being linked into @njit callers.
+
+    A sweep that takes no memory from the pool is built without the driver's
+    out-of-memory guard (``setjmp``, which stops LLVM from inlining the driver
+    and costs about 35 ns a call): with no pool allocation it can never fire.
+    Otherwise the guarded build the Python path uses.
+    """
+    from .engines.embedded import build
+
+    def unguarded() -> Any:
+        return build(compiled.func, targets, compiled.sweep, oom_guard=False)
+
+    built = cached_for(compiled, ("built-unguarded", targets), unguarded)
+    if not _allocates(built.library):
+        return built
+    return compiled._build_once(targets)
+
+
 def _plan(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> _CallPlan:
     """Check ``args``, then build the sweep for them (Enzyme runs here, on a cache miss)."""
     rev = derivative._rev
@@ -201,7 +228,7 @@ def _plan(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> _CallPlan:
     targets = tuple(a.copy(layout="C", readonly=False) if i in rev.wrt and _needs_copy(a) else a
                     for i, a in enumerate(args))
     try:
-        built = compiled._build_once(targets)
+        built = _build_for_numba(compiled, targets)
     except PyjladError as exc:
         raise TypingError(f"{_describe(derivative)} cannot be compiled for arguments ({', '.join(map(str, args))}): "
                           f"{exc}; {_accepts(derivative)}") from None

@@ -288,17 +288,27 @@ def _body(llvm: str, symbol_pattern: str) -> str:
 @pytest.mark.parametrize("caller, args", [(global_df_array, (X,)), (global_vg_floats, (0.5, 2.0))],
                          ids=["array", "two-floats"])
 def test_derivative_is_linked_into_the_caller(caller, args):
+    """The compiled caller calls the derivative's driver, defined in its own module, or has it
+    inlined (the derivative's cos, which the primal lacks, in its body); it calls no Python API."""
     caller(*args)
     llvm = caller.inspect_llvm(caller.signatures[0])
     inner = _body(llvm, r"_ZN\w*" + caller.__name__ + r"\w*")
     drivers = set(re.findall(r"call [^@\n]*@(pyjlad_\w+_reverse_\w+)\(", inner))
-    if drivers:  # called directly: its definition is in the caller's module
-        for symbol in drivers:
-            assert re.search(r"^define [^\n]*@" + symbol + r"\(", llvm, re.M), symbol
-    else:  # inlined: Enzyme's sweep is in the caller's body
-        assert "_setjmp" in inner
+    for symbol in drivers:
+        assert re.search(r"^define [^\n]*@" + symbol + r"\(", llvm, re.M), symbol
+    if not drivers:
+        assert re.search(r"call [^@\n]*@llvm\.cos\.", inner)
+    assert "inttoptr" not in inner
     python_calls = re.findall(r"call [^@\n]*@(Py\w+|numba_unpickle|numba_gil_ensure)\(", inner)
     assert python_calls == []
+
+
+def test_scalar_derivative_is_inlined():
+    """A sweep that allocates nothing is built without the out-of-memory guard (setjmp), so LLVM inlines it."""
+    global_vg_floats(0.5, 2.0)
+    inner = _body(global_vg_floats.inspect_llvm(global_vg_floats.signatures[0]), r"_ZN\w*global_vg_floats\w*")
+    assert not re.search(r"call [^@\n]*@(pyjlad_\w+_reverse_\w+|_setjmp)\(", inner)
+    assert re.search(r"call [^@\n]*@llvm\.cos\.", inner)
 
 
 # ------------------------------------------------------------------ other compiled callers
@@ -381,3 +391,47 @@ def test_caller_compiled_with_cache_true_loads_in_a_new_process(tmp_path):
         _close(ast.literal_eval(values), oracle)
         hits.append(int(hit))
     assert hits == [0, 1]
+
+
+_OUT_OF_MEMORY = '''
+import resource, numpy as np, pyjlad
+from numba import njit
+
+@njit
+def f(x):
+    return np.sum(np.sin(x) * x * x)   # temporaries allocated inside the differentiated code
+
+df = pyjlad.grad(f)
+
+@njit
+def caller(x):
+    return df(x)
+
+small = np.linspace(0.0, 1.0, 1000)
+expected = np.cos(small) * small ** 2 + 2 * np.sin(small) * small
+np.testing.assert_allclose(caller(small), expected, rtol=1e-13)
+big = np.linspace(0.0, 1.0, 30_000_000)
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+in_use = int(open("/proc/self/statm").read().split()[0]) * 4096
+resource.setrlimit(resource.RLIMIT_AS, (in_use + big.nbytes + (64 << 20), hard))  # room for the gradient only
+try:
+    caller(big)
+    print("no MemoryError")
+except MemoryError as exc:
+    print("MemoryError:", exc)
+resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+np.testing.assert_allclose(caller(small), expected, rtol=1e-13)  # and the process goes on
+print("alive")
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
+def test_out_of_memory_inside_the_derivative_is_a_memory_error():
+    """A sweep that allocates keeps the driver's out-of-memory exit when called from @njit code."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MemoryError: out of memory while differentiating f" in proc.stdout
+    assert proc.stdout.strip().endswith("alive")
