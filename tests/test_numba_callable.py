@@ -194,6 +194,33 @@ def test_tuple_wrt_in_the_order_named(way):
     _close((gb, ga), (db, da))
 
 
+@njit
+def partial_sum(x, n, w):
+    s = 0.0
+    for i in range(n):
+        s += math.sin(x[i]) * w
+    return s
+
+
+def test_mixed_wrt_with_a_constant_integer_argument():
+    """wrt=(2, 0): a float and an array, in that order; the integer (a literal at the call) is a constant."""
+    d = pyjlad.grad(partial_sum, wrt=(2, 0))
+    vg = pyjlad.value_and_grad(partial_sum, wrt=2)
+
+    @njit
+    def caller(x, w):
+        return d(x, 3, w), vg(x, 2, w)
+
+    x = X.copy()
+    twin = lambda x, n, w: jnp.sum(jnp.sin(x[:n]) * w)  # noqa: E731
+    dw, dx = jax.grad(twin, argnums=(2, 0))(jnp.asarray(x.copy()), 3, 2.5)
+    value, dw2 = jax.value_and_grad(twin, argnums=2)(jnp.asarray(x.copy()), 2, 2.5)
+    (got_dw, got_dx), (got_value, got_dw2) = caller(x, 2.5)
+    _close((got_dw, got_value, got_dw2), (dw, value, dw2))
+    _close(got_dx, dx)
+    np.testing.assert_array_equal(x, X)
+
+
 def test_same_results_as_from_python():
     x = X.copy()
     np.testing.assert_array_equal(global_df_array(x), DF_ARRAY(x.copy()))
