@@ -144,7 +144,9 @@ class DerivativeType(types.Callable, types.Dummy):
 
 @typeof_impl.register(_ValueAndGrad)
 def _typeof_derivative(value: _ValueAndGrad, c: Any) -> DerivativeType:
-    return DerivativeType(value)
+    # Remembered with the compiled sweep: Numba types an argument on every call from Python.
+    key = ("numba-type", _kind(value), value._order, value._single)
+    return cached_for(value._rev, key, lambda: DerivativeType(value))
 
 
 register_model(DerivativeType)(models.OpaqueModel)
