@@ -139,6 +139,11 @@ def _caller(way: str, derivative, nargs: int):
 WAYS = ["argument", "global", "closure"]
 
 
+def _read_only(x: np.ndarray) -> np.ndarray:
+    x.setflags(write=False)
+    return x
+
+
 def _close(got, want) -> None:
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
 
@@ -232,7 +237,8 @@ def test_same_results_as_from_python():
     lambda: np.asfortranarray(RNG.normal(size=(3, 4))),  # 2-D, F order
     lambda: RNG.normal(size=(2, 3, 2)),  # 3-D
     lambda: X.astype(np.float32),  # float32: a float32 gradient
-], ids=["strided", "fortran-2d", "3d", "float32"])
+    lambda: _read_only(X.copy()),  # a read-only array (as Numba types a global array)
+], ids=["strided", "fortran-2d", "3d", "float32", "read-only"])
 def test_other_array_kinds(make):
     x = make()
     before = x.copy()
