@@ -13,6 +13,7 @@ Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
 :mod:`pyjlad.transforms` (the public API).
 """
 
+from . import numba_calls as _numba_calls  # noqa: F401 - registers derivatives as Numba callables
 from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse
 from .annotated import autodiff
 from .errors import (

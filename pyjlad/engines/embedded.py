@@ -112,8 +112,8 @@ def _derivative_name(exported: ExportedFunction, sweep: Sweep) -> str:
     return f"the {sweep.mode}-mode derivative of {exported.name}"
 
 
-def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
-    """Export, differentiate and JIT ``sweep`` of ``func`` for ``argtypes``."""
+def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guard: bool = True) -> Built:
+    """Export, differentiate and JIT ``sweep`` of ``func`` for ``argtypes`` (``oom_guard``: see ``ad_driver``)."""
     exported = export(func, argtypes)
     activities = resolve_activities(exported, sweep)  # first: an int named in wrt is the clearer error
     check_result(exported, sweep)
@@ -121,7 +121,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep) -> Built:
     if sweep.kind == "hvp":
         driver = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text)
     else:
-        driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text)
+        driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
+                           oom_guard=oom_guard)
     toolchain = locate()
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are

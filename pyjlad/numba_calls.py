@@ -1,0 +1,373 @@
+"""Derivatives called from ``@njit`` code: ``pyjlad.grad(f)`` and ``pyjlad.value_and_grad(f)`` as Numba callables.
+
+A derivative passed to, or referenced as a global or closure variable by, an ``@njit``
+function has the Numba type :class:`DerivativeType`. Typing a call compiles the
+derivative for the argument types Numba inferred at that call site (export,
+Enzyme, machine code: :func:`pyjlad.engines.embedded.build`, cached as for a
+Python call); lowering declares the Enzyme driver in the caller's module, calls
+it directly, and links the derivative's library into the caller
+(``context.add_linking_libs``) so LLVM may inline it. No Python object is
+touched on the call.
+
+Inside Numba a derivative returns what it returns in Python: for ``grad``, a
+``float64`` for a float argument and a new C-ordered array (the argument's
+shape and dtype) for a float array argument, a tuple of those for a tuple
+``wrt``; for ``value_and_grad``, ``(value, gradient)``. Arrays that are not
+C-contiguous (or are read-only) are copied before the sweep, as the Python
+path does for overlapping views.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.core.imputils import lower_builtin
+from numba.core.typing import signature
+from numba.extending import NativeValue, models, register_model, typeof_impl, unbox
+
+from .engines.base import ReverseGradient
+from .engines.driver import OUT_OF_MEMORY
+from .errors import PyjladError
+from .memo import cached_for
+from .transforms import _Grad, _ValueAndGrad
+
+__all__ = ["DerivativeType"]
+
+_KIND = {_ValueAndGrad: "value_and_grad", _Grad: "grad"}
+
+
+def _kind(derivative: _ValueAndGrad) -> str:
+    return _KIND[type(derivative)]
+
+
+def _describe(derivative: _ValueAndGrad) -> str:
+    f, wrt, _ = derivative._spec
+    return f"pyjlad.{_kind(derivative)}({getattr(f, '__name__', f)!s}, wrt={wrt!r})"
+
+
+def _parameters(f: Any) -> list[str] | None:
+    """The parameter names of ``f`` (a dispatcher's Python function), or None if unknown."""
+    try:
+        return list(inspect.signature(getattr(f, "py_func", f)).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def _accepts(derivative: _ValueAndGrad) -> str:
+    """What the derivative accepts inside ``@njit`` code, in the user's terms."""
+    f = derivative.__wrapped__
+    name = getattr(f, "__name__", "f")
+    params = _parameters(f)
+    wrt = derivative._rev.wrt
+    if params is None:
+        takes = f"the arguments of {name}"
+        named = ", ".join(f"argument {i}" for i in wrt)
+    else:
+        takes = f"the {len(params)} argument(s) of {name}({', '.join(params)})"
+        named = ", ".join(params[i] if i < len(params) else f"argument {i}" for i in wrt)
+    return (f"{_describe(derivative)} accepts {takes}, positionally, with {named} a float64/float32 scalar or "
+            "a float64/float32 array (any dimensions and layout) and the others of any type "
+            f"{name} takes")
+
+
+def resolve_symbols(names: tuple[str, ...]) -> None:
+    """Make the symbols ``names`` a linked derivative declares resolvable in Numba's JIT
+    (what loading the derivative's own library does: :mod:`pyjlad.engines.objects`)."""
+    from .engines import embedded  # noqa: F401 - registers pyjlad's runtime symbols on import
+    from .engines.blas import resolve_blas_symbols
+    from .engines.pool import resolve_pool_symbols
+
+    resolve_blas_symbols(list(names))
+    resolve_pool_symbols(list(names))
+
+
+def _declared(library: Any) -> tuple[str, ...]:
+    """The functions ``library``'s linking module declares but does not define."""
+    module = library._get_module_for_linking()
+    return tuple(sorted(f.name for f in module.functions if f.is_declaration))
+
+
+class _CallPlan:
+    """How one call site's argument types are passed to one built sweep."""
+
+    def __init__(self, argtypes: tuple[types.Type, ...], targets: tuple[types.Type, ...], built: Any,
+                 wrt: tuple[int, ...]) -> None:
+        self.argtypes = argtypes
+        self.targets = targets
+        self.built = built
+        self.wrt = wrt
+        self.declared = _declared(built.library)
+
+
+class DerivativeType(types.Callable, types.Dummy):
+    """The Numba type of one ``pyjlad.grad``/``pyjlad.value_and_grad`` callable."""
+
+    def __init__(self, derivative: _ValueAndGrad) -> None:
+        self.derivative = derivative
+        self._key = (_kind(derivative), derivative._rev, derivative._order, derivative._single)
+        self._plans: dict[tuple[types.Type, ...], tuple[Any, Callable[..., Any]]] = {}
+        super().__init__(name=f"{_describe(derivative)}<{id(derivative._rev):x}>")
+
+    @property
+    def key(self) -> Any:
+        return self._key
+
+    def get_call_type(self, context: Any, args: tuple[types.Type, ...], kws: dict[str, types.Type]) -> Any:
+        """Type a call: build the derivative for ``args`` and register its lowering."""
+        if kws:
+            raise TypingError(f"{_describe(self.derivative)} takes positional arguments only inside @njit code; "
+                              f"{_accepts(self.derivative)}")
+        args = tuple(types.unliteral(a) for a in args)
+        known = self._plans.get(args)
+        if known is None:
+            plan = _plan(self.derivative, args)
+            sig = signature(_return_type(self.derivative, plan), *args)
+            impl = _make_impl(self.derivative, plan)
+            lower_builtin(impl, *args)(impl)
+            known = self._plans[args] = (sig, impl)
+        return known[0]
+
+    def get_call_signatures(self) -> tuple[list[Any], bool]:
+        return [sig for sig, _ in self._plans.values()], True
+
+    def get_impl_key(self, sig: Any) -> Any:
+        return self._plans[tuple(sig.args)][1]
+
+
+@typeof_impl.register(_ValueAndGrad)
+def _typeof_derivative(value: _ValueAndGrad, c: Any) -> DerivativeType:
+    # Remembered with the compiled sweep: Numba types an argument on every call from Python.
+    key = ("numba-type", _kind(value), value._order, value._single)
+    return cached_for(value._rev, key, lambda: DerivativeType(value))
+
+
+register_model(DerivativeType)(models.OpaqueModel)
+
+
+@unbox(DerivativeType)
+def _unbox_derivative(typ: DerivativeType, obj: Any, c: Any) -> NativeValue:
+    # The type identifies the derivative: the Python object carries no data the call needs.
+    return NativeValue(c.context.get_dummy_value())
+
+
+def _needs_copy(arg: types.Type) -> bool:
+    return isinstance(arg, types.Array) and (arg.layout != "C" or not arg.mutable)
+
+
+def _check_wrt_arg(derivative: _ValueAndGrad, index: int, arg: types.Type) -> None:
+    if isinstance(arg, types.Float) and arg.bitwidth in (32, 64):
+        return
+    if isinstance(arg, types.Array) and isinstance(arg.dtype, types.Float) and arg.dtype.bitwidth in (32, 64):
+        return
+    raise TypingError(f"argument {index} of {_describe(derivative)} has type {arg}, which has no derivative; "
+                      f"{_accepts(derivative)}")
+
+
+def _check_count(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> None:
+    """Refuse a call with more or fewer arguments than the function's plain positional parameters."""
+    f = getattr(derivative.__wrapped__, "py_func", derivative.__wrapped__)
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        return
+    if len(params) != len(args):
+        raise TypingError(f"{_describe(derivative)} called with {len(args)} argument(s) inside @njit code; "
+                          f"{_accepts(derivative)}")
+
+
+def _allocates(library: Any) -> bool:
+    """Whether ``library``'s code takes memory from the pool, whose failure exits through the driver's guard."""
+    from .engines.pool import POOL_CALLOC, POOL_MALLOC
+
+    return bool({POOL_MALLOC, POOL_CALLOC} & set(_declared(library)))
+
+
+def _build_for_numba(compiled: Any, targets: tuple[types.Type, ...]) -> Any:
+    """The sweep for ``targets``, built for being linked into @njit callers.
+
+    A sweep that takes no memory from the pool is built without the driver's
+    out-of-memory guard (``setjmp``, which stops LLVM from inlining the driver
+    and costs about 35 ns a call): with no pool allocation it can never fire.
+    Otherwise the guarded build the Python path uses.
+    """
+    from .engines.embedded import build
+
+    def unguarded() -> Any:
+        return build(compiled.func, targets, compiled.sweep, oom_guard=False)
+
+    built = cached_for(compiled, ("built-unguarded", targets), unguarded)
+    if not _allocates(built.library):
+        return built
+    return compiled._build_once(targets)
+
+
+def _plan(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> _CallPlan:
+    """Check ``args``, then build the sweep for them (Enzyme runs here, on a cache miss)."""
+    rev = derivative._rev
+    compiled = getattr(rev, "_compiled", None)
+    if not isinstance(rev, ReverseGradient) or not hasattr(compiled, "_build_once"):
+        raise TypingError(f"{_describe(derivative)} was made with an engine whose derivatives cannot be called "
+                          "from @njit code: use the default engine (engine='embedded')")
+    if derivative._order is not None and len(set(derivative._order)) != len(derivative._order):
+        raise TypingError(f"{_describe(derivative)} names an argument twice in wrt, which is not supported "
+                          "inside @njit code: name each argument once")
+    if rev.wrt[-1] >= len(args):
+        raise TypingError(f"{_describe(derivative)} called with {len(args)} argument(s) inside @njit code, "
+                          f"but wrt names argument {rev.wrt[-1]}; {_accepts(derivative)}")
+    _check_count(derivative, args)
+    for index in rev.wrt:
+        _check_wrt_arg(derivative, index, args[index])
+    targets = tuple(a.copy(layout="C", readonly=False) if i in rev.wrt and _needs_copy(a) else a
+                    for i, a in enumerate(args))
+    try:
+        built = _build_for_numba(compiled, targets)
+    except PyjladError as exc:
+        raise TypingError(f"{_describe(derivative)} cannot be compiled for arguments ({', '.join(map(str, args))}): "
+                          f"{exc}; {_accepts(derivative)}") from None
+    if len(built.exported.argtypes) != len(targets):
+        raise TypingError(f"{_describe(derivative)} called with {len(args)} argument(s); "
+                          f"{built.exported.name} takes {len(built.exported.argtypes)}")
+    return _CallPlan(args, targets, built, rev.wrt)
+
+
+def _gradient_type(arg: types.Type) -> types.Type:
+    if isinstance(arg, types.Array):
+        return types.Array(arg.dtype, arg.ndim, "C")
+    return types.float64
+
+
+def _return_type(derivative: _ValueAndGrad, plan: _CallPlan) -> types.Type:
+    grads = [_gradient_type(plan.targets[i]) for i in plan.wrt]
+    if derivative._single:
+        out: types.Type = grads[0]
+    else:
+        order = derivative._order or tuple(range(len(grads)))
+        out = types.Tuple([grads[k] for k in order])
+    if isinstance(derivative, _Grad):
+        return out
+    return types.Tuple([types.float64, out])
+
+
+def _contiguous_copy(a: Any) -> Any:
+    return a.copy()
+
+
+def _zeros_like(a: Any) -> Any:
+    return np.zeros(a.shape, a.dtype)
+
+
+def _pass_arguments(context: Any, builder: Any, plan: _CallPlan, llargs: Any) -> tuple[list[Any], list[Any]]:
+    """The arguments as the sweep takes them (arrays to differentiate made C-contiguous copies
+    where they are not) and the copies to release after the call."""
+    values, copies = [], []
+    for value, have, want in zip(llargs, plan.argtypes, plan.targets):
+        if isinstance(have, types.Array) and have != want:
+            value = context.compile_internal(builder, _contiguous_copy, signature(want, have), [value])
+            copies.append((want, value))
+        elif have != want:
+            value = context.cast(builder, value, have, want)
+        values.append(value)
+    return values, copies
+
+
+def _zeroed_shadows(context: Any, builder: Any, plan: _CallPlan, values: list[Any]) -> dict[int, Any]:
+    """A new zeroed array (the gradient to be) for each array argument differentiated."""
+    shadows = {}
+    for index in plan.built.driver.shadow_args:
+        target = plan.targets[index]
+        shadows[index] = context.compile_internal(builder, _zeros_like, signature(target, target), [values[index]])
+    return shadows
+
+
+def _call_driver(context: Any, builder: Any, plan: _CallPlan, values: list[Any], shadows: dict[int, Any],
+                 result_type: types.Type) -> tuple[Any, Any, Any, list[Any]]:
+    """Call the driver, declared in the caller's module and linked in: ``(status, excinfo slot,
+    value slot, adjoint slots)``. Its calling convention is :mod:`pyjlad.engines.driver`'s."""
+    driver = plan.built.driver
+    flat = list(context.get_arg_packer(plan.targets).as_arguments(builder, values))
+    shadow_ptrs = [context.make_array(plan.targets[i])(context, builder, shadows[i]).data
+                   for i in driver.shadow_args]
+    value_ll = context.get_value_type(result_type)
+    value_slot = cgutils.alloca_once_value(builder, value_ll(0.0))
+    seed_slot = cgutils.alloca_once_value(builder, value_ll(1.0))
+    excinfo = cgutils.alloca_once(builder, _excinfo_ptr_type())
+    builder.store(cgutils.get_null_value(excinfo.type.pointee), excinfo)
+    adjoint_slots = [cgutils.alloca_once(builder, context.get_value_type(plan.targets[i]))
+                     for i in driver.active_scalars]
+    call_args = [value_slot, seed_slot, excinfo, *adjoint_slots, *flat, *shadow_ptrs]
+    fnty = ir.FunctionType(ir.IntType(32), [a.type for a in call_args])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, driver.symbol)
+    context.add_linking_libs([plan.built.library])
+    # Run when a caller compiled with cache=True is loaded by a new process: the linked
+    # derivative's external symbols (pyjlad's runtime, the pool, BLAS) must resolve first.
+    context.active_code_library._reload_init.add(functools.partial(resolve_symbols, plan.declared))
+    return builder.call(fn, call_args), excinfo, value_slot, adjoint_slots
+
+
+def _results(context: Any, builder: Any, derivative: _ValueAndGrad, plan: _CallPlan, sig: Any,
+             value: Any, adjoints: list[Any], shadows: dict[int, Any]) -> Any:
+    """What the Python callable returns: the gradient(s) in ``wrt`` order, with the value for value_and_grad."""
+    grads = dict(shadows)
+    for index, adjoint in zip(plan.built.driver.active_scalars, adjoints):
+        grads[index] = context.cast(builder, adjoint, plan.targets[index], types.float64)
+    ordered = [grads[i] for i in plan.wrt]
+    grad_type = sig.return_type if isinstance(derivative, _Grad) else sig.return_type.types[1]
+    if derivative._single:
+        out = ordered[0]
+    else:
+        order = derivative._order or tuple(range(len(ordered)))
+        out = context.make_tuple(builder, grad_type, [ordered[k] for k in order])
+    if isinstance(derivative, _Grad):
+        return out
+    return context.make_tuple(builder, sig.return_type, [value, out])
+
+
+def _make_impl(derivative: _ValueAndGrad, plan: _CallPlan) -> Callable[..., Any]:
+    """The lowering of a call with ``plan``'s argument types."""
+    exported = plan.built.exported
+    result_type = types.float32 if exported.abi.result.dtype == "float32" else types.float64
+
+    def impl(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        values, copies = _pass_arguments(context, builder, plan, llargs)
+        shadows = _zeroed_shadows(context, builder, plan, values)
+        status, excinfo, value_slot, adjoint_slots = _call_driver(context, builder, plan, values, shadows,
+                                                                  result_type)
+        for copy_type, copy in copies:
+            context.nrt.decref(builder, copy_type, copy)
+        _raise_on_failure(context, builder, status, excinfo, exported.name)
+        value = context.cast(builder, builder.load(value_slot), result_type, types.float64)
+        adjoints = [builder.load(slot) for slot in adjoint_slots]
+        return _results(context, builder, derivative, plan, sig, value, adjoints, shadows)
+
+    return impl
+
+
+def _excinfo_ptr_type() -> ir.Type:
+    from numba.core.callconv import excinfo_ptr_t
+
+    return excinfo_ptr_t
+
+
+def _raise_on_failure(context: Any, builder: Any, status: Any, excinfo: Any, name: str) -> None:
+    """Propagate an exception the differentiated function raised; ``MemoryError`` when the sweep ran out."""
+    failed = builder.icmp_signed("!=", status, status.type(0))
+    with cgutils.if_unlikely(builder, failed):
+        out_of_memory = builder.icmp_signed("==", status, status.type(OUT_OF_MEMORY))
+        with builder.if_else(out_of_memory) as (oom, other):
+            with oom:
+                context.call_conv.return_user_exc(
+                    builder, MemoryError,
+                    (f"out of memory while differentiating {name}: an allocation of the sweep failed",))
+            with other:
+                result = context.call_conv._get_return_status(builder, status, builder.load(excinfo))
+                context.call_conv.return_status_propagate(builder, result)
