@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .lexer import Token, substitute, tokenize
+from .lexer import Token, substitute
 from .module import Function, Item, Module, parse, parse_instruction
 
 __all__ = ["drop_attachment", "items_of", "map_items", "rename"]
