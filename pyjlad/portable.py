@@ -1,4 +1,4 @@
-"""The parts of a portable module: pyjlad's runtime replacements, error-path stubs, the module split into items.
+"""The parts of a portable module: pyjlad's runtime replacements, the BLAS/LAPACK and libm call names.
 
 Numba 0.68 prints IR with LLVM 22's syntax, and the module it keeps holds much more than the
 function to differentiate: the CPython and ``cfunc`` wrappers, ``NumbaEnv`` globals, Python C-API
@@ -7,16 +7,18 @@ declarations and, once compiled, x86-specific intrinsics. The passes of
 function and what it transitively references, with names that are the same in every process
 (:mod:`pyjlad.stable_names`), and rewrite every construct newer than LLVM 15 (:mod:`pyjlad.ir.downlevel`).
 The result is accepted by ``llvm-as`` 15, 16, 19 and 22 alike, which is what the Enzyme plugin
-(LLVM 15) and Julia's ``Base.llvmcall`` (LLVM 16/18) need. This module holds what those passes share.
+(LLVM 15) and Julia's ``Base.llvmcall`` (LLVM 16/18) need. This module holds what those passes share;
+:mod:`pyjlad.stubs` what ``extract`` keeps in place of Numba's error-path code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from . import runtime
-from .ir.downlevel import split_top_level
-from .ir.lexer import texts_of
+from .ir.downlevel import NEW_MATH_INTRINSICS, split_top_level
+from .ir.lexer import Token, texts_of, tokenize
 from .ir.module import parse, parse_function_header
 
 __all__ = ["PortableModule", "PORTABLE_RUNTIME", "RUNTIME_CALL_DTOR", "dedupe_declarations", "has_recursion",
@@ -60,10 +62,53 @@ _PORTABLE_RUNTIME_DEPS = {**runtime.dependencies("nrt.ll"), **runtime.dependenci
 _PORTABLE_RUNTIME_DECLS = {**runtime.declarations("nrt.ll"), **runtime.declarations("cblas.ll")}
 
 
+def _blas_call(tokens: list[Token], k: int) -> tuple[str, str] | None:
+    """``(helper, kind letter)`` if ``tokens[k]`` is a BLAS/LAPACK helper called with a constant element kind
+    (``@numba_xxdot(i8 100,``); ``None`` otherwise."""
+    helper = tokens[k].text[1:]
+    if tokens[k].kind != "global" or helper not in BLAS_HELPERS | LAPACK_HELPERS:
+        return None
+    after = [t.text for t in tokens[k + 1:k + 6]]
+    if after[:3] != ["(", "i8", " "] or after[4:] != [","] or after[3] not in _BLAS_KINDS:
+        return None
+    return helper, _BLAS_KINDS[after[3]][0]
+
+
+def kind_specific_calls(line: str, links: set[tuple[str, str]]) -> str:
+    """``line`` with each BLAS/LAPACK helper called with a constant kind renamed ``@<helper>.<kind>``; the LAPACK
+    ones added to ``links``."""
+    tokens = tokenize(line)
+    for k in range(len(tokens)):
+        found = _blas_call(tokens, k)
+        if found is not None:
+            tokens[k] = Token("global", f"@{found[0]}.{found[1]}")
+            if found[0] in LAPACK_HELPERS:
+                links.add(found)
+    return "".join(t.text for t in tokens)
+
+
 # Numba runtime helpers that only compute integers (shapes, strides) from their
 # arguments: their declarations are marked so that Enzyme treats calls to them as
 # inactive and knows they free nothing.
 INACTIVE_HELPERS = frozenset({"numba_attempt_nocopy_reshape", "numba_fatal_error"})
+
+
+#: The libm functions ``down-level`` calls for LLVM 22 math intrinsics (double; float adds ``f``).
+_LIBM_TARGETS = frozenset(NEW_MATH_INTRINSICS.values())
+
+
+def libm_calls(line: str) -> Iterator[tuple[str, str, str]]:
+    """``(type, name, libm name)`` of each ``call double @tanh(`` / ``call float @tanhf(`` in ``line`` whose callee is a
+    libm function ``down-level`` maps an intrinsic to."""
+    tokens = tokenize(line)
+    for k in range(len(tokens) - 5):
+        texts = [t.text for t in tokens[k:k + 6]]
+        if texts[0] == "call" and texts[1] == texts[3] == " " and texts[2] in ("double", "float") \
+                and texts[5] == "(" and tokens[k + 4].kind == "global":
+            name = texts[4][1:]
+            base = name if name in _LIBM_TARGETS else name[:-1] if name.endswith("f") else ""
+            if base in _LIBM_TARGETS:
+                yield texts[2], name, base
 
 
 def is_libm_function(name: str) -> bool:
@@ -126,7 +171,7 @@ def _references(text: str, own_name: str) -> set[str]:
 def dedupe_declarations(text: str) -> str:
     """Drop repeated ``declare`` lines (two names mapped onto one).
 
-    >>> print(dedupe_declarations("declare double @tan(double)\ndeclare double @tan(double)\n"), end="")
+    >>> print(dedupe_declarations("declare double @tan(double)\\ndeclare double @tan(double)\\n"), end="")
     declare double @tan(double)
     """
     seen: set[str] = set()

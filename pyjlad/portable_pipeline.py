@@ -9,18 +9,21 @@ the module after each)::
     split-excinfo-slots       one type per stack slot
     opaque-address-comparisons
     freeze-carried-selects
-    down-level                LLVM 22 syntax to LLVM 15
+    down-level                LLVM 22 syntax to LLVM 15 (a text pass)
+    translate-attribute-groups
     unique-names              the entry named, mangled names unique to the module
     dedupe-declarations
     declare-libm-calls
     refuse-target-intrinsics  a check
 
-Every pass gets and returns a whole module as text. Between ``extract`` and ``down-level`` the
-module has LLVM 22 syntax and refers to metadata it no longer defines (metadata is dropped), so those
-dumps are for reading, not for ``llvm-as``; the input and the final module are valid.
+Every pass but ``down-level`` gets and returns a parsed :class:`pyjlad.ir.Module` (so the passes
+before it share one parse, and those after it another); ``down-level`` rewrites LLVM's syntax itself,
+as text. Between ``extract`` and ``down-level`` the module has LLVM 22 syntax and refers to metadata it
+no longer defines (metadata is dropped), so those dumps are for reading, not for ``llvm-as``; the input
+and the final module are valid.
 
-The helpers the passes use (runtime replacements, line rewrites, attribute translation) live in
-:mod:`pyjlad.portable`.
+The helpers the passes use live in :mod:`pyjlad.portable` (runtime replacements, call names),
+:mod:`pyjlad.stubs` (what ``extract`` keeps in place of an item) and :mod:`pyjlad.ir.downlevel`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import address_comparisons, excinfo_slots, stubs
@@ -37,13 +39,10 @@ from . import stable_names as sn
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
 from .ir import analysis, downlevel
-from .ir.lexer import Token, texts_of, tokenize
+from .ir.lexer import texts_of
 from .ir.module import AttributeGroup, Function, GlobalVariable, Item, Line, Module, TypeDefinition
 from .ir.pipeline import Pass, Pipeline
 from .ir.rewrite import definitions_named, items_of, map_items, rename
-
-#: The libm functions ``down-level`` calls for LLVM 22 math intrinsics (double; float adds ``f``).
-_LIBM_TARGETS = frozenset(downlevel.NEW_MATH_INTRINSICS.values())
 
 __all__ = ["PORTABLE", "PortableContext", "make_portable"]
 
@@ -79,31 +78,6 @@ class PortableContext:
     externals: list[str] = field(default_factory=list)
 
 
-def _blas_call(tokens: list[Token], k: int) -> tuple[str, str] | None:
-    """``(helper, kind letter)`` if ``tokens[k]`` is a BLAS/LAPACK helper called with a constant element kind
-    (``@numba_xxdot(i8 100,``); ``None`` otherwise."""
-    helper = tokens[k].text[1:]
-    if tokens[k].kind != "global" or helper not in p.BLAS_HELPERS | p.LAPACK_HELPERS:
-        return None
-    after = [t.text for t in tokens[k + 1:k + 6]]
-    if after[:3] != ["(", "i8", " "] or after[4:] != [","] or after[3] not in p._BLAS_KINDS:
-        return None
-    return helper, p._BLAS_KINDS[after[3]][0]
-
-
-def _kind_specific_line(line: str, links: set[tuple[str, str]]) -> str:
-    """``line`` with each BLAS/LAPACK helper called with a constant kind renamed ``@<helper>.<kind>``; the LAPACK
-    ones added to ``links``."""
-    tokens = tokenize(line)
-    for k in range(len(tokens)):
-        found = _blas_call(tokens, k)
-        if found is not None:
-            tokens[k] = Token("global", f"@{found[0]}.{found[1]}")
-            if found[0] in p.LAPACK_HELPERS:
-                links.add(found)
-    return "".join(t.text for t in tokens)
-
-
 def kind_specific_blas(module: Module, context: PortableContext) -> Module:
     """Call Numba's BLAS/LAPACK helpers by element kind (``@numba_xxdot.d``); record the LAPACK ones to link.
 
@@ -115,7 +89,7 @@ def kind_specific_blas(module: Module, context: PortableContext) -> Module:
     """
     links: set[tuple[str, str]] = set()
     for function in module.definitions:
-        function.body = [_kind_specific_line(line, links) if "@numba_" in line else line
+        function.body = [p.kind_specific_calls(line, links) if "@numba_" in line else line
                          for line in function.body or ()]
     context.links = sorted(links)
     declarations: dict[str, Function] = {}
@@ -336,20 +310,6 @@ def dedupe_declarations(module: Module, context: PortableContext) -> Module:
     return module
 
 
-def _libm_calls(line: str) -> Iterator[tuple[str, str, str]]:
-    """``(type, name, libm name)`` of each ``call double @tanh(`` / ``call float @tanhf(`` in ``line`` whose callee is a
-    libm function ``down-level`` maps an intrinsic to."""
-    tokens = tokenize(line)
-    for k in range(len(tokens) - 5):
-        texts = [t.text for t in tokens[k:k + 6]]
-        if texts[0] == "call" and texts[1] == texts[3] == " " and texts[2] in ("double", "float") \
-                and texts[5] == "(" and tokens[k + 4].kind == "global":
-            name = texts[4][1:]
-            base = name if name in _LIBM_TARGETS else name[:-1] if name.endswith("f") else ""
-            if base in _LIBM_TARGETS:
-                yield texts[2], name, base
-
-
 def declare_libm_calls(module: Module, context: PortableContext) -> Module:
     """Declare the libm functions that scalarized vector intrinsics now call."""
     declared = set(module.functions)
@@ -358,7 +318,7 @@ def declare_libm_calls(module: Module, context: PortableContext) -> Module:
         for line in function.body or ():
             if "call double @" not in line and "call float @" not in line:
                 continue
-            for type_, name, base in _libm_calls(line):
+            for type_, name, base in p.libm_calls(line):
                 if "@" + name not in declared and name not in added:
                     arity = 2 if base == "atan2" else 1
                     added[name] = f"declare {type_} @{name}({', '.join([type_] * arity)})"
