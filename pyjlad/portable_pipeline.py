@@ -9,34 +9,40 @@ the module after each)::
     split-excinfo-slots       one type per stack slot
     opaque-address-comparisons
     freeze-carried-selects
-    down-level                LLVM 22 syntax to LLVM 15
+    down-level                LLVM 22 syntax to LLVM 15 (a text pass)
+    translate-attribute-groups
     unique-names              the entry named, mangled names unique to the module
     dedupe-declarations
     declare-libm-calls
     refuse-target-intrinsics  a check
 
-Every pass gets and returns a whole module as text. Between ``extract`` and ``down-level`` the
-module has LLVM 22 syntax and refers to metadata it no longer defines (metadata is dropped), so those
-dumps are for reading, not for ``llvm-as``; the input and the final module are valid.
+Every pass but ``down-level`` gets and returns a parsed :class:`pyjlad.ir.Module` (so the passes
+before it share one parse, and those after it another); ``down-level`` rewrites LLVM's syntax itself,
+as text. Between ``extract`` and ``down-level`` the module has LLVM 22 syntax and refers to metadata it
+no longer defines (metadata is dropped), so those dumps are for reading, not for ``llvm-as``; the input
+and the final module are valid.
 
-The helpers the passes use (runtime replacements, line rewrites, attribute translation) live in
-:mod:`pyjlad.portable`.
+The helpers the passes use live in :mod:`pyjlad.portable` (runtime replacements, call names),
+:mod:`pyjlad.stubs` (what ``extract`` keeps in place of an item) and :mod:`pyjlad.ir.downlevel`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import address_comparisons, excinfo_slots
+from . import address_comparisons, excinfo_slots, stubs
 from . import portable as p
 from . import stable_names as sn
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
-from .ir import downlevel
+from .ir import analysis, downlevel
+from .ir.lexer import texts_of
+from .ir.module import AttributeGroup, Function, GlobalVariable, Item, Line, Module, TypeDefinition
 from .ir.pipeline import Pass, Pipeline
+from .ir.rewrite import definitions_named, items_of, map_items, rename
 
 __all__ = ["PORTABLE", "PortableContext", "make_portable"]
 
@@ -72,13 +78,7 @@ class PortableContext:
     externals: list[str] = field(default_factory=list)
 
 
-def _render(header: list[str], entities: list[p._Entity], groups: dict[str, str]) -> str:
-    """A module from :func:`pyjlad.portable.split_module`'s parts (comments and metadata are not kept)."""
-    lines = [*header, *(e.text for e in entities), *(f"attributes {g} = {{{c}}}" for g, c in groups.items())]
-    return "\n".join(lines) + "\n"
-
-
-def kind_specific_blas(text: str, context: PortableContext) -> str:
+def kind_specific_blas(module: Module, context: PortableContext) -> Module:
     """Call Numba's BLAS/LAPACK helpers by element kind (``@numba_xxdot.d``); record the LAPACK ones to link.
 
     Numba calls one C helper per operation with the element kind as a run-time argument (``i8 100``
@@ -87,25 +87,27 @@ def kind_specific_blas(text: str, context: PortableContext) -> str:
     kind (:func:`pyjlad.lapack.lapack_module`). Each LAPACK helper's kind-specific name is declared
     with the helper's own signature.
     """
-    kind_of = p._BLAS_KINDS
-    text = p._BLAS_CALL_RE.sub(lambda m: f"@numba_xx{m.group(1)}.{kind_of[m.group(2)][0]}(i8 {m.group(2)},", text)
-    context.links = sorted({(m.group(1), kind_of[m.group(2)][0]) for m in p._LAPACK_CALL_RE.finditer(text)})
-    text = p._LAPACK_CALL_RE.sub(lambda m: f"@{m.group(1)}.{kind_of[m.group(2)][0]}(i8 {m.group(2)},", text)
-    if not context.links:
-        return text
-    declarations: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("declare ") and (symbol := p._function_symbol(line)):
-            declarations.setdefault(symbol, line)
-    added = [declarations["@" + helper].replace(f"@{helper}(", f"@{helper}.{kind}(")
-             for helper, kind in context.links if "@" + helper in declarations]
-    if not added:
-        return text
-    return text + ("" if text.endswith("\n") else "\n") + "\n".join(added) + "\n"
+    links: set[tuple[str, str]] = set()
+    for function in module.definitions:
+        function.body = [p.kind_specific_calls(line, links) if "@numba_" in line else line
+                         for line in function.body or ()]
+    context.links = sorted(links)
+    declarations: dict[str, Function] = {}
+    for declaration in module.declarations:
+        declarations.setdefault(declaration.symbol, declaration)
+    module.items.extend(dataclasses.replace(declarations["@" + helper], symbol=f"@{helper}.{kind}")
+                        for helper, kind in context.links if "@" + helper in declarations)
+    return module
 
 
-def stable_names(text: str, context: PortableContext) -> str:
-    """Rename what Numba names from per-process state; find the entry.
+def _entity(item: Item) -> sn.Entity:
+    """The :class:`pyjlad.stable_names.Entity` of a function, global or named type."""
+    kind = item.keyword if isinstance(item, Function) else "global" if isinstance(item, GlobalVariable) else "type"
+    return sn.Entity(kind, item.symbol, item.render())
+
+
+def stable_names(module: Module, context: PortableContext) -> Module:
+    """Rename what Numba names from per-process state; find the entry; drop comments and metadata.
 
     The portable text is part of the gradient disk cache's key, so it must be the same in every
     process: string constants Numba names by Python's ``hash()`` get names by content, and the uids
@@ -117,18 +119,60 @@ def stable_names(text: str, context: PortableContext) -> str:
     PortabilityError
         If the entry function is not defined in the module.
     """
-    header, entities, groups = p.split_module(text)
-    entities = sn.name_by_content(entities)
-    entities, stable_entry = sn.stable_uids(entities, context.entry)
+    header = [i for i in module.items if isinstance(i, Line) and i.kind in ("datalayout", "triple")]
+    kept = [i for i in module.items if isinstance(i, (Function, GlobalVariable, TypeDefinition))]
+    groups = [i for i in module.items if isinstance(i, AttributeGroup)]
+    entities = [_entity(item) for item in kept]
+    renamed, stable_entry = sn.stable_uids(sn.name_by_content(entities), context.entry)
+    items: list[Item] = list(header)
+    for item, old, new in zip(kept, entities, renamed, strict=True):
+        items.extend([item] if new.text == old.text else items_of(new.text))
+    module.items = items + groups
     simple = re.fullmatch(r"[-a-zA-Z$._0-9]+", stable_entry)
     context.entry_symbol = "@" + stable_entry if simple else f'@"{stable_entry}"'
-    found = {e.name: e for e in entities}.get(context.entry_symbol)
-    if found is None or found.kind != "define":
+    found = module.functions.get(context.entry_symbol)
+    if found is None or found.is_declaration:
         raise PortabilityError(f"entry function {context.entry!r} is not defined in the module")
-    return _render(header, entities, groups)
+    return module
 
 
-def extract(text: str, context: PortableContext) -> str:
+def _global_references(item: Item) -> set[str]:
+    """The ``@`` symbols ``item`` mentions, other than its own (never inside ``c"..."`` data)."""
+    return set(texts_of(item.render(), "global")) - {getattr(item, "symbol", None)}
+
+
+def _kept(symbol: str, item: Item | None, groups: dict[str, AttributeGroup],
+          context: PortableContext) -> tuple[str, list[Item]]:
+    """Where (``"global"``, ``"define"``, ``"declare"``) and as what the reachable ``symbol`` is kept.
+
+    Raises
+    ------
+    PortabilityError
+        If ``symbol`` is referenced but neither defined, declared nor provided by pyjlad's runtime.
+    """
+    if symbol in p.PORTABLE_RUNTIME:
+        return "define", items_of(p.PORTABLE_RUNTIME[symbol])
+    if symbol in p._PORTABLE_RUNTIME_DECLS and (item is None or isinstance(item, Function) and item.is_declaration):
+        context.externals.append(symbol.lstrip("@"))
+        return "declare", items_of(p._PORTABLE_RUNTIME_DECLS[symbol])
+    if item is None:
+        raise PortabilityError(f"symbol {symbol} is referenced but not declared")
+    if isinstance(item, GlobalVariable):
+        return "global", [stubs.clean_global(item)]
+    if not item.is_declaration:
+        if symbol.startswith(stubs.EXCINFO_UNWRAP):
+            return "define", items_of(stubs.excinfo_unwrap_stub(symbol))
+        if symbol.startswith(stubs.STRING_CODE):
+            return "define", [stubs.inactive_definition(item)]
+        context.rewritten.add(symbol)
+        return "define", [item]
+    if symbol.lstrip("@") in stubs.ERROR_PATH_STUBS:
+        return "define", items_of(stubs.stub(item))
+    context.externals.append(symbol.lstrip("@").strip('"'))
+    return "declare", [stubs.libm_declaration(stubs.mark_inactive(item), groups)]
+
+
+def extract(module: Module, context: PortableContext) -> Module:
     """Keep the entry and what it reaches; replace Numba's runtime by pyjlad's; stub the error paths.
 
     Numba's module also holds the CPython and ``cfunc`` wrappers, ``NumbaEnv`` globals and C-API
@@ -140,77 +184,36 @@ def extract(text: str, context: PortableContext) -> str:
     message (pyjlad re-runs the function for it); libm declarations lose ``readonly`` (Enzyme adds
     ``readnone``, and both are invalid together).
     """
-    header, entity_list, groups = p.split_module(text)
-    entities = {e.name: e for e in entity_list}
-    context.numba_functions = {m for e in entity_list if e.kind == "define"
-                               if (m := excinfo_slots.numba_abi_symbol(e.text))}
-    types = [e.text for e in entity_list if e.kind == "type"]
-    globals_: list[str] = []
-    defines: list[str] = []
-    declares: list[str] = []
-    for symbol in p._reachable(entities, context.entry_symbol):
-        if symbol in p.PORTABLE_RUNTIME:
-            defines.append(p.PORTABLE_RUNTIME[symbol])
-            continue
-        entity = entities.get(symbol)
-        if entity is None or (entity.kind == "declare" and symbol in p._PORTABLE_RUNTIME_DECLS):
-            if symbol in p._PORTABLE_RUNTIME_DECLS:
-                declares.append(p._PORTABLE_RUNTIME_DECLS[symbol])
-                context.externals.append(symbol.lstrip("@"))
-                continue
-            raise PortabilityError(f"symbol {symbol} is referenced but not declared")
-        if entity.kind == "global":
-            globals_.append(p._clean_global(entity.text))
-        elif entity.kind == "define" and symbol.startswith(p._EXCINFO_UNWRAP):
-            defines.append(p._excinfo_unwrap_stub(symbol))
-        elif entity.kind == "define" and symbol.startswith(p._STRING_CODE):
-            defines.append(p._inactive_definition(entity.text))
-        elif entity.kind == "define":
-            defines.append(entity.text)
-            context.rewritten.add(symbol)
-        elif symbol.lstrip("@") in p.ERROR_PATH_STUBS:
-            defines.append(p._stub(entity.text))
-        else:
-            declares.append(p._libm_declaration(p._mark_inactive(entity.text), groups))
-            context.externals.append(symbol.lstrip("@").strip('"'))
-    body = "\n".join([*types, "", *globals_, "", *defines, "", *declares]).splitlines()
-    group_lines = [f"attributes {g} = {{{c}}}" for g, c in groups.items()]
-    return "\n".join([*header, "", *body, *group_lines]) + "\n"
+    context.numba_functions = {m for f in module.definitions if (m := excinfo_slots.numba_abi_symbol(f.render()))}
+    groups = module.attribute_groups
+    items: dict[str, Item] = {i.symbol: i for i in module.items if isinstance(i, (Function, GlobalVariable))}
+    extra = {symbol: p._PORTABLE_RUNTIME_DEPS.get(symbol, set()) for symbol in p.PORTABLE_RUNTIME}
+    sections: dict[str, list[Item]] = {"global": [], "define": [], "declare": []}
+    for symbol in analysis.reachable(module, context.entry_symbol, extra=extra, references_of=_global_references):
+        where, kept = _kept(symbol, items.get(symbol), groups, context)
+        sections[where].extend(kept)
+    blank = Line("", "blank")
+    body: list[Item] = [*module.types.values(), blank, *sections["global"], blank, *sections["define"], blank,
+                        *sections["declare"]]
+    if not sections["declare"]:
+        body.pop()  # as the text this module was: no empty line after the last item
+    header = [i for i in module.items if isinstance(i, Line) and i.kind in ("datalayout", "triple")]
+    module.items = [*header, blank, *body, *groups.values()]
+    return module
 
 
-def _map_definitions(text: str, names: set[str], rewrite: Callable[[str], str]) -> str:
-    """``text`` with each definition of a function in ``names`` (``define`` to ``}``) replaced by ``rewrite``'s."""
-    lines = text.split("\n")
-    out: list[str] = []
-    k = 0
-    while k < len(lines):
-        line = lines[k]
-        symbol = p._function_symbol(line) if line.startswith("define ") else None
-        if symbol is None:
-            out.append(line)
-            k += 1
-            continue
-        end = k
-        while not lines[end].startswith("}"):
-            end += 1
-        definition = "\n".join(lines[k:end + 1])
-        out.append(rewrite(definition) if symbol in names else definition)
-        k = end + 1
-    return "\n".join(out)
-
-
-def split_excinfo_slots(text: str, context: PortableContext) -> str:
+def split_excinfo_slots(module: Module, context: PortableContext) -> Module:
     """Give the exception slot of each call to a Numba function its own ``alloca`` where LLVM shared it.
 
     Enzyme's type analysis gives a stack slot one type for the whole function; LLVM may reuse one
     slot for an exception pointer and, later, an integer shape (see
     :func:`pyjlad.excinfo_slots.split_shared_excinfo_slots`).
     """
-    return _map_definitions(text, context.rewritten,
-                            lambda d: excinfo_slots.split_shared_excinfo_slots(d, context.numba_functions))
+    return map_items(module, lambda d: excinfo_slots.split_shared_excinfo_slots(d, context.numba_functions),
+                     where=definitions_named(context.rewritten))
 
 
-def opaque_address_comparisons(text: str, context: PortableContext) -> str:
+def opaque_address_comparisons(module: Module, context: PortableContext) -> Module:
     """Compute addresses that are only compared (vectorizer overlap checks) by ``@pyjlad_address``.
 
     Enzyme types the ``ptrtoint`` of a pointer as a pointer and the arithmetic comparing it as an
@@ -228,73 +231,103 @@ def opaque_address_comparisons(text: str, context: PortableContext) -> str:
             return new + "\n" + address_comparisons.ADDRESS_DEFINITION
         return new
 
-    return _map_definitions(text, context.rewritten, rewrite)
+    return map_items(module, rewrite, where=definitions_named(context.rewritten))
 
 
-def freeze_selects(text: str, context: PortableContext) -> str:
+def freeze_selects(module: Module, context: PortableContext) -> Module:
     """Put a ``freeze`` after each loop-carried ``select`` (a running max/min), so Enzyme's general rule applies.
 
     Enzyme v0.0.289's reverse rule for such a select sends its adjoint only to the element chosen
     at the loop's exit (see :mod:`pyjlad.carried_selects`).
     """
-    return _map_definitions(text, context.rewritten, lambda d: freeze_carried_selects(d)[0])
+    return map_items(module, lambda d: freeze_carried_selects(d)[0], where=definitions_named(context.rewritten))
 
 
 def down_level(text: str, context: PortableContext) -> str:
-    """Rewrite LLVM 22 syntax to LLVM 15's; keep only the attribute groups still used, translated.
+    """Rewrite LLVM 22 syntax to LLVM 15's, line by line.
 
     The Enzyme plugin runs under LLVM 15 and Julia's ``llvmcall`` reads LLVM 16/18: newer
     attributes, flags, intrinsic spellings and vector math intrinsics become their LLVM 15
     equivalents, or are dropped where they only carry optimization hints (see
-    :func:`pyjlad.ir.downlevel.rewrite_line`).
+    :func:`pyjlad.ir.downlevel.rewrite_line`). Attribute groups are translated by
+    ``translate-attribute-groups``.
     """
-    lines = text.splitlines()
-    split = lines.index("")
-    header, rest = lines[:split], lines[split + 1:]
-    groups: dict[str, str] = {}
-    body: list[str] = []
-    for line in rest:
-        group = p._attribute_group(line) if line.startswith("attributes #") else None
-        if group:
-            groups[group[0]] = group[1]
-        else:
-            body.append(line)
+    lines = text.split("\n")
+    return "\n".join(line if line.startswith("attributes #") else downlevel.rewrite_line(line) for line in lines)
+
+
+def _used_groups(module: Module) -> set[str]:
+    """The ``#N`` attribute groups the items of ``module`` name: function headers, call sites, globals."""
     used: set[str] = set()
-    out = [*header, ""]
-    for line in body:
-        line = downlevel.rewrite_line(line)
-        used.update(re.findall(r"(?<![\w])#\d+\b", line))
-        out.append(line)
-    for group in sorted(used, key=lambda g: int(g[1:])):
-        attrs = downlevel.translate_attribute_group(groups.get(group, ""))
-        out.append(f"attributes {group} = {{ {attrs} }}" if attrs else f"attributes {group} = {{ }}")
-    return "\n".join(out) + "\n"
+    for item in module.items:
+        if isinstance(item, Function):
+            used.update(item.attribute_group_refs)
+            used.update(g for line in item.body or () if "#" in line for g in texts_of(line, "attrgroup"))
+        elif not isinstance(item, AttributeGroup) and "#" in (text := item.render()):
+            used.update(texts_of(text, "attrgroup"))
+    return used
 
 
-def unique_names(text: str, context: PortableContext) -> str:
+def translate_attribute_groups(module: Module, context: PortableContext) -> Module:
+    """Keep only the attribute groups still used, translated to LLVM 15's attributes, in numeric order.
+
+    LLVM 22 attributes (``memory(...)``, ``nocreateundeforpoison``, ...) have no LLVM 15 spelling, or
+    another one (see :func:`pyjlad.ir.downlevel.translate_attribute_group`); a group no function of the
+    portable module names any more is dropped.
+    """
+    groups = {g.ref: g for g in module.attribute_groups.values()}
+    module.items = [i for i in module.items if not isinstance(i, AttributeGroup)]
+    for ref in sorted(_used_groups(module), key=lambda g: int(g[1:])):
+        old = groups.get(ref)
+        attributes = downlevel.translate_attribute_group(" ".join(old.attributes) if old else "")
+        module.items.append(AttributeGroup(ref, [attributes] if attributes else []))
+    return module
+
+
+def unique_names(module: Module, context: PortableContext) -> Module:
     """Name the entry ``@<name>``; make the renumbered mangled names unique to this module.
 
     A digest of the module goes into every renumbered uid, so two modules linked together (LAPACK,
     custom rules) never give one name to two different functions, which Numba's ``linkonce_odr``
     linkage would merge.
     """
-    salt = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return p._rename(sn.salt_uids(text, salt), sn.salt_uids(context.entry_symbol, salt), "@" + context.name)
+    salt = hashlib.sha256(module.render().encode()).hexdigest()[:12]
+    map_items(module, lambda text: sn.salt_uids(text, salt))
+    return rename(module, sn.salt_uids(context.entry_symbol, salt), "@" + context.name)
 
 
-def dedupe_declarations(text: str, context: PortableContext) -> str:
+def dedupe_declarations(module: Module, context: PortableContext) -> Module:
     """Drop repeated declarations (two intrinsics ``down-level`` mapped onto one libm name)."""
-    return p.dedupe_declarations(text)
+    seen: set[str] = set()
+    items: list[Item] = []
+    for item in module.items:
+        if isinstance(item, Function) and item.is_declaration:
+            if item.symbol in seen:
+                continue
+            seen.add(item.symbol)
+        items.append(item)
+    module.items = items
+    return module
 
 
-def declare_libm_calls(text: str, context: PortableContext) -> str:
+def declare_libm_calls(module: Module, context: PortableContext) -> Module:
     """Declare the libm functions that scalarized vector intrinsics now call."""
-    text, added = p._declare_libm_calls(text)
+    declared = set(module.functions)
+    added: dict[str, str] = {}
+    for function in module.definitions:
+        for line in function.body or ():
+            if "call double @" not in line and "call float @" not in line:
+                continue
+            for type_, name, base in p.libm_calls(line):
+                if "@" + name not in declared and name not in added:
+                    arity = 2 if base == "atan2" else 1
+                    added[name] = f"declare {type_} @{name}({', '.join([type_] * arity)})"
+    module.items.extend(items_of("\n".join(added.values())) if added else [])
     context.externals.extend(added)
-    return text
+    return module
 
 
-def refuse_target_intrinsics(text: str, context: PortableContext) -> str:
+def refuse_target_intrinsics(module: Module, context: PortableContext) -> Module:
     """Refuse x86-specific intrinsics: no other target, and no LLVM 15 Enzyme rule, knows them.
 
     Raises
@@ -302,28 +335,33 @@ def refuse_target_intrinsics(text: str, context: PortableContext) -> str:
     PortabilityError
         Naming the intrinsic.
     """
-    leftover = re.search(r"@llvm\.x86\.[a-z0-9_.]+", text)
-    if leftover:
-        raise PortabilityError(
-            f"the function uses the target-specific intrinsic {leftover.group(0)}, "
-            "which cannot be made portable; rewrite the code that produces it"
-        )
-    return text
+    for item in module.items:
+        text = item.render()
+        if "@llvm.x86." not in text:
+            continue
+        for symbol in texts_of(text, "global"):
+            if symbol.startswith("@llvm.x86."):
+                raise PortabilityError(
+                    f"the function uses the target-specific intrinsic {symbol}, "
+                    "which cannot be made portable; rewrite the code that produces it"
+                )
+    return module
 
 
 #: The portable pipeline, in order.
 PORTABLE = Pipeline("portable", (
-    Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added", form="text"),
-    Pass("stable-names", stable_names, "global names; comments and metadata dropped", form="text"),
-    Pass("extract", extract, "which items are kept; runtime definitions and stubs", form="text"),
-    Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions", form="text"),
-    Pass("opaque-address-comparisons", opaque_address_comparisons, "bodies of Numba's functions; a helper added", form="text"),
-    Pass("freeze-carried-selects", freeze_selects, "bodies of Numba's functions", form="text"),
-    Pass("down-level", down_level, "syntax, attributes, vector intrinsics", form="text"),
-    Pass("unique-names", unique_names, "the entry's and mangled names", form="text"),
-    Pass("dedupe-declarations", dedupe_declarations, "declarations", form="text"),
-    Pass("declare-libm-calls", declare_libm_calls, "declarations", form="text"),
-    Pass("refuse-target-intrinsics", refuse_target_intrinsics, "nothing: a check", form="text"),
+    Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added"),
+    Pass("stable-names", stable_names, "global names; comments and metadata dropped"),
+    Pass("extract", extract, "which items are kept; runtime definitions and stubs"),
+    Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions"),
+    Pass("opaque-address-comparisons", opaque_address_comparisons, "bodies of Numba's functions; a helper added"),
+    Pass("freeze-carried-selects", freeze_selects, "bodies of Numba's functions"),
+    Pass("down-level", down_level, "syntax, vector intrinsics", form="text"),
+    Pass("translate-attribute-groups", translate_attribute_groups, "attribute groups"),
+    Pass("unique-names", unique_names, "the entry's and mangled names"),
+    Pass("dedupe-declarations", dedupe_declarations, "declarations"),
+    Pass("declare-libm-calls", declare_libm_calls, "declarations"),
+    Pass("refuse-target-intrinsics", refuse_target_intrinsics, "nothing: a check"),
 ))
 
 

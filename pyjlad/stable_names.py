@@ -18,11 +18,20 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 from .ir.lexer import Token, substitute, substitute_kinds, tokenize
-from .portable import _Entity
 
-__all__ = ["name_by_content", "salt_uids", "stable_uids"]
+__all__ = ["Entity", "name_by_content", "salt_uids", "stable_uids"]
+
+
+class Entity(NamedTuple):
+    """A top-level item as these renamings see it: its kind (``"define"``, ``"declare"``, ``"global"``,
+    ``"type"``), its symbol and its text."""
+
+    kind: str
+    name: str
+    text: str
 
 
 #: The names Numba gives the constant bytes of string literals (``BaseContext.insert_const_bytes``):
@@ -34,7 +43,7 @@ _PROCESS_HASH_NAME_RE = re.compile(r"@\.bytes\.-?\d+(?:\.\d+)*")
 _CONTENT_NAME_PREFIX = "@.bytes.content."
 
 
-def _content_names(entities: list[_Entity]) -> dict[str, str]:
+def _content_names(entities: list[Entity]) -> dict[str, str]:
     """New names, by content, for the globals Numba named by a per-process hash (old symbol to new).
 
     Globals of the same definition are numbered in module order (``.1``, ``.2``), which, unlike their
@@ -56,7 +65,7 @@ def _rename_symbols(text: str, renames: dict[str, str]) -> str:
     return substitute(text, "global", lambda symbol: renames.get(symbol, symbol))
 
 
-def name_by_content(entities: list[_Entity]) -> list[_Entity]:
+def name_by_content(entities: list[Entity]) -> list[Entity]:
     """``entities`` with the per-process names of :func:`_content_names` replaced in names and references.
 
     The portable module's text is part of the gradient disk cache's key, so a name that differs from
@@ -66,7 +75,7 @@ def name_by_content(entities: list[_Entity]) -> list[_Entity]:
     renames = _content_names(entities)
     if not renames:
         return entities
-    return [_Entity(e.kind, renames.get(e.name, e.name),
+    return [Entity(e.kind, renames.get(e.name, e.name),
                     _rename_symbols(e.text, renames) if "@.bytes." in e.text else e.text) for e in entities]
 
 
@@ -103,7 +112,7 @@ def _uid_tags(text: str) -> list[str]:
                               if int(m.group(1)) == len(m.group(2)) + 1))
 
 
-def _uid_numbers(entities: list[_Entity]) -> dict[str, int]:
+def _uid_numbers(entities: list[Entity]) -> dict[str, int]:
     """The uids of the names ``entities`` define, numbered 1, 2... in order of first appearance.
 
     Uids of declared (external) symbols are left out: those names are resolved when the module is loaded.
@@ -139,7 +148,7 @@ def _fix_lengths(text: str) -> str:
     return "".join(t.text for t in tokens)
 
 
-def _retag(entities: list[_Entity], entry: str, tags: dict[str, str]) -> tuple[list[_Entity], str]:
+def _retag(entities: list[Entity], entry: str, tags: dict[str, str]) -> tuple[list[Entity], str]:
     """``entities`` and ``entry`` with each uid tag ``v<uid>`` of ``tags`` replaced by its new tag."""
 
     def retag(match: re.Match[str]) -> str:
@@ -151,11 +160,11 @@ def _retag(entities: list[_Entity], entry: str, tags: dict[str, str]) -> tuple[l
         text = _map_names(entity.text, _UID_TAG_RE, retag)
         if entity.kind == "global" and text != entity.text:
             text = _fix_lengths(text)
-        renamed.append(_Entity(entity.kind, _UID_TAG_RE.sub(retag, entity.name), text))
+        renamed.append(Entity(entity.kind, _UID_TAG_RE.sub(retag, entity.name), text))
     return renamed, _UID_TAG_RE.sub(retag, entry)
 
 
-def stable_uids(entities: list[_Entity], entry: str) -> tuple[list[_Entity], str]:
+def stable_uids(entities: list[Entity], entry: str) -> tuple[list[Entity], str]:
     """``entities`` and ``entry`` with Numba's per-process function uids renumbered (``v<uid>`` to ``u<k>``).
 
     A uid counts the functions the process compiled before, so the same function's callees (Numba's

@@ -29,6 +29,7 @@ from pyjlad.portable_pipeline import (
     refuse_target_intrinsics,
     split_excinfo_slots,
     stable_names,
+    translate_attribute_groups,
     unique_names,
 )
 
@@ -40,6 +41,12 @@ def _context(entry: str = "entry", **fields) -> PortableContext:
     for key, value in fields.items():
         setattr(context, key, value)
     return context
+
+
+def _apply(function, text: str, context: PortableContext) -> str:
+    """``text`` after the pass of :data:`PORTABLE` that runs ``function`` (parsed and rendered as its form needs)."""
+    step = next(p for p in PORTABLE.passes if p.run is function)
+    return Pipeline("test", (step,)).run(text, context, label="test")
 
 
 def _llvm_as_15(text: str) -> subprocess.CompletedProcess:
@@ -60,7 +67,7 @@ declare i32 @numba_xxgetrf(i8, i64, i64, ptr, i64, ptr)
 
 def test_kind_specific_blas_names_calls_by_kind_and_declares_lapack_helpers() -> None:
     context = _context()
-    text = kind_specific_blas(BLAS_IR, context)
+    text = _apply(kind_specific_blas, BLAS_IR, context)
     assert "call i32 @numba_xxdot.d(i8 100, i8 0," in text  # 100 = 'd': double
     assert "call i32 @numba_xxgetrf.s(i8 115, i64 2," in text  # 115 = 's': float
     assert context.links == [("numba_xxgetrf", "s")]
@@ -68,9 +75,17 @@ def test_kind_specific_blas_names_calls_by_kind_and_declares_lapack_helpers() ->
     assert _llvm_as_15(text.replace("@numba_xxdot(", "@numba_xxdot.d(")).returncode == 0
 
 
+def test_kind_specific_blas_renames_only_calls_with_a_constant_kind() -> None:
+    text = BLAS_IR.replace("@numba_xxdot(i8 100,", "@numba_xxdot(i8 %k,").replace("(ptr %a, ptr %b)", "(ptr %a, ptr %b, i8 %k)")
+    context = _context()
+    renamed = _apply(kind_specific_blas, text, context)
+    assert "call i32 @numba_xxdot(i8 %k, i8 0," in renamed and "@numba_xxdot." not in renamed
+    assert context.links == [("numba_xxgetrf", "s")]
+
+
 def test_kind_specific_blas_leaves_a_module_without_blas_alone() -> None:
     text = HEADER + "define i32 @entry() {\n  ret i32 0\n}\n"
-    assert kind_specific_blas(text, _context()) == text
+    assert _apply(kind_specific_blas, text, _context()) == text
 
 
 # ------------------------------------------------------------------ stable-names
@@ -90,20 +105,20 @@ attributes #0 = { nounwind }
 
 def test_stable_names_renames_per_process_names_by_content_and_order() -> None:
     context = _context("_ZN4main1fB3v29Ed")
-    text = stable_names(NAMES_IR, context)
+    text = _apply(stable_names, NAMES_IR, context)
     assert "@.bytes.-" not in text and text.count("@.bytes.content.") == 2  # the global and its use
     # uids 29 and 30 become 1 and 2, in order of appearance: B3v29 -> B2u1, B3v30 -> B2u2
     assert "@_ZN4main1fB2u1Ed(" in text and "@_ZN4main1gB2u2Ed(" in text
     assert context.entry_symbol == "@_ZN4main1fB2u1Ed"
     assert "attributes #0 = { nounwind }" in text
     # by content: the same constant in another process (another hash) gets the same name
-    other = stable_names(NAMES_IR.replace("-4446739099191175225", "771"), _context("_ZN4main1fB3v29Ed"))
+    other = _apply(stable_names, NAMES_IR.replace("-4446739099191175225", "771"), _context("_ZN4main1fB3v29Ed"))
     assert other == text
 
 
 def test_stable_names_refuses_a_missing_entry() -> None:
     with pytest.raises(PortabilityError, match="not defined"):
-        stable_names(NAMES_IR, _context("no_such_function"))
+        _apply(stable_names, NAMES_IR, _context("no_such_function"))
 
 
 # ------------------------------------------------------------------ extract
@@ -132,7 +147,7 @@ attributes #1 = { nounwind memory(read) }
 
 def test_extract_keeps_what_the_entry_reaches_and_replaces_the_runtime() -> None:
     context = _context(entry_symbol="@entry")
-    text = extract(EXTRACT_IR, context)
+    text = _apply(extract, EXTRACT_IR, context)
     assert "@cpython.wrapper" not in text and "@unused" not in text  # not reached from the entry
     assert "%T = type { double }" in text  # every named type is kept (unused ones are harmless)
     assert "@_ZN08NumbaEnv1f = internal global ptr null" in text  # common -> internal
@@ -167,11 +182,11 @@ entry:
 
 def test_split_excinfo_slots_rewrites_only_the_functions_extract_kept_as_numbas() -> None:
     context = _context(numba_functions={"@callee", "@entry"}, rewritten={"@entry"})
-    text = split_excinfo_slots(SLOT_IR, context)
+    text = _apply(split_excinfo_slots, SLOT_IR, context)
     assert "%slot.pyjlad.excinfo = alloca ptr, align 8" in text
     assert "call i32 @callee(ptr %retptr, ptr nonnull %slot.pyjlad.excinfo, i64 %n)" in text
     assert "%e = load ptr, ptr %slot.pyjlad.excinfo" in text and "store i64 %n, ptr %slot," in text
-    assert split_excinfo_slots(SLOT_IR, _context(numba_functions={"@callee"}, rewritten=set())) == SLOT_IR
+    assert _apply(split_excinfo_slots, SLOT_IR, _context(numba_functions={"@callee"}, rewritten=set())) == SLOT_IR
 
 
 ADDRESS_IR = HEADER + """
@@ -196,7 +211,7 @@ define i64 @escapes(ptr %a) {
 
 def test_opaque_address_comparisons_adds_the_helper_once_after_its_first_user() -> None:
     context = _context(rewritten={"@entry", "@second", "@escapes"})
-    text = opaque_address_comparisons(ADDRESS_IR, context)
+    text = _apply(opaque_address_comparisons, ADDRESS_IR, context)
     assert "%x = call i64 @pyjlad_address(ptr %a)" in text and "%y = call i64 @pyjlad_address(ptr %b)" in text
     assert text.count("define internal i64 @pyjlad_address(ptr %p)") == 1
     assert text.index("@pyjlad_address(ptr %p)") < text.index("define i1 @second")
@@ -224,9 +239,9 @@ exit:
   ret double %s
 }
 """
-    text = freeze_selects(loop, _context(rewritten={"@entry"}))
+    text = _apply(freeze_selects, loop, _context(rewritten={"@entry"}))
     assert "freeze double" in text and text != loop
-    assert freeze_selects(loop, _context(rewritten=set())) == loop
+    assert _apply(freeze_selects, loop, _context(rewritten=set())) == loop
     assert _llvm_as_15(text).returncode == 0
 
 
@@ -241,7 +256,9 @@ define i32 @entry(ptr captures(none) %p, i64 %n) #1 {
 attributes #0 = { cold }
 attributes #1 = { nounwind memory(argmem: read) "target-cpu"="znver3" }
 """
-    text = down_level(modern, _context())
+    steps = [p for p in PORTABLE.passes if p.name in ("down-level", "translate-attribute-groups")]
+    assert steps[0].run is down_level and steps[0].form == "text" and steps[1].run is translate_attribute_groups
+    text = Pipeline("test", steps).run(modern, _context(), label="test")
     assert "captures(none)" not in text and "samesign" not in text and " nuw " not in text
     assert "attributes #0" not in text  # not used any more
     assert "attributes #1 = { nounwind " in text and "target-cpu" not in text and "memory(" not in text
@@ -250,39 +267,49 @@ attributes #1 = { nounwind memory(argmem: read) "target-cpu"="znver3" }
 
 def test_unique_names_names_the_entry_and_salts_renumbered_uids() -> None:
     text = HEADER + "define i32 @_ZN4main1fB2u1Ed() {\n  ret i32 0\n}\n"
-    renamed = unique_names(text, _context(entry_symbol="@_ZN4main1fB2u1Ed"))
+    renamed = _apply(unique_names, text, _context(entry_symbol="@_ZN4main1fB2u1Ed"))
     assert "define i32 @pyjlad_f() {" in renamed
     callee = HEADER + "define i32 @e() {\n  %r = call i32 @_ZN4main1gB2u2Ed()\n  ret i32 %r\n}\n" \
         "define i32 @_ZN4main1gB2u2Ed() {\n  ret i32 0\n}\n"
-    salted = unique_names(callee, _context(entry_symbol="@e"))
+    salted = _apply(unique_names, callee, _context(entry_symbol="@e"))
     assert "@_ZN4main1gB2u2Ed" not in salted and salted.count("@_ZN4main1gB15u2h") == 2  # "u2h" + 12 hex digits: 15 characters
 
 
 def test_dedupe_declarations_and_declare_libm_calls() -> None:
     text = "declare double @sin(double)\ndeclare double @sin(double)\ndefine double @f(double %x) {\n" \
            "  %a = call double @sin(double %x)\n  %b = call double @tanh(double %x)\n  ret double %b\n}\n"
-    deduped = dedupe_declarations(text, _context())
+    deduped = _apply(dedupe_declarations, text, _context())
     assert deduped.count("declare double @sin(double)") == 1
     context = _context()
-    declared = declare_libm_calls(deduped, context)
+    declared = _apply(declare_libm_calls, deduped, context)
     # tanh: what down-level makes of the vector intrinsic @llvm.tanh.v4f64, called lane by lane
     assert declared.endswith("declare double @tanh(double)\n") and context.externals == ["tanh"]
+    floats = "define float @f(float %x, float %y) {\n  %a = call float @atan2f(float %x, float %y)\n" \
+             "  %b = call float @sinhf(float %a)\n  ret float %b\n}\n"
+    context = _context()
+    declared = _apply(declare_libm_calls, floats, context)
+    assert declared.endswith("declare float @atan2f(float, float)\ndeclare float @sinhf(float)\n")
+    assert context.externals == ["atan2f", "sinhf"]
     assert _llvm_as_15(declared).returncode == 0
 
 
 def test_refuse_target_intrinsics() -> None:
     with pytest.raises(PortabilityError, match=r"llvm\.x86\.sse2\.pause"):
-        refuse_target_intrinsics("  call void @llvm.x86.sse2.pause()\n", _context())
-    assert refuse_target_intrinsics("ret void\n", _context()) == "ret void\n"
+        _apply(refuse_target_intrinsics, "define void @f() {\n  call void @llvm.x86.sse2.pause()\n  ret void\n}\n"
+               "declare void @llvm.x86.sse2.pause()\n", _context())
+    assert _apply(refuse_target_intrinsics, "declare void @f()\n", _context()) == "declare void @f()\n"
 
 
 # ------------------------------------------------------------------ the pipeline and its dumps
 def test_the_portable_pipeline_names_every_pass_in_order() -> None:
     names = [p.name for p in PORTABLE.passes]
     assert names == ["kind-specific-blas", "stable-names", "extract", "split-excinfo-slots",
-                     "opaque-address-comparisons", "freeze-carried-selects", "down-level", "unique-names",
+                     "opaque-address-comparisons", "freeze-carried-selects", "down-level",
+                     "translate-attribute-groups", "unique-names",
                      "dedupe-declarations", "declare-libm-calls", "refuse-target-intrinsics"]
     assert all(p.summary for p in PORTABLE.passes)  # each documents why it exists
+    # one parse for the passes before down-level (the one text pass) and one after it
+    assert [p.name for p in PORTABLE.passes if p.form == "text"] == ["down-level"]
     described = PORTABLE.describe()
     assert all(name in described for name in names)
 

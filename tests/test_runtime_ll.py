@@ -127,7 +127,10 @@ def test_runtime_dependencies_are_all_defined_or_declared():
 def test_every_blas_helper_has_a_definition_per_kind():
     for op in ("dot", "gemv", "gemm", "nrm2"):
         for code, (p, _) in portable._BLAS_KINDS.items():
-            assert portable._BLAS_CALL_RE.search(f"call i32 @numba_xx{op}(i8 {code}, ")
+            links: set = set()
+            call = f"  %r = call i32 @numba_xx{op}(i8 {code}, i64 1)"
+            assert portable.kind_specific_calls(call, links) == call.replace(f"@numba_xx{op}(", f"@numba_xx{op}.{p}(")
+            assert not links  # BLAS: defined in the module, nothing to link
             assert f"@numba_xx{op}.{p}" in portable.PORTABLE_RUNTIME
 
 

@@ -22,7 +22,6 @@ defect known to be reached by it (see there).
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 import llvmlite.binding as llvm
 
 from ..errors import EnzymeError
+from ..ir.rewrite import drop_attachment
 from . import native_child
 
 __all__ = ["MODULE_FORM", "NativeCompiler", "drop_invariant_groups", "numba_settings", "start"]
@@ -46,8 +46,6 @@ _TAIL_LINES = 12
 
 #: Identifies what :func:`drop_invariant_groups` does (part of the cache keys of the modules it made).
 MODULE_FORM = "no-invariant-group/1"
-#: An ``!invariant.group`` attachment of a load or store instruction in IR text.
-_INVARIANT_GROUP = re.compile(r"^(\s+(?:%\S+ = )?(?:load|store) .*?), !invariant\.group ![0-9]+", re.MULTILINE)
 
 
 def drop_invariant_groups(bitcode: bytes) -> bytes:
@@ -75,9 +73,11 @@ def drop_invariant_groups(bitcode: bytes) -> bytes:
         text = str(llvm.parse_bitcode(bitcode, context=context))
     except RuntimeError:
         return bitcode
-    stripped, count = _INVARIANT_GROUP.subn(r"\1", text)
-    if not count:
+    lines = text.split("\n")
+    stripped_lines = [drop_attachment(line, "!invariant.group") for line in lines]
+    if stripped_lines == lines:
         return bitcode
+    stripped = "\n".join(stripped_lines)
     return llvm.parse_assembly(stripped, context=context).as_bitcode()
 
 
