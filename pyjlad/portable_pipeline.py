@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 from dataclasses import dataclass, field
 
 from . import address_comparisons, excinfo_slots, stubs
@@ -41,6 +40,7 @@ from .errors import IRError, PortabilityError
 from .ir import analysis, downlevel
 from .ir.lexer import texts_of
 from .ir.module import AttributeGroup, Function, GlobalVariable, Item, Line, Module, TypeDefinition
+from .ir.names import is_entry_name, symbol_for
 from .ir.pipeline import Pass, Pipeline
 from .ir.rewrite import definitions_named, items_of, map_items, rename
 
@@ -128,8 +128,7 @@ def stable_names(module: Module, context: PortableContext) -> Module:
     for item, old, new in zip(kept, entities, renamed, strict=True):
         items.extend([item] if new.text == old.text else items_of(new.text))
     module.items = items + groups
-    simple = re.fullmatch(r"[-a-zA-Z$._0-9]+", stable_entry)
-    context.entry_symbol = "@" + stable_entry if simple else f'@"{stable_entry}"'
+    context.entry_symbol = symbol_for(stable_entry)
     found = module.functions.get(context.entry_symbol)
     if found is None or found.is_declaration:
         raise PortabilityError(f"entry function {context.entry!r} is not defined in the module")
@@ -391,7 +390,7 @@ def make_portable(ir: str, entry: str, *, name: str, dump_as: str = "portable") 
         If the entry is missing, or the module uses a construct with no LLVM 15
         equivalent (for example an x86-specific intrinsic in user code).
     """
-    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.]*", name):
+    if not is_entry_name(name):
         raise IRError(f"invalid LLVM identifier for the entry: {name!r}")
     context = PortableContext(entry=entry, name=name)
     text = PORTABLE.run(ir, context, label=name, prefix=dump_as)

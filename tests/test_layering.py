@@ -133,3 +133,33 @@ def test_the_literal_scan_finds_a_string_activity() -> None:
     text = '"""Docs mention "dup"."""\n\ndef f(act):\n    return act == "dup" or act in ("const",)\n'
     assert _activity_literals(text, "pyjlad.probe") == [(4, "const"), (4, "dup")]
     assert _activity_literals(text, "pyjlad.outputs") == [(4, "dup")]
+
+
+#: The modules outside ``pyjlad/ir/`` that use regular expressions, and what their patterns read: none of
+#: them reads LLVM IR text (the IR is read through ``pyjlad.ir``'s tokens and parsed items; issue 15).
+#: A new entry needs a reason of the same kind; IR belongs to ``pyjlad.ir``.
+REGEX_USERS = {
+    "pyjlad.cache.layout": "cache file names (keys, shards, temporary files)",
+    "pyjlad.engines.blas": "one BLAS function name",
+    "pyjlad.engines.julia": "Julia's version output and juliacall's start-up error message",
+    "pyjlad.export_abi": "a NumPy dtype name (float64 -> 64)",
+    "pyjlad.refusals": "Numba's qualified names of implementations and Enzyme's diagnostics text",
+    "pyjlad.stable_names": "the uid tags and .bytes.<hash> inside one name token (applied by pyjlad.ir.lexer)",
+    "pyjlad.toolchain.runner": "the key lines of opt's error output (stderr)",
+}
+
+
+def imports_re(tree: ast.Module) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(alias.name == "re" for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "re":
+            return True
+    return False
+
+
+def test_no_regular_expressions_over_ir_text_outside_the_ir_layer() -> None:
+    users = {module_name(path) for path in PACKAGE.rglob("*.py")
+             if not module_name(path).startswith("pyjlad.ir") and imports_re(ast.parse(path.read_text()))}
+    assert users - REGEX_USERS.keys() == set(), "new regex users outside pyjlad/ir/: read IR through pyjlad.ir"
+    assert REGEX_USERS.keys() - users == set(), "REGEX_USERS lists modules that no longer use re: remove them"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["c_identifier", "decode_name", "symbol_for"]
+__all__ = ["c_identifier", "decode_name", "is_entry_name", "symbol_for"]
 
 
 def c_identifier(name: str) -> str:
@@ -25,6 +25,16 @@ def c_identifier(name: str) -> str:
     'f'
     """
     return re.sub(r"[^a-zA-Z0-9_]", "_", name).strip("_") or "f"
+
+
+def is_entry_name(name: str) -> bool:
+    """Whether ``name`` can name an exported entry: a letter or ``_``, then letters, digits, ``_`` and ``.``
+    (a bare LLVM symbol that is also a C identifier once dots are mapped).
+
+    >>> is_entry_name("pyjlad_loss.1"), is_entry_name("1f"), is_entry_name("a-b")
+    (True, False, False)
+    """
+    return re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_.]*", name) is not None
 
 
 def decode_name(symbol: str) -> str:
