@@ -248,3 +248,26 @@ def test_python_form_checks_its_arguments():
         pyjlad.jacrev(vec, wrt="x")
     with pytest.raises(pyjlad.ArgumentError, match="takes 2 arguments"):
         pyjlad.jvp_fn(vec)(X)
+
+
+@njit
+def guarded(x):
+    if x[0] < 0.0:
+        raise ValueError("x[0] must be non-negative")
+    return x * x
+
+
+def test_an_exception_the_function_raises_propagates_from_numba():
+    for product in (pyjlad.jacrev(guarded), pyjlad.jacfwd(guarded)):
+        call = njit(lambda x: product(x))
+        close(call(np.array([1.0, 2.0])), np.diag([2.0, 4.0]))
+        with pytest.raises(ValueError, match="must be non-negative"):
+            call(np.array([-1.0, 2.0]))
+
+
+def test_a_repeated_wrt_gives_the_jacobian_twice():
+    jac = pyjlad.jacrev(scal, wrt=(1, 0, 1))
+    got = njit(lambda x: jac(x, C))(X.copy())
+    dx, dc = jax.jacrev(scal_jax, argnums=(0, 1))(X.copy(), C)  # JAX refuses a repeated argnums
+    for g, w in zip(got, (dc, dx, dc)):
+        close(g, w)
