@@ -32,6 +32,7 @@ from .errors import (
     ToolchainError,
     UnsupportedFunctionError,
 )
+from .product_fns import hvp_fn, jacfwd, jacrev, jvp_fn, vjp_fn
 from .products import hessian, hvp, jacobian, jvp, vjp
 from .rules import CustomDerivative, custom_derivative
 from .transforms import grad, gradient, value_and_grad, value_and_gradient
@@ -40,7 +41,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "gradient", "value_and_gradient", "grad", "value_and_grad",
-    "jvp", "vjp", "jacobian", "hessian", "hvp",
+    "jvp", "vjp", "jacobian", "hessian", "hvp", "jacrev", "jacfwd", "jvp_fn", "vjp_fn", "hvp_fn",
     "custom_derivative", "CustomDerivative",
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",

@@ -33,11 +33,11 @@ from numba.core.imputils import lower_builtin
 from numba.core.typing import signature
 from numba.extending import NativeValue, models, register_model, typeof_impl, unbox
 
-from .engines.base import ReverseGradient
-from .engines.driver import OUT_OF_MEMORY
-from .errors import PyjladError
-from .memo import cached_for
-from .transforms import _Grad, _ValueAndGrad
+from ..engines.base import ReverseGradient
+from ..engines.driver import OUT_OF_MEMORY
+from ..errors import PyjladError
+from ..memo import cached_for
+from ..transforms import _Grad, _ValueAndGrad
 
 __all__ = ["DerivativeType"]
 
@@ -81,9 +81,9 @@ def _accepts(derivative: _ValueAndGrad) -> str:
 def resolve_symbols(names: tuple[str, ...]) -> None:
     """Make the symbols ``names`` a linked derivative declares resolvable in Numba's JIT
     (what loading the derivative's own library does: :mod:`pyjlad.engines.objects`)."""
-    from .engines import embedded  # noqa: F401 - registers pyjlad's runtime symbols on import
-    from .engines.blas import resolve_blas_symbols
-    from .engines.pool import resolve_pool_symbols
+    from ..engines import embedded  # noqa: F401 - registers pyjlad's runtime symbols on import
+    from ..engines.blas import resolve_blas_symbols
+    from ..engines.pool import resolve_pool_symbols
 
     resolve_blas_symbols(list(names))
     resolve_pool_symbols(list(names))
@@ -187,7 +187,7 @@ def _check_count(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> Non
 
 def _allocates(library: Any) -> bool:
     """Whether ``library``'s code takes memory from the pool, whose failure exits through the driver's guard."""
-    from .engines.pool import POOL_CALLOC, POOL_MALLOC
+    from ..engines.pool import POOL_CALLOC, POOL_MALLOC
 
     return bool({POOL_MALLOC, POOL_CALLOC} & set(_declared(library)))
 
@@ -200,7 +200,7 @@ def _build_for_numba(compiled: Any, targets: tuple[types.Type, ...]) -> Any:
     and costs about 35 ns a call): with no pool allocation it can never fire.
     Otherwise the guarded build the Python path uses.
     """
-    from .engines.embedded import build
+    from ..engines.embedded import build
 
     def unguarded() -> Any:
         return build(compiled.func, targets, compiled.sweep, oom_guard=False)
