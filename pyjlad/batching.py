@@ -220,6 +220,26 @@ def _raise_first_failure(one: Any, f: Any, done: np.ndarray, args: tuple[Any, ..
                                       "raises nothing when run alone (please report it, with the function)")
 
 
+def _numba_type(arg: Any, k: int) -> types.Type:
+    """The Numba type of argument ``k``, or an error saying it cannot be passed to @njit code."""
+    try:
+        return numba.typeof(arg)
+    except (ValueError, TypeError):
+        raise ArgumentTypeError(f"argument {k} of the batched function is a {type(arg).__name__}, which Numba "
+                                "cannot pass to @njit code; pass NumPy arrays, numbers or tuples of them") from None
+
+
+def _check_numba_callable(f: Any) -> None:
+    """Refuse ``f`` when Numba cannot call it from @njit code."""
+    try:
+        ftype = numba.typeof(f)
+    except (ValueError, TypeError):
+        ftype = None
+    if not isinstance(ftype, types.Callable):
+        raise UnsupportedFunctionError(f"pyjlad.vmap needs a function Numba can call from @njit code (a "
+                                       f"pyjlad.grad/value_and_grad callable or an @njit function); got {f!r}")
+
+
 class Batched:
     """The callable :func:`vmap` returns: ``f`` over the leading axis of the mapped arguments, in parallel."""
 
@@ -235,7 +255,7 @@ class Batched:
     def _loop(self, axes: tuple[int | None, ...], args: tuple[Any, ...]) -> tuple[Any, Any]:
         """The compiled parallel loop and single-sample call for these argument types (made once per types)."""
         ftype = numba.typeof(self.__wrapped__)
-        argtypes = tuple(numba.typeof(a) for a in args)
+        argtypes = tuple(_numba_type(a, k) for k, a in enumerate(args))
         key = (ftype, axes, argtypes)
         loop = self._loops.get(key)
         if loop is None:
@@ -294,8 +314,12 @@ def vmap(f: Callable[..., Any], in_axes: InAxes = 0, out_axes: int = 0) -> Batch
         An ``in_axes`` entry or ``out_axes`` other than 0/None, an ``in_axes``
         tuple of the wrong length, mapped arguments of different sizes, a
         mapped argument with no leading axis (on the call).
+    ArgumentTypeError
+        ``f`` not callable, an ``in_axes`` entry of the wrong type, keyword
+        arguments or an argument Numba cannot type (on the call).
     UnsupportedFunctionError
-        ``f`` cannot be called from ``@njit`` code with one sample's arguments,
+        ``f`` cannot be called from ``@njit`` code (a plain Python function),
+        or not with one sample's arguments,
         or returns something other than numbers, arrays or tuples of them.
 
     Examples
@@ -314,4 +338,5 @@ def vmap(f: Callable[..., Any], in_axes: InAxes = 0, out_axes: int = 0) -> Batch
         raise ArgumentError(f"out_axes is {out_axes!r}: pyjlad.vmap stacks results along axis 0 only")
     if not callable(f):
         raise ArgumentTypeError(f"pyjlad.vmap needs a callable, got {type(f).__name__}")
+    _check_numba_callable(f)
     return Batched(f, in_axes)

@@ -298,6 +298,13 @@ def test_out_axes_other_than_zero_and_non_callables_are_refused():
         pyjlad.vmap(3.0)
 
 
+def test_functions_numba_cannot_call_are_refused_when_batched():
+    with pytest.raises(pyjlad.UnsupportedFunctionError, match="Numba can call from @njit code"):
+        pyjlad.vmap(lambda x: x)
+    with pytest.raises(pyjlad.UnsupportedFunctionError, match="Numba can call from @njit code"):
+        pyjlad.vmap(pyjlad.vmap(pyjlad.grad(guarded)))
+
+
 def _bad_call(case):
     x, y, theta = _logistic_data(n=10, d=3)
     batched = pyjlad.vmap(pyjlad.grad(log_likelihood, wrt=2), in_axes=(0, 0, None))
@@ -308,6 +315,7 @@ def _bad_call(case):
         "none": lambda: pyjlad.vmap(pyjlad.grad(log_likelihood, wrt=2), in_axes=None)(x[0], y[0], theta),
         "empty": lambda: batched(x[:0], y[:0], theta),
         "keywords": lambda: batched(x, y, theta=theta),
+        "untyped": lambda: batched(x, y, object()),
     }
     return calls[case]
 
@@ -319,6 +327,7 @@ def _bad_call(case):
     ("none", pyjlad.ArgumentError, "maps no argument"),
     ("empty", pyjlad.ArgumentError, "0 samples"),
     ("keywords", pyjlad.ArgumentTypeError, "positional arguments only"),
+    ("untyped", pyjlad.ArgumentTypeError, "argument 2 of the batched function is a object"),
 ])
 def test_bad_calls_get_clear_errors(case, error, message):
     with pytest.raises(error, match=message):
