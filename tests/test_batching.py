@@ -274,9 +274,20 @@ def test_a_sample_that_raises_raises_what_the_serial_loop_raises():
     _close(batched(x), 2 * x)
 
 
-def test_runs_on_numbas_threading_layer():
-    x, y, theta = _logistic_data(n=16, d=3)
-    pyjlad.vmap(pyjlad.grad(log_likelihood, wrt=2), in_axes=(0, 0, None))(x, y, theta)
+@njit
+def which_thread(x, theta):
+    """The Numba thread a sample runs on (plus a derivative call, so the loop is the grad loop's shape)."""
+    return numba.get_thread_id() + 0.0 * x[0] * theta[0]
+
+
+def test_samples_are_spread_over_every_numba_thread():
+    """Numba's static schedule gives each thread a share of the samples: all thread ids appear."""
+    threads = numba.get_num_threads()
+    if threads < 2:
+        pytest.skip("Numba has one thread here (NUMBA_NUM_THREADS=1): nothing to spread over")
+    x, _, theta = _logistic_data(n=1000, d=3)
+    ids = pyjlad.vmap(which_thread, in_axes=(0, None))(x, theta)
+    assert set(np.unique(ids).astype(int)) == set(range(threads))
     assert numba.threading_layer() in {"tbb", "omp", "workqueue"}
 
 
