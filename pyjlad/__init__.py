@@ -16,6 +16,7 @@ Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
 from . import numba_calls as _numba_calls  # noqa: F401 - registers derivatives as Numba callables
 from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse
 from .annotated import autodiff
+from .batching import vmap
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -41,7 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "gradient", "value_and_gradient", "grad", "value_and_grad",
-    "jvp", "vjp", "jacobian", "hessian", "hvp", "jacrev", "jacfwd", "jvp_fn", "vjp_fn", "hvp_fn",
+    "jvp", "vjp", "jacobian", "hessian", "hvp", "jacrev", "jacfwd", "jvp_fn", "vjp_fn", "hvp_fn", "vmap",
     "custom_derivative", "CustomDerivative",
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
