@@ -3,6 +3,7 @@
 :data:`PORTABLE` runs them in order (see :mod:`pyjlad.ir.pipeline`; ``PYJLAD_DUMP_IR=dir`` writes
 the module after each)::
 
+    nested-drivers            pyjlad derivatives the function calls declared only
     kind-specific-blas        BLAS/LAPACK calls by element kind, LAPACK modules to link
     stable-names              per-process names renamed by content
     extract                   the entry and what it reaches; Numba's runtime replaced
@@ -76,6 +77,17 @@ def _render(header: list[str], entities: list[p._Entity], groups: dict[str, str]
     """A module from :func:`pyjlad.portable.split_module`'s parts (comments and metadata are not kept)."""
     lines = [*header, *(e.text for e in entities), *(f"attributes {g} = {{{c}}}" for g, c in groups.items())]
     return "\n".join(lines) + "\n"
+
+
+def nested_drivers(text: str, context: PortableContext) -> str:
+    """Keep only a declaration of each pyjlad derivative the function calls (see :mod:`pyjlad.nested`).
+
+    Its linked machine code is Enzyme's output; the module Enzyme gets is linked with the
+    derivative's module before Enzyme instead, so that one Enzyme run differentiates both.
+    """
+    from .nested import declare_nested_drivers
+
+    return declare_nested_drivers(text)
 
 
 def kind_specific_blas(text: str, context: PortableContext) -> str:
@@ -313,6 +325,7 @@ def refuse_target_intrinsics(text: str, context: PortableContext) -> str:
 
 #: The portable pipeline, in order.
 PORTABLE = Pipeline("portable", (
+    Pass("nested-drivers", nested_drivers, "derivatives called from the function declared only", form="text"),
     Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added", form="text"),
     Pass("stable-names", stable_names, "global names; comments and metadata dropped", form="text"),
     Pass("extract", extract, "which items are kept; runtime definitions and stubs", form="text"),

@@ -50,6 +50,7 @@ from ..errors import (
 )
 from ..export import ExportedFunction, describe_function, export, numba_argtypes
 from ..memo import cached_for
+from ..nested import NestedSweep, remember
 from ..portable import RUNTIME_CALL_DTOR, has_recursion
 from ..rules import is_rule_symbol
 from ..toolchain import locate
@@ -123,6 +124,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     else:
         driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
                            oom_guard=oom_guard)
+        # A function that calls this driver from @njit code is differentiated through it (pyjlad.nested).
+        remember(driver.symbol, NestedSweep(exported, sweep.mode, activities, noalias))
     toolchain = locate()
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
