@@ -279,7 +279,7 @@ def test_refuse_target_intrinsics() -> None:
 # ------------------------------------------------------------------ the pipeline and its dumps
 def test_the_portable_pipeline_names_every_pass_in_order() -> None:
     names = [p.name for p in PORTABLE.passes]
-    assert names == ["kind-specific-blas", "stable-names", "extract", "split-excinfo-slots",
+    assert names == ["nested-drivers", "kind-specific-blas", "stable-names", "extract", "split-excinfo-slots",
                      "opaque-address-comparisons", "freeze-carried-selects", "down-level", "unique-names",
                      "dedupe-declarations", "declare-libm-calls", "refuse-target-intrinsics"]
     assert all(p.summary for p in PORTABLE.passes)  # each documents why it exists

@@ -163,6 +163,71 @@ def test_scalar_arguments_reverse_over_reverse_matches_formula():
     np.testing.assert_allclose(got, twin, rtol=1e-13)
 
 
+vg_sin_dot = pyjlad.value_and_grad(sin_dot)
+
+
+@njit
+def value_and_slope(x, v):
+    value, g = vg_sin_dot(x)
+    return value * np.sum(g * v)
+
+
+def test_value_and_grad_called_inside_differentiated_code():
+    x, v = X.copy(), V.copy()
+    got, (xj, vj) = _run(pyjlad.grad(value_and_slope), x, v)
+    want = jax.grad(lambda x: sin_dot_jax(x) * jnp.dot(jax.grad(sin_dot_jax)(x), vj))(xj)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+
+
+@njit
+def unrolled_descent(x0, rate):
+    x = x0.copy()
+    for _ in range(3):
+        x = x - rate * d_weighted(x, np.ones_like(x))
+    return weighted(x, np.ones_like(x))
+
+
+def test_differentiating_through_gradient_descent_steps_in_a_loop():
+    x = X.copy()
+
+    def twin(x0, rate):
+        x = x0
+        for _ in range(3):
+            x = x - rate * jax.grad(weighted_jax)(x, jnp.ones_like(x))
+        return weighted_jax(x, jnp.ones_like(x))
+
+    (gx, grate), (xj, _) = _run(pyjlad.grad(unrolled_descent, wrt=(0, 1)), x, 0.1)
+    want_x, want_rate = jax.grad(twin, argnums=(0, 1))(xj, 0.1)
+    np.testing.assert_allclose(gx, want_x, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(grate, want_rate, rtol=1e-11)
+
+
+@njit
+def checked(x):
+    if x[0] > 100.0:
+        raise ValueError("x[0] must be at most 100")
+    return np.sum(np.cos(x) * x * x)
+
+
+d_checked = pyjlad.grad(checked)
+
+
+@njit
+def checked_penalty(x):
+    return np.sum(d_checked(x) ** 2)
+
+
+def test_inner_function_that_can_raise_differentiates_and_raises():
+    x = X.copy()
+    got, (xj,) = _run(pyjlad.grad(checked_penalty), x)
+    twin = jax.grad(lambda x: jnp.sum(jax.grad(lambda y: jnp.sum(jnp.cos(y) * y * y))(x) ** 2))(xj)
+    np.testing.assert_allclose(got, twin, rtol=1e-12, atol=1e-13)
+    bad = X.copy()
+    bad[0] = 1000.0
+    with pytest.raises(ValueError, match="at most 100"):
+        pyjlad.grad(checked_penalty)(bad)
+
+
 # ------------------------------------------------------------------ forward over reverse
 def test_forward_over_reverse_jvp_of_a_function_calling_grad():
     x, v = X.copy(), V.copy()
