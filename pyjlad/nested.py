@@ -31,7 +31,7 @@ from typing import Any
 from .activity import Activity
 from .errors import EnzymeError
 
-__all__ = ["NestedDerivativeError", "NestedSweep", "declare_nested_drivers", "explain_failure", "is_nested_driver",
+__all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "declare_nested_drivers", "explain_failure", "is_nested_driver",
            "nested_modules", "remember"]
 
 
@@ -175,6 +175,20 @@ def _nested_module(symbol: str) -> str:
         return _internalized([*inner, *_driver_module(symbol, sweep)], symbol, what, lower=bool(inner))
     except EnzymeError as exc:
         raise explain_failure(sweep.exported.name, sweep.exported.module.external_functions, exc) from None
+
+
+#: Identifies how nested modules are made (part of the disk cache key of a function that calls derivatives).
+_FORM = "nested/1 " + _LOWER + _INTERNALIZE
+
+
+def cache_key_parts(external_functions: Sequence[str]) -> list[str]:
+    """What identifies the nested modules of a function with ``external_functions``, for its disk cache key.
+
+    A driver's symbol digests its function's module, ABI, mode and activities;
+    :data:`_FORM` covers how its module is rebuilt, linked and lowered. Empty for
+    a function that calls no derivative (its key is unchanged).
+    """
+    return [f"{name}:{_FORM}" for name in external_functions if name in _SWEEPS]
 
 
 def nested_modules(external_functions: Sequence[str]) -> list[str]:

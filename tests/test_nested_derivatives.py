@@ -251,6 +251,26 @@ def test_forward_over_reverse_jvp_of_gradient_penalty():
     np.testing.assert_allclose(jv, want_jv, rtol=1e-12)
 
 
+def test_hvp_of_a_gradient_penalty_forward_over_reverse_over_reverse():
+    x, v = X.copy(), V.copy()
+    got, (xj, vj) = _run(lambda x, v: pyjlad.hvp(penalized, (x, 0.5), v), x, v)
+    want = jax.jvp(jax.grad(lambda x: penalized_jax(x, 0.5)), (xj,), (vj,))[1]
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+
+
+@njit
+def gradient_vector(x):
+    return d_sin_dot(x) * 1.0
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_jacobian_of_a_gradient_is_the_hessian(mode):
+    x = X.copy()
+    got, (xj,) = _run(lambda x: pyjlad.jacobian(gradient_vector, x, mode=mode), x)
+    np.testing.assert_allclose(got, jax.hessian(sin_dot_jax)(xj), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(got, np.diag(2 * np.cos(X) - X * np.sin(X)), rtol=1e-12, atol=1e-13)
+
+
 # ------------------------------------------------------------------ nesting twice
 @njit
 def hv_sum(x, v):

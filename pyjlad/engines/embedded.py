@@ -50,7 +50,7 @@ from ..errors import (
 )
 from ..export import ExportedFunction, describe_function, export, numba_argtypes
 from ..memo import cached_for
-from ..nested import NestedSweep, remember
+from ..nested import NestedSweep, cache_key_parts, remember
 from ..portable import RUNTIME_CALL_DTOR, has_recursion
 from ..rules import is_rule_symbol
 from ..toolchain import locate
@@ -133,7 +133,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
                           toolchain.identity,
                           exported.module.text, driver.text, *custom_rule_modules(exported),
-                          *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
+                          *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
+                          *cache_key_parts(exported.module.external_functions))
     try:
         library = _load_library(
             key, lambda: native.drop_invariant_groups(_run_enzyme(exported, driver.module(exported.enzyme_module.text))),
