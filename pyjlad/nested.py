@@ -22,17 +22,18 @@ digest covers the inner module's text, ABI, mode and activities.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .activity import Activity
 from .errors import EnzymeError
 
-__all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "declare_nested_drivers", "explain_failure", "is_nested_driver",
-           "nested_modules", "remember"]
+__all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "calls_kept", "declare_nested_drivers", "explain_failure", "is_nested_driver",
+           "keep_calls", "nested_modules", "remember"]
 
 
 class NestedDerivativeError(EnzymeError):
@@ -74,6 +75,31 @@ def remember(symbol: str, sweep: NestedSweep) -> None:
     """Record that the driver ``symbol`` is built from ``sweep`` (called by every build)."""
     with _LOCK:
         _SWEEPS.setdefault(symbol, sweep)
+
+
+_KEEPING = threading.local()
+
+
+@contextlib.contextmanager
+def calls_kept() -> Iterator[None]:
+    """While pyjlad compiles a function's copy for Enzyme: calls to derivatives are not inlined.
+
+    A derivative that takes nothing from the pool has no ``setjmp`` guard and LLVM may
+    inline it into its caller (see :mod:`pyjlad.numba_calls`): its Enzyme-generated code
+    would then be in the caller's body, where :func:`declare_nested_drivers` cannot
+    replace it by the derivative's module before Enzyme.
+    """
+    previous = getattr(_KEEPING, "on", False)
+    _KEEPING.on = True
+    try:
+        yield
+    finally:
+        _KEEPING.on = previous
+
+
+def keep_calls() -> bool:
+    """Whether a call to a derivative being lowered now must stay a call (see :func:`calls_kept`)."""
+    return getattr(_KEEPING, "on", False)
 
 
 def is_nested_driver(name: str) -> bool:
@@ -170,11 +196,12 @@ def _nested_module(symbol: str) -> str:
     """
     sweep = _SWEEPS[symbol]
     what = f"the derivative of {sweep.exported.name} it calls"
-    inner = nested_modules(sweep.exported.module.external_functions)
+    calls = sweep.exported.enzyme_module.external_functions
+    inner = nested_modules(calls)
     try:
         return _internalized([*inner, *_driver_module(symbol, sweep)], symbol, what, lower=bool(inner))
     except EnzymeError as exc:
-        raise explain_failure(sweep.exported.name, sweep.exported.module.external_functions, exc) from None
+        raise explain_failure(sweep.exported.name, calls, exc) from None
 
 
 #: Identifies how nested modules are made (part of the disk cache key of a function that calls derivatives).

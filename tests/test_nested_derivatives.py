@@ -337,6 +337,18 @@ def test_export_declares_the_inner_driver_and_keeps_none_of_its_machine_code():
     assert "@__enzyme_autodiff" not in exported.module.text
 
 
+def test_a_derivative_llvm_may_inline_stays_a_call_in_the_copy_enzyme_differentiates():
+    from pyjlad.export import export, numba_argtypes
+    from pyjlad.nested import is_nested_driver
+
+    # d_two_floats allocates nothing: no setjmp guard, and LLVM may inline it into the caller.
+    assert scalar_penalty(0.4, -1.3) == pytest.approx(
+        (-1.3 * (math.cos(0.4) + 2 * 0.4)) ** 2 + 3.0 * (math.sin(0.4) + 0.16), rel=1e-14)
+    exported = export(scalar_penalty, numba_argtypes((0.4, -1.3)))
+    inner = [n for n in exported.enzyme_module.external_functions if is_nested_driver(n)]
+    assert len(inner) == 1 and inner[0].startswith("pyjlad_two_floats_reverse_")
+
+
 def test_declare_nested_drivers_leaves_unknown_definitions_alone():
     text = "define i32 @pyjlad_unknown_reverse_000000000000(ptr %a) {\nentry:\n  ret i32 0\n}\n"
     assert declare_nested_drivers(text) == text

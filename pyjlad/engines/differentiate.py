@@ -186,7 +186,7 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
     # The derivatives it calls from @njit code come first: Enzyme lowers the __enzyme_autodiff
     # calls in module order, and the inner ones must be lowered before the outer one reaches them.
-    nested = nested_modules(exported.module.external_functions)
+    nested = nested_modules(exported.enzyme_module.external_functions)
     texts = [prepare_special(m) for m in (*nested, module_text, *linked_modules(exported))]
     if dominance:
         texts = [dominance_ordered(t) for t in texts]
@@ -195,8 +195,11 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
-    """Whether ``exported`` calls a pyjlad derivative from ``@njit`` code (see :mod:`pyjlad.nested`)."""
-    return any(is_nested_driver(name) for name in exported.module.external_functions)
+    """Whether ``exported`` calls a pyjlad derivative from ``@njit`` code (see :mod:`pyjlad.nested`).
+
+    Asked of the copy Enzyme differentiates, where such calls are never inlined.
+    """
+    return any(is_nested_driver(name) for name in exported.enzyme_module.external_functions)
 
 
 def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
@@ -222,7 +225,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
             attempt = _next_attempt(passes, options, exc.diagnostics)
             if attempt is None:
                 if nested_modules_called(exported):
-                    raise explain_nested(exported.name, exported.module.external_functions, exc) from None
+                    raise explain_nested(exported.name, exported.enzyme_module.external_functions, exc) from None
                 # In the user's terms: the construct, where it is used, what to write instead.
                 raise explain(exported, exc, unknown_externals(exported)) from None
             passes, options = attempt
