@@ -32,8 +32,8 @@ from typing import Any
 from .activity import Activity
 from .errors import EnzymeError
 
-__all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "calls_kept", "declare_nested_drivers", "explain_failure", "is_nested_driver",
-           "keep_calls", "nested_modules", "remember"]
+__all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "calls_kept", "declare_nested_drivers",
+           "explain_failure", "is_nested_driver", "keep_calls", "nested_modules", "remember"]
 
 
 class NestedDerivativeError(EnzymeError):
