@@ -62,8 +62,10 @@ def enzyme_ir(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> tup
     machine code (see :func:`ir_before_codegen`). ``None`` if the copy does not
     compile.
     """
+    from .nested import calls_kept
+
     copy = unvectorized_copy(dispatcher)
-    with branch_preserving_compile():
+    with branch_preserving_compile(), calls_kept():
         try:
             return compile_before_codegen(copy, argtypes)
         except Exception:

@@ -1,20 +1,8 @@
 """The passes that turn Numba's module into pyjlad's portable module, and :func:`make_portable`.
 
 :data:`PORTABLE` runs them in order (see :mod:`pyjlad.ir.pipeline`; ``PYJLAD_DUMP_IR=dir`` writes
-the module after each)::
-
-    kind-specific-blas        BLAS/LAPACK calls by element kind, LAPACK modules to link
-    stable-names              per-process names renamed by content
-    extract                   the entry and what it reaches; Numba's runtime replaced
-    split-excinfo-slots       one type per stack slot
-    opaque-address-comparisons
-    freeze-carried-selects
-    down-level                LLVM 22 syntax to LLVM 15 (a text pass)
-    translate-attribute-groups
-    unique-names              the entry named, mangled names unique to the module
-    dedupe-declarations
-    declare-libm-calls
-    refuse-target-intrinsics  a check
+the module after each); ``print(PORTABLE.describe())`` lists them with what each may change, and
+README's "The pass pipeline" says what each does.
 
 Every pass but ``down-level`` gets and returns a parsed :class:`pyjlad.ir.Module` (so the passes
 before it share one parse, and those after it another); ``down-level`` rewrites LLVM's syntax itself,
@@ -43,6 +31,7 @@ from .ir.module import AttributeGroup, Function, GlobalVariable, Item, Line, Mod
 from .ir.names import is_entry_name, symbol_for
 from .ir.pipeline import Pass, Pipeline
 from .ir.rewrite import definitions_named, items_of, map_items, rename
+from .nested import declare_nested_drivers
 
 __all__ = ["PORTABLE", "PortableContext", "make_portable"]
 
@@ -349,6 +338,7 @@ def refuse_target_intrinsics(module: Module, context: PortableContext) -> Module
 
 #: The portable pipeline, in order.
 PORTABLE = Pipeline("portable", (
+    Pass("nested-drivers", declare_nested_drivers, "derivatives called from the function declared only"),
     Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added"),
     Pass("stable-names", stable_names, "global names; comments and metadata dropped"),
     Pass("extract", extract, "which items are kept; runtime definitions and stubs"),

@@ -303,7 +303,7 @@ def test_refuse_target_intrinsics() -> None:
 # ------------------------------------------------------------------ the pipeline and its dumps
 def test_the_portable_pipeline_names_every_pass_in_order() -> None:
     names = [p.name for p in PORTABLE.passes]
-    assert names == ["kind-specific-blas", "stable-names", "extract", "split-excinfo-slots",
+    assert names == ["nested-drivers", "kind-specific-blas", "stable-names", "extract", "split-excinfo-slots",
                      "opaque-address-comparisons", "freeze-carried-selects", "down-level",
                      "translate-attribute-groups", "unique-names",
                      "dedupe-declarations", "declare-libm-calls", "refuse-target-intrinsics"]
@@ -567,3 +567,17 @@ def test_llvmcall_pipeline() -> None:
     assert "define linkonce_odr i32 @helper()" in internal  # a linkage of its own is kept
     assert internal == llvmcall_module(LLVMCALL_IR).replace("define i32 @other", "define internal i32 @other")
     assert _llvm_as_15(internal).returncode == 0
+
+
+def test_nested_drivers_keeps_a_declaration_of_each_known_derivative(monkeypatch) -> None:
+    from pyjlad import nested
+
+    monkeypatch.setitem(nested._SWEEPS, "pyjlad_g_reverse_1", nested.NestedSweep(None, "reverse", (), False))
+    text = ("define internal i32 @pyjlad_g_reverse_1(ptr noalias %a, double %x) local_unnamed_addr #0 {\n"
+            "entry:\n  %r = call double @helper(double %x)\n  ret i32 0\n}\n"
+            "define i32 @caller(ptr %a) {\nentry:\n  %s = call i32 @pyjlad_g_reverse_1(ptr %a, double 1.0)\n"
+            "  ret i32 %s\n}\n")
+    out = _apply(nested.declare_nested_drivers, text, _context())
+    assert out.splitlines()[0] == "declare i32 @pyjlad_g_reverse_1(ptr noalias %a, double %x) local_unnamed_addr #0"
+    assert "@helper" not in out                                  # its body, and what it reached, are gone
+    assert "define i32 @caller(ptr %a) {" in out                 # other definitions untouched

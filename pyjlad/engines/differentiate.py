@@ -20,6 +20,8 @@ from ..errors import (
 from ..export import ExportedFunction
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
+from ..nested import explain_failure as explain_nested
+from ..nested import is_nested_driver, nested_modules
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
 from ..refusals import HELPER_CONSTRUCTS, explain
 from ..rules import is_rule_symbol, rule_modules
@@ -54,7 +56,7 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
     return [
         name for name in exported.module.external_functions
         if name not in _KNOWN_EXTERNALS and not is_inactive_helper(name) and not BLAS_NAME.match(name)
-        and name.split(".")[0] not in LAPACK_HELPERS and not is_rule_symbol(name)
+        and name.split(".")[0] not in LAPACK_HELPERS and not is_rule_symbol(name) and not is_nested_driver(name)
         # Numba runtime functions are handled by pyjlad.portable, except those a refusal names.
         and (not name.startswith(("llvm.", "NRT_")) or name in HELPER_CONSTRUCTS)
     ]
@@ -182,11 +184,22 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     """The module Enzyme gets: ``module_text`` linked with the modules it needs, blocks in dominance order
     if ``dominance``."""
     # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
-    texts = [prepare_special(m) for m in (module_text, *linked_modules(exported))]
+    # The derivatives it calls from @njit code come first: Enzyme lowers the __enzyme_autodiff
+    # calls in module order, and the inner ones must be lowered before the outer one reaches them.
+    nested = nested_modules(exported.enzyme_module.external_functions)
+    texts = [prepare_special(m) for m in (*nested, module_text, *linked_modules(exported))]
     if dominance:
         texts = [dominance_ordered(t) for t in texts]
     # IR text, like the single module of the other branch (and its dump)
     return toolchain.link(texts, what=exported.name, text=True) if len(texts) > 1 else texts[0]
+
+
+def nested_modules_called(exported: ExportedFunction) -> bool:
+    """Whether ``exported`` calls a pyjlad derivative from ``@njit`` code (see :mod:`pyjlad.nested`).
+
+    Asked of the copy Enzyme differentiates, where such calls are never inlined.
+    """
+    return any(is_nested_driver(name) for name in exported.enzyme_module.external_functions)
 
 
 def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
@@ -211,6 +224,8 @@ def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
                 continue
             attempt = _next_attempt(passes, options, exc.diagnostics)
             if attempt is None:
+                if nested_modules_called(exported):
+                    raise explain_nested(exported.name, exported.enzyme_module.external_functions, exc) from None
                 # In the user's terms: the construct, where it is used, what to write instead.
                 raise explain(exported, exc, unknown_externals(exported)) from None
             passes, options = attempt

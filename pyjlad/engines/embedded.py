@@ -41,15 +41,10 @@ from .. import cache, config
 from ..abi import FunctionABI
 from ..activity import Activity
 from ..enzyme_copy import NO_SPECULATION_ARGS
-from ..errors import (
-    EnzymeError,
-    OutOfMemoryError,
-    PyjladError,
-    ToolchainError,
-    UnsupportedFunctionError,
-)
+from ..errors import EnzymeError, OutOfMemoryError, PyjladError, ToolchainError, UnsupportedFunctionError
 from ..export import ExportedFunction, describe_function, export, numba_argtypes
 from ..memo import cached_for
+from ..nested import NestedSweep, cache_key_parts, remember
 from ..portable import RUNTIME_CALL_DTOR, has_recursion
 from ..rules import is_rule_symbol
 from ..toolchain import locate
@@ -113,7 +108,9 @@ def _derivative_name(exported: ExportedFunction, sweep: Sweep) -> str:
 
 
 def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guard: bool = True) -> Built:
-    """Export, differentiate and JIT ``sweep`` of ``func`` for ``argtypes`` (``oom_guard``: see ``ad_driver``)."""
+    """Export, differentiate and JIT ``sweep`` of ``func`` for ``argtypes`` (``oom_guard``: see ``ad_driver``);
+    a reverse/forward driver is remembered, so a function calling it from @njit code differentiates through it
+    (:mod:`pyjlad.nested`)."""
     exported = export(func, argtypes)
     activities = resolve_activities(exported, sweep)  # first: an int named in wrt is the clearer error
     check_result(exported, sweep)
@@ -123,6 +120,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     else:
         driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
                            oom_guard=oom_guard)
+        remember(driver.symbol, NestedSweep(exported, sweep.mode, activities, noalias))
     toolchain = locate()
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
@@ -130,7 +128,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
                           toolchain.identity,
                           exported.module.text, driver.text, *custom_rule_modules(exported),
-                          *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links])
+                          *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
+                          *cache_key_parts(exported.module.external_functions))
     try:
         library = _load_library(
             key, lambda: native.drop_invariant_groups(_run_enzyme(exported, driver.module(exported.enzyme_module.text))),

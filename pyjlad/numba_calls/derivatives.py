@@ -37,6 +37,7 @@ from ..engines.base import ReverseGradient
 from ..engines.driver import OUT_OF_MEMORY
 from ..errors import PyjladError
 from ..memo import cached_for
+from ..nested import keep_calls
 from ..transforms import _Grad, _ValueAndGrad
 
 __all__ = ["DerivativeType"]
@@ -311,7 +312,9 @@ def _call_driver(context: Any, builder: Any, plan: _CallPlan, values: list[Any],
     # Run when a caller compiled with cache=True is loaded by a new process: the linked
     # derivative's external symbols (pyjlad's runtime, the pool, BLAS) must resolve first.
     context.active_code_library._reload_init.add(functools.partial(resolve_symbols, plan.declared))
-    return builder.call(fn, call_args), excinfo, value_slot, adjoint_slots
+    # Not inlined in the copy pyjlad compiles to differentiate the caller (pyjlad.nested).
+    attrs = ("noinline",) if keep_calls() else ()
+    return builder.call(fn, call_args, attrs=attrs), excinfo, value_slot, adjoint_slots
 
 
 def _results(context: Any, builder: Any, derivative: _ValueAndGrad, plan: _CallPlan, sig: Any,

@@ -1,0 +1,238 @@
+"""Nested differentiation: differentiating a function that calls a pyjlad derivative from ``@njit`` code.
+
+A derivative called from ``@njit`` code (:mod:`pyjlad.numba_calls`) is a call to
+its Enzyme driver's symbol (``pyjlad_<f>_<mode>_<digest>``), whose code, linked
+into the caller, is machine code Enzyme produced. Enzyme cannot differentiate
+that code a second time as it was compiled, but it differentiates a module that
+calls ``__enzyme_autodiff`` inside a function it differentiates: it lowers the
+inner call first, then differentiates the derivative it generated. So the
+export of the outer function ``g`` keeps only a declaration of the inner driver
+(:func:`declare_nested_drivers`, the first pass of the portable pipeline), and
+the module Enzyme gets for ``g`` is linked with the inner driver's module as it
+was *before* Enzyme (:func:`nested_modules`): the inner function's portable
+module and a driver calling ``__enzyme_autodiff``/``__enzyme_fwddiff`` on it,
+built without the out-of-memory guard (``setjmp``, which Enzyme cannot
+differentiate), every definition but the driver made internal so the inner
+function's symbols never clash with the outer's.
+
+Every driver :func:`pyjlad.engines.embedded.build` makes is remembered here by
+symbol (:func:`remember`); a symbol only names that one module, since its
+digest covers the inner module's text, ABI, mode and activities.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .activity import Activity
+from .errors import EnzymeError
+from .ir.module import Module
+
+__all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "calls_kept", "declare_nested_drivers",
+           "explain_failure", "is_nested_driver", "keep_calls", "nested_modules", "remember"]
+
+
+class NestedDerivativeError(EnzymeError):
+    """Enzyme could not differentiate a function through a pyjlad derivative it calls from ``@njit`` code.
+
+    The message names the function, the derivative it calls and, where known,
+    the construct of the inner function to rewrite; Enzyme's report is in
+    :attr:`diagnostics`.
+    """
+
+
+@dataclass(frozen=True)
+class NestedSweep:
+    """What rebuilds one driver's module before Enzyme.
+
+    Attributes
+    ----------
+    exported : ExportedFunction
+        The inner function as exported.
+    mode : str
+        ``"reverse"`` or ``"forward"``.
+    activities : tuple of Activity
+        The driver's per-argument activities.
+    noalias : bool
+        The driver's ``noalias`` choice (see :func:`pyjlad.engines.driver.ad_driver`).
+    """
+
+    exported: Any
+    mode: str
+    activities: tuple[Activity, ...]
+    noalias: bool
+
+
+_SWEEPS: dict[str, NestedSweep] = {}
+_LOCK = threading.Lock()
+
+
+def remember(symbol: str, sweep: NestedSweep) -> None:
+    """Record that the driver ``symbol`` is built from ``sweep`` (called by every build)."""
+    with _LOCK:
+        _SWEEPS.setdefault(symbol, sweep)
+
+
+_KEEPING = threading.local()
+
+
+@contextlib.contextmanager
+def calls_kept() -> Iterator[None]:
+    """While pyjlad compiles a function's copy for Enzyme: calls to derivatives are not inlined.
+
+    A derivative that takes nothing from the pool has no ``setjmp`` guard and LLVM may
+    inline it into its caller (see :mod:`pyjlad.numba_calls`): its Enzyme-generated code
+    would then be in the caller's body, where :func:`declare_nested_drivers` cannot
+    replace it by the derivative's module before Enzyme.
+    """
+    previous = getattr(_KEEPING, "on", False)
+    _KEEPING.on = True
+    try:
+        yield
+    finally:
+        _KEEPING.on = previous
+
+
+def keep_calls() -> bool:
+    """Whether a call to a derivative being lowered now must stay a call (see :func:`calls_kept`)."""
+    return getattr(_KEEPING, "on", False)
+
+
+def is_nested_driver(name: str) -> bool:
+    """Whether ``name`` is the symbol of a driver pyjlad built in this process."""
+    return name in _SWEEPS
+
+
+#: Linkage a declaration cannot have (a driver's definition may).
+_DEFINITION_ONLY_LINKAGE = frozenset({"internal", "private", "linkonce_odr", "linkonce", "weak_odr", "weak", "external",
+                                      "available_externally", "dso_local"})
+
+
+def declare_nested_drivers(module: Module, context: object = None) -> Module:
+    """Keep only a declaration of each pyjlad derivative the function calls (the ``nested-drivers`` pass).
+
+    Its definition in a Numba library's module is the machine code Enzyme already
+    produced, which Enzyme cannot differentiate again; the module Enzyme gets is
+    linked with the derivative's module as it was before Enzyme instead
+    (:func:`nested_modules`), so that one Enzyme run differentiates both. What the
+    definition reached (the differentiated functions, the runtime they call) is then
+    unreachable from the entry and dropped by the portable pipeline's ``extract``.
+    """
+    for function in module.definitions if _SWEEPS else ():
+        if function.name in _SWEEPS:
+            function.keyword, function.body = "declare", None
+            function.linkage = [word for word in function.linkage if word not in _DEFINITION_ONLY_LINKAGE]
+            if "personality" in function.attributes:
+                del function.attributes[function.attributes.index("personality"):]
+    return module
+
+
+def _driver_module(symbol: str, sweep: NestedSweep) -> list[str]:
+    """The inner sweep's modules before Enzyme: the function with its unguarded driver, and what it links."""
+    from .engines.differentiate import linked_modules
+    from .engines.driver import ad_driver
+
+    exported = sweep.exported
+    driver = ad_driver(exported.abi, sweep.mode, sweep.activities, noalias=sweep.noalias,
+                       salt=exported.module.text, oom_guard=False)
+    assert driver.symbol == symbol, (driver.symbol, symbol)
+    return [driver.module(exported.enzyme_module.text), *linked_modules(exported)]
+
+
+#: Lowers the ``__enzyme_*`` calls of a module that nests derivatives itself (see :func:`nested_modules`).
+_LOWER = "function(scalarize-masked-mem-intrin),preserve-nvvm,enzyme,preserve-nvvm-end,function(sroa,instcombine,simplifycfg,early-cse),"
+#: Every definition but the driver made internal, what nothing reaches dropped.
+_INTERNALIZE = "internalize,globaldce"
+
+
+def _internalized(modules: Sequence[str], keep: str, what: str, lower: bool) -> str:
+    """``modules`` linked into one in which only ``keep`` is defined with external linkage;
+    its ``__enzyme_*`` calls lowered first if ``lower``."""
+    from .enzyme_copy import NO_SPECULATION_ARGS
+    from .toolchain import locate
+
+    toolchain = locate()
+    linked = toolchain.link(list(modules), what=what, text=True) if len(modules) > 1 else modules[0]
+    if isinstance(linked, bytes):
+        linked = linked.decode()
+    options = (*(NO_SPECULATION_ARGS if lower else ()), f"-internalize-public-api-list={keep}", "-S")
+    out = toolchain.run(linked, (_LOWER if lower else "") + _INTERNALIZE, what=what, options=options)
+    return out.decode() if isinstance(out, bytes) else out
+
+
+def _nested_module(symbol: str) -> str:
+    """The module defining the driver ``symbol`` for linking before Enzyme.
+
+    A driver whose function calls derivatives itself (``grad`` of a function
+    calling ``grad``, called from a third function) has its own ``__enzyme_*``
+    call lowered here, with those of the derivatives it calls, by a separate
+    Enzyme run over its module: Enzyme v0.0.289 does not lower three levels in
+    one run (the outermost differentiation reaches the innermost driver before
+    its call is lowered: "cannot compute with global variable that doesn't
+    have marked shadow global"). Two levels are lowered by the outer run itself.
+    """
+    sweep = _SWEEPS[symbol]
+    what = f"the derivative of {sweep.exported.name} it calls"
+    calls = sweep.exported.enzyme_module.external_functions
+    inner = nested_modules(calls)
+    try:
+        return _internalized([*inner, *_driver_module(symbol, sweep)], symbol, what, lower=bool(inner))
+    except EnzymeError as exc:
+        raise explain_failure(sweep.exported.name, calls, exc) from None
+
+
+#: Identifies how nested modules are made (part of the disk cache key of a function that calls derivatives).
+_FORM = "nested/1 " + _LOWER + _INTERNALIZE
+
+
+def cache_key_parts(external_functions: Sequence[str]) -> list[str]:
+    """What identifies the nested modules of a function with ``external_functions``, for its disk cache key.
+
+    A driver's symbol digests its function's module, ABI, mode and activities;
+    :data:`_FORM` covers how its module is rebuilt, linked and lowered. Empty for
+    a function that calls no derivative (its key is unchanged).
+    """
+    return [f"{name}:{_FORM}" for name in external_functions if name in _SWEEPS]
+
+
+def nested_modules(external_functions: Sequence[str]) -> list[str]:
+    """The modules to link, first, before Enzyme for the nested drivers among ``external_functions``."""
+    return [_nested_module(name) for name in external_functions if name in _SWEEPS]
+
+
+#: Enzyme v0.0.289's BLAS rules (``np.dot``, ``@``) in its stack trace: the first derivative of a
+#: BLAS call is BLAS calls again (``cblas_ddot``'s is two ``cblas_daxpy``), and differentiating
+#: those a second time asserts (``handle_axpy``: ``inst->getParent()->getParent() == oldFunc``).
+_BLAS_FAILURES = ("AdjointGenerator::handleBLAS", "AdjointGenerator::handle_")
+
+
+def _describe(name: str) -> str:
+    sweep = _SWEEPS[name]
+    kind = "pyjlad.grad" if sweep.mode == "reverse" else "a forward-mode derivative"
+    return f"{kind}({sweep.exported.name})"
+
+
+def explain_failure(outer_name: str, external_functions: Sequence[str], error: EnzymeError) -> EnzymeError:
+    """A :class:`NestedDerivativeError` for Enzyme's ``error`` on a module linked with nested drivers,
+    or ``error`` itself if the module calls no pyjlad derivative."""
+    inner = [name for name in external_functions if name in _SWEEPS]
+    if not inner:
+        return error
+    diagnostics = error.diagnostics or str(error)
+    called = ", ".join(_describe(name) for name in inner)
+    message = (f"pyjlad cannot differentiate {outer_name} through the derivative it calls from @njit code "
+               f"({called}): Enzyme failed on the second derivative. ")
+    if any(marker in diagnostics for marker in _BLAS_FAILURES):
+        functions = ", ".join(sorted({_SWEEPS[name].exported.name for name in inner}))
+        message += (f"{functions} uses np.dot, @ or another BLAS/LAPACK call, whose derivative (BLAS calls "
+                    "again) Enzyme v0.0.289 cannot differentiate a second time; write that product in "
+                    f"{functions} as np.sum(x * y) or a loop. ")
+    lines = [line for line in diagnostics.splitlines() if line.strip()]
+    last = next((line for line in reversed(lines) if "Assertion" in line or "error:" in line or "UNREACHABLE" in line),
+                lines[-1] if lines else "")
+    message += f"Enzyme's message: {last.strip()[:400]}. Enzyme's full report is in exc.diagnostics."
+    return NestedDerivativeError(message, diagnostics=diagnostics)
