@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,14 +68,20 @@ class NestedSweep:
     noalias: bool
 
 
-_SWEEPS: dict[str, NestedSweep] = {}
+#: Held weakly: the build that made a driver holds its sweep (see :func:`remember`), so a function the
+#: user drops is not kept alive by this registry.
+_SWEEPS: weakref.WeakValueDictionary[str, NestedSweep] = weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
 
 
-def remember(symbol: str, sweep: NestedSweep) -> None:
-    """Record that the driver ``symbol`` is built from ``sweep`` (called by every build)."""
+def remember(symbol: str, sweep: NestedSweep) -> NestedSweep:
+    """Record that the driver ``symbol`` is built from ``sweep`` (called by every build).
+
+    Returns the sweep recorded for ``symbol``; the caller must keep it (the registry holds it
+    weakly) for as long as the driver's machine code can be called.
+    """
     with _LOCK:
-        _SWEEPS.setdefault(symbol, sweep)
+        return _SWEEPS.setdefault(symbol, sweep)
 
 
 _KEEPING = threading.local()

@@ -572,7 +572,8 @@ def test_llvmcall_pipeline() -> None:
 def test_nested_drivers_keeps_a_declaration_of_each_known_derivative(monkeypatch) -> None:
     from pyjlad import nested
 
-    monkeypatch.setitem(nested._SWEEPS, "pyjlad_g_reverse_1", nested.NestedSweep(None, "reverse", (), False))
+    sweep = nested.NestedSweep(None, "reverse", (), False)    # the registry holds it weakly: keep it
+    monkeypatch.setitem(nested._SWEEPS, "pyjlad_g_reverse_1", sweep)
     text = ("define internal i32 @pyjlad_g_reverse_1(ptr noalias %a, double %x) local_unnamed_addr #0 {\n"
             "entry:\n  %r = call double @helper(double %x)\n  ret i32 0\n}\n"
             "define i32 @caller(ptr %a) {\nentry:\n  %s = call i32 @pyjlad_g_reverse_1(ptr %a, double 1.0)\n"

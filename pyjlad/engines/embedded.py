@@ -98,6 +98,7 @@ class Built:
     driver: Driver
     activities: tuple[Activity, ...]
     library: Any  # numba CodeLibrary holding the driver
+    nested: NestedSweep | None = None  # what pyjlad.nested rebuilds the driver from (it holds it weakly)
 
 
 def _derivative_name(exported: ExportedFunction, sweep: Sweep) -> str:
@@ -116,11 +117,11 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     check_result(exported, sweep)
     noalias = not any(is_rule_symbol(name) for name in exported.module.external_functions)  # see the driver
     if sweep.kind == "hvp":
-        driver = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text)
+        driver, nested = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text), None
     else:
         driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
                            oom_guard=oom_guard)
-        remember(driver.symbol, NestedSweep(exported, sweep.mode, activities, noalias))
+        nested = remember(driver.symbol, NestedSweep(exported, sweep.mode, activities, noalias))
     toolchain = locate()
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
@@ -139,7 +140,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
         raise  # Enzyme's own failure (diagnostics kept), or the toolchain's, already in words
     except RuntimeError as exc:
         raise EnzymeError(f"the differentiated module of {exported.name} does not load: {exc}") from exc
-    return Built(exported=exported, driver=driver, activities=activities, library=library)
+    return Built(exported=exported, driver=driver, activities=activities, library=library, nested=nested)
 
 
 def _value_type(abi: FunctionABI) -> nbtypes.Type:
