@@ -26,6 +26,7 @@ from . import stable_names as sn
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
 from .ir import analysis, downlevel
+from .ir.edit import drop_repeated_declarations
 from .ir.lexer import texts_of
 from .ir.module import AttributeGroup, Function, GlobalVariable, Item, Line, Module, TypeDefinition
 from .ir.names import is_entry_name, symbol_for
@@ -286,16 +287,7 @@ def unique_names(module: Module, context: PortableContext) -> Module:
 
 def dedupe_declarations(module: Module, context: PortableContext) -> Module:
     """Drop repeated declarations (two intrinsics ``down-level`` mapped onto one libm name)."""
-    seen: set[str] = set()
-    items: list[Item] = []
-    for item in module.items:
-        if isinstance(item, Function) and item.is_declaration:
-            if item.symbol in seen:
-                continue
-            seen.add(item.symbol)
-        items.append(item)
-    module.items = items
-    return module
+    return drop_repeated_declarations(module)
 
 
 def declare_libm_calls(module: Module, context: PortableContext) -> Module:
