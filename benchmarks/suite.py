@@ -3,6 +3,7 @@
 Usage (after ``bash scripts/setup.sh --tests``, which installs the peers)::
 
     .venv/bin/python benchmarks/suite.py            # prints the table, writes RESULTS.md and results.png
+    .venv/bin/python benchmarks/suite.py --section numba-calls   # re-measures one section of RESULTS.md
 
 Everything is measured in one run (these machines are noisy, so ratios taken
 together are the figures to compare): for each workload the Numba function,
@@ -12,7 +13,9 @@ with the Numba function (measured when it takes under 3 s, otherwise
 extrapolated from the measured primal time and marked ``~``). numba-enzyme is
 not run where its wheels cannot install (glibc < 2.39) and the reason is
 recorded. Then: time to first gradient in fresh processes (cold and warm disk
-cache), and the peak memory of the RK4 gradient.
+cache), and the peak memory of the RK4 gradient. Last, the sections of
+``sections.py`` (derivatives called from ``@njit`` code, per-sample gradients),
+each from its own script in a fresh process.
 """
 
 from __future__ import annotations
@@ -207,8 +210,12 @@ def fmt(seconds: float | None) -> str:
 
 
 def main() -> None:
+    from sections import SECTIONS, replace_section, run_section, update_results
     from workloads import build
 
+    if "--section" in sys.argv:
+        print(update_results(sys.argv[sys.argv.index("--section") + 1]))
+        return
     include_large = "--quick" not in sys.argv
     rows = [run_workload(w) for w in build(include_large)]
     with tempfile.TemporaryDirectory() as cache:
@@ -218,6 +225,10 @@ def main() -> None:
         memory = fresh_process(PEAK_MEMORY, env)
     info = versions()
     write_results(rows, cold, warm, memory, info)
+    text = (HERE / "RESULTS.md").read_text()
+    for name in SECTIONS:
+        text = replace_section(text, name, run_section(name))
+    (HERE / "RESULTS.md").write_text(text)
     plot(rows)
     print((HERE / "RESULTS.md").read_text())
 
