@@ -215,6 +215,11 @@ def _bench(args: argparse.Namespace) -> int:
     return status
 
 
+def _prog() -> str:
+    """The command's name as the user typed it: the ``pyjlad`` script or ``python -m pyjlad``."""
+    return "pyjlad" if Path(sys.argv[0]).name == "pyjlad" else "python -m pyjlad"
+
+
 def _version() -> str:
     """pyjlad's version, as the package states it."""
     from . import __version__
@@ -224,7 +229,7 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m pyjlad``."""
-    parser = argparse.ArgumentParser(prog="python -m pyjlad", description="Gradients of Numba code with Enzyme.")
+    parser = argparse.ArgumentParser(prog=_prog(), description="Gradients of Numba code with Enzyme.")
     parser.add_argument("--version", action="version", version=f"pyjlad {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -67,7 +67,7 @@ def wheel(source_copy: Path, tmp_path_factory) -> Path:
     """A wheel built offline, with this environment's setuptools."""
     dist = tmp_path_factory.mktemp("dist")
     _check([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-            "--disable-pip-version-check", "-q", "-w", str(dist), str(source_copy)], env=_clean_env())
+            "--disable-pip-version-check", "--no-cache-dir", "-q", "-w", str(dist), str(source_copy)], env=_clean_env())
     (built,) = dist.glob("pyjlad-*.whl")
     return built
 
@@ -79,9 +79,10 @@ def installed(wheel: Path, tmp_path_factory) -> Path:
     venv.create(env_dir, with_pip=False, symlinks=True)
     python = env_dir / "bin" / "python"
     _check([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-            "--disable-pip-version-check", "-q", str(wheel)], env=_clean_env())
+            "--disable-pip-version-check", "--no-cache-dir", "-q", str(wheel)], env=_clean_env())
     (purelib,) = (env_dir / "lib").glob("python*/site-packages")
-    shared = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    shared = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    shared = [p for p in shared if Path(p).is_dir()]
     (purelib / "zz_shared_environment.pth").write_text("".join(f"{p}\n" for p in shared))
     return env_dir / "bin"
 
@@ -188,10 +189,13 @@ def test_the_installed_package_differentiates_outside_the_checkout(installed: Pa
     assert (julia_project / "src" / "PyJlad.jl").is_file()
 
 
-def test_the_installed_command_line_prints_its_version(installed: Path, tmp_path: Path) -> None:
+def test_the_installed_command_line_prints_its_version_and_name(installed: Path, tmp_path: Path) -> None:
     for cmd in ([str(installed / "pyjlad"), "--version"], [str(installed / "python"), "-m", "pyjlad", "--version"]):
         out = _check(cmd, cwd=tmp_path, env=_clean_env())
         assert out.stdout.strip() == f"pyjlad {VERSION}"
+    usage = subprocess.run([str(installed / "pyjlad")], capture_output=True, text=True, cwd=tmp_path,
+                           env=_clean_env())
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: pyjlad ")
 
 
 def test_the_installed_bench_says_where_the_scripts_are(installed: Path, tmp_path: Path) -> None:
