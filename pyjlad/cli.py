@@ -8,8 +8,10 @@ Examples
     Install and verify the embedded engine's Enzyme toolchain.
 ``python -m pyjlad export mymodule:loss --signature "float64[:], float64" -o out/``
     Write ``loss``'s portable IR (``.ll``, as Julia's ``llvmcall`` takes it) and ABI description (``.json``).
-``python -m pyjlad bench``
-    Run the benchmark scripts in ``benchmarks/``.
+``python -m pyjlad bench [--benchmarks CHECKOUT/benchmarks]``
+    Run the benchmark scripts of a source checkout's ``benchmarks/`` (a wheel does not ship them).
+``python -m pyjlad --version`` (or ``pyjlad --version``)
+    Print pyjlad's version.
 ``python -m pyjlad cache info`` / ``python -m pyjlad cache clear``
     Show the compiled-gradient disk cache (path, entries, bytes, cap), or remove its entries.
 """
@@ -164,13 +166,48 @@ def _cache_clear(_: argparse.Namespace) -> int:
     return 0
 
 
+def _checkout_benchmarks() -> Path | None:
+    """The ``benchmarks/`` folder of the source checkout this pyjlad was imported from, if any.
+
+    Returns
+    -------
+    Path or None
+        The folder when pyjlad runs from a checkout (or an editable install of one); None for an
+        installed wheel, which ships the library and not the benchmark scripts.
+    """
+    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    return root if _has_benchmarks(root) else None
+
+
+def _has_benchmarks(folder: Path) -> bool:
+    """Whether ``folder`` holds every script ``bench`` runs."""
+    return all((folder / script).is_file() for script in _BENCHMARKS)
+
+
+_NO_BENCHMARKS = (
+    "error: this pyjlad is an installed package, which does not ship the benchmark scripts: they\n"
+    "live in a source checkout's benchmarks/ folder (they write their results beside themselves,\n"
+    "and benchmarks/suite.py needs the peers JAX, PyTorch and autograd). From a checkout, run\n"
+    "    bash scripts/run-bench.sh                 # set-up with the peers, then the suite\n"
+    "or, with this installed pyjlad,\n"
+    "    python -m pyjlad bench --benchmarks CHECKOUT/benchmarks"
+)
+
+
 def _bench(args: argparse.Namespace) -> int:
     import subprocess
 
-    root = Path(__file__).resolve().parent.parent / "benchmarks"
-    if not root.is_dir():
-        print(f"error: the benchmark scripts are in the source tree ({root} is missing)", file=sys.stderr)
-        return 1
+    if args.benchmarks is not None:
+        root = Path(args.benchmarks).resolve()
+        if not _has_benchmarks(root):
+            print(f"error: {root} is not a pyjlad checkout's benchmarks/ folder (it needs "
+                  f"{', '.join(_BENCHMARKS)})", file=sys.stderr)
+            return 2
+    else:
+        root = _checkout_benchmarks()
+        if root is None:
+            print(_NO_BENCHMARKS, file=sys.stderr)
+            return 2
     status = 0
     for script in _BENCHMARKS:
         print(f"== benchmarks/{script}", flush=True)
@@ -178,9 +215,22 @@ def _bench(args: argparse.Namespace) -> int:
     return status
 
 
+def _prog() -> str:
+    """The command's name as the user typed it: the ``pyjlad`` script or ``python -m pyjlad``."""
+    return "pyjlad" if Path(sys.argv[0]).name == "pyjlad" else "python -m pyjlad"
+
+
+def _version() -> str:
+    """pyjlad's version, as the package states it."""
+    from . import __version__
+
+    return __version__
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m pyjlad``."""
-    parser = argparse.ArgumentParser(prog="python -m pyjlad", description="Gradients of Numba code with Enzyme.")
+    parser = argparse.ArgumentParser(prog=_prog(), description="Gradients of Numba code with Enzyme.")
+    parser.add_argument("--version", action="version", version=f"pyjlad {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     doctor = sub.add_parser("doctor", help="report engines, versions, paths and fixes")
@@ -208,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                     ).set_defaults(run=_cache_clear)
 
     bench = sub.add_parser("bench", help="run the benchmark scripts (benchmarks/) and print their figures")
+    bench.add_argument("--benchmarks", metavar="DIR", default=None,
+                       help="a source checkout's benchmarks/ folder (default: the checkout this pyjlad "
+                            "runs from; an installed wheel does not ship the scripts)")
     bench.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)

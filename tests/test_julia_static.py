@@ -491,10 +491,8 @@ def test_juliapkg_points_at_the_shipped_package_and_requires_julia_112() -> None
     assert f'uuid = "{pyjlad["uuid"]}"' in toml and pyjlad["dev"] is True
     need = ".".join(map(str, MIN_JULIA))
     assert spec["julia"] == need and f'julia = "{need}"' in toml
-    pyproject = (JULIA_PROJECT.parents[1] / "pyproject.toml").read_text()
-    for shipped in ('"juliapkg.json"', '"julia_project/Project.toml"', '"julia_project/src/*.jl"',
-                    '"julia_project/ext/*.jl"'):
-        assert shipped in pyproject
+    # That both files are in a built wheel, and that the installed juliapkg.json resolves to the
+    # installed package: tests/test_packaging.py (builds and installs the wheel).
 
 
 def test_julia_version_probe(tmp_path: Path) -> None:
