@@ -25,6 +25,10 @@ __all__ = ["CudaRunner", "runner", "DeviceArray", "THREADS_PER_BLOCK", "BLOCKS_P
 
 THREADS_PER_BLOCK = 128
 BLOCKS_PER_SM = 32
+#: CUDA's device heap (``malloc`` in kernels), for kernels whose derivative keeps a tape there (Enzyme caches
+#: the values of loops with a data-dependent trip count): raised from CUDA's 8 MiB default before such a
+#: kernel is first loaded (the driver allows it only before a kernel using ``malloc`` has run).
+DEVICE_HEAP_BYTES = 512 << 20
 
 
 def _cuda_core() -> tuple[Any, Any]:
@@ -96,6 +100,7 @@ class CudaRunner:
         self.stream = self.device.create_stream()
         self.compute_capability = tuple(self.device.compute_capability)
         self._kernels: dict[tuple[str, str], Any] = {}
+        self._heap_set = False
 
     @property
     def arch(self) -> str:
@@ -109,6 +114,10 @@ class CudaRunner:
         """The kernel ``name`` of ``ptx``, loaded once."""
         key = (ptx, name)
         if key not in self._kernels:
+            if "malloc" in ptx and not self._heap_set:
+                limit = self._driver.CUlimit.CU_LIMIT_MALLOC_HEAP_SIZE
+                _check(self._driver.cuCtxSetLimit(limit, DEVICE_HEAP_BYTES), "setting the device heap size")
+                self._heap_set = True
             code = self._core.ObjectCode.from_ptx(ptx.encode(), name=name)
             self._kernels[key] = code.get_kernel(name)
         return self._kernels[key]

@@ -26,6 +26,7 @@ from ..engines.driver import Driver, ad_driver
 from ..export import ExportedFunction, export
 from ..memo import cached_for
 from ..objcheck import check_llvm_module
+from ..portable import RUNTIME_CALL_DTOR
 from ..sweep import Sweep
 from ..targets.nvptx import device_module
 from ..toolchain import locate
@@ -34,6 +35,11 @@ from .tools import disassemble
 __all__ = ["DeviceSweep", "device_sweep"]
 
 _FORMAT = "pyjlad-gpu-sweep/1"
+#: Called only where Numba's reference counting releases an array (``NRT_decref`` when a count reaches
+#: zero, :mod:`pyjlad.runtime`'s ``nrt.ll``). The kernel's arrays have no meminfo (null), for which
+#: ``NRT_decref`` returns at once, so these calls are dead code once the kernel is optimized; they are
+#: not refused here, and :mod:`pyjlad.gpu.ptx` refuses any call left after optimization.
+_RELEASE_ONLY = frozenset({"free", RUNTIME_CALL_DTOR})
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,8 @@ def _build(func: Any, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, ...]) 
     activities = resolve_activities(exported, sweep)
     check_result(exported, sweep)
     enzyme_input = exported.enzyme_module
-    device = device_module(enzyme_input.text, enzyme_input.external_functions, name=exported.name,
+    external = tuple(f for f in enzyme_input.external_functions if f not in _RELEASE_ONLY)
+    device = device_module(enzyme_input.text, external, name=exported.name,
                            label=exported.abi.entry)
     driver = ad_driver(exported.abi, "reverse", activities, oom_guard=False, salt=exported.module.text)
     toolchain = locate()
