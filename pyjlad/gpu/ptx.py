@@ -17,13 +17,13 @@ stack frame, spills): a check, not a step of the launch.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EnzymeError, ToolchainError, UnsupportedFunctionError
+from ..ir import parse as parse_module
 from ..targets.nvptx import device_module
 from .kernel_ir import DEVICE_ALLOCATOR, KernelNames, kernel_module
 from .layout import Slot
@@ -48,7 +48,8 @@ class KernelPTX:
 
 
 def _declared(text: str) -> set[str]:
-    return set(re.findall(r'^declare [^@]*@"?([^"(]+)"?\(', text, re.M))
+    """The functions ``text`` declares without defining."""
+    return {function.name for function in parse_module(text, strict=False).declarations}
 
 
 def _refuse_host_calls(text: str, name: str) -> None:
@@ -115,8 +116,8 @@ def ptxas_report(ptx: str, arch: str) -> str:
     """
     ptxas = ptxas_path()
     if ptxas is None:
-        raise ToolchainError("NVIDIA's ptxas was not found: install the CUDA toolkit or "
-                             "pip install nvidia-cuda-nvcc-cu12, or set PYJLAD_PTXAS")
+        raise ToolchainError("NVIDIA's ptxas was not found: install the CUDA toolkit (ptxas on PATH) or "
+                             "pip install nvidia-cuda-nvcc-cu12")
     with tempfile.TemporaryDirectory(prefix="pyjlad-ptxas-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "k.ptx").write_text(ptx)

@@ -6,14 +6,12 @@ math library as LLVM bitcode) comes from a CUDA toolkit or from the
 ``nvidia-cuda-nvcc`` wheels on PyPI; ``ptxas`` (used only to check PTX: the CUDA
 driver compiles PTX itself when a kernel is loaded) likewise.
 
-Looked up in this order: ``$PYJLAD_LIBDEVICE`` / ``$PYJLAD_PTXAS`` (a file);
-``$CUDA_HOME``/``$CUDA_PATH``; ``/usr/local/cuda*``; the ``nvidia`` wheels'
-directories on ``sys.path``; ``ptxas`` on ``$PATH``.
+Looked up in this order: the CUDA toolkit of the ``ptxas`` on ``PATH``;
+``/usr/local/cuda*``; the ``nvidia`` wheels' directories on ``sys.path``.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -63,9 +61,9 @@ def disassemble(bitcode: bytes, what: str) -> str:
 
 
 def _cuda_roots() -> Iterator[Path]:
-    for variable in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(variable):
-            yield Path(os.environ[variable])
+    on_path = shutil.which("ptxas")
+    if on_path:
+        yield Path(on_path).resolve().parent.parent
     yield Path("/usr/local/cuda")
     yield from sorted(Path("/usr/local").glob("cuda-*"), reverse=True)
     # The nvidia-cuda-nvcc wheels: nvidia/cuda_nvcc (CUDA 12) and nvidia/cu13 (CUDA 13) on sys.path.
@@ -83,24 +81,16 @@ def libdevice_path() -> Path:
     ToolchainError
         If none is found, saying where it was looked for and how to get one.
     """
-    chosen = os.environ.get("PYJLAD_LIBDEVICE")
-    if chosen:
-        if not Path(chosen).is_file():
-            raise ToolchainError(f"PYJLAD_LIBDEVICE={chosen!r} is not a file; point it at libdevice.10.bc")
-        return Path(chosen)
     for root in _cuda_roots():
         candidate = root / "nvvm" / "libdevice" / "libdevice.10.bc"
         if candidate.is_file():
             return candidate
-    raise ToolchainError("CUDA's libdevice (libdevice.10.bc) was not found: install the CUDA toolkit, or "
-                         "pip install nvidia-cuda-nvcc-cu12, or set PYJLAD_LIBDEVICE to the file")
+    raise ToolchainError("CUDA's libdevice (libdevice.10.bc) was not found: install the CUDA toolkit (ptxas on "
+                         "PATH, or under /usr/local/cuda), or pip install nvidia-cuda-nvcc-cu12")
 
 
 def ptxas_path() -> Path | None:
     """NVIDIA's ``ptxas``, or ``None`` (it only checks PTX; the CUDA driver compiles PTX when loading it)."""
-    chosen = os.environ.get("PYJLAD_PTXAS")
-    if chosen:
-        return Path(chosen) if Path(chosen).is_file() else None
     found = shutil.which("ptxas")
     if found:
         return Path(found)
