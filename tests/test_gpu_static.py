@@ -261,13 +261,27 @@ def test_kernel_compiles_to_ptx_and_assembles_without_spills(name: str) -> None:
 
 
 @needs_cuda_tools
-def test_every_libdevice_function_the_retargeting_names_links() -> None:
-    """Every ``__nv_*`` function pyjlad's retargeting can produce is defined in the libdevice found."""
-    from pyjlad.gpu.tools import disassemble
-    from pyjlad.targets.nvptx import LIBDEVICE_FUNCTIONS, libdevice_name
+def test_every_libdevice_function_the_retargeting_names_compiles_with_llvm_15(tmp_path) -> None:
+    """Each ``__nv_*`` function the retargeting can call (double and float) is in the libdevice found, and
+    LLVM 15 compiles it to PTX that ptxas assembles for sm_90 (CUDA 13's libdevice included)."""
+    from pyjlad.gpu.tools import llvm_tool, run_tool
+    from pyjlad.targets.nvptx import LIBDEVICE_FUNCTIONS, NVPTX_DATALAYOUT, NVPTX_TRIPLE, libdevice_name
 
-    text = disassemble(libdevice_path().read_bytes(), "libdevice")
-    defined = set(re.findall(r"^define [^@]*@(__nv_\w+)\(", text, re.M))
     wanted = {libdevice_name(n) for n in LIBDEVICE_FUNCTIONS} | {libdevice_name(n + "f") for n in LIBDEVICE_FUNCTIONS}
-    missing = sorted(n for n in wanted if n not in defined)
-    assert not missing, missing
+    (tmp_path / "stub.ll").write_text(f'target datalayout = "{NVPTX_DATALAYOUT}"\ntarget triple = "{NVPTX_TRIPLE}"\n')
+    run_tool([llvm_tool("llvm-link"), tmp_path / "stub.ll", libdevice_path(), "-o", tmp_path / "all.bc"], "linking")
+    kept = run_tool([llvm_tool("opt"), "-passes=internalize,globaldce",
+                     "-internalize-public-api-list=" + ",".join(sorted(wanted)), tmp_path / "all.bc", "-o", "-"], "opt")
+    ptx = run_tool([llvm_tool("llc"), "-O3", "-mcpu=sm_80", "-", "-o", "-"], "llc", kept).decode()
+    compiled = set(re.findall(r"^\.visible \.func\s*(?:\([^)]*\)\s*)?(__nv_\w+)\(", ptx, re.M))
+    assert compiled == wanted, sorted(wanted ^ compiled)
+    (tmp_path / "all.ptx").write_text(ptx)
+    result = subprocess.run([str(ptxas_path()), "-c", "-arch=sm_90", str(tmp_path / "all.ptx"), "-o",
+                             str(tmp_path / "all.o")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.skipif(pg.cuda_status()[0], reason="a GPU is present: tests/test_gpu_run.py launches instead")
+def test_calling_without_a_gpu_says_why() -> None:
+    with pytest.raises(pyjlad.EngineUnavailableError, match="needs an NVIDIA GPU"):
+        pg.vmap_grad(scalar_model)(*_scalar_args())
