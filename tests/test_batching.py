@@ -559,3 +559,15 @@ def test_a_vmap_called_from_njit_with_arguments_its_in_axes_do_not_fit_is_a_typi
 
     with pytest.raises(numba.core.errors.TypingError, match="a tuple in in_axes goes with a tuple argument"):
         flat(np.ones((3, 2)), 1.0, np.ones((3, 2)))
+
+
+def test_vmap_of_jacrev_and_jacfwd_matches_jax():
+    n, d, w = 9, 4, 1.7
+    x = RNG.normal(size=(n, d))
+    before = x.copy()
+    want = jax.vmap(jax.jacrev(field_jax), in_axes=(0, None))(jnp.asarray(before), w)
+    for make in (pyjlad.jacrev, pyjlad.jacfwd):
+        got = pyjlad.vmap(make(field), in_axes=(0, None))(x, w)
+        assert got.shape == (n, d, d)
+        _close(got, want)
+    np.testing.assert_array_equal(x, before)
