@@ -571,3 +571,22 @@ def test_vmap_of_jacrev_and_jacfwd_matches_jax():
         assert got.shape == (n, d, d)
         _close(got, want)
     np.testing.assert_array_equal(x, before)
+
+
+@njit
+def doubled(x):
+    return 2.0 * x
+
+
+@njit
+def tripled(x):
+    return 3.0 * x
+
+
+def test_two_vmaps_of_the_same_shape_called_from_njit_with_the_same_types_each_run_their_own_function():
+    """Their generated loops have the same source: Numba's compile_internal cache (keyed by the code object,
+    equal for equal source) must not hand the second the first one's code."""
+    by_two, by_three = pyjlad.vmap(doubled), pyjlad.vmap(tripled)
+    x = RNG.normal(size=(8, 3))
+    np.testing.assert_array_equal(njit(lambda x: by_two(x))(x), 2.0 * x)
+    np.testing.assert_array_equal(njit(lambda x: by_three(x))(x), 3.0 * x)

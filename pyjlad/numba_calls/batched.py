@@ -22,7 +22,7 @@ from numba.extending import NativeValue, models, register_model, typeof_impl, un
 from ..batching import Batched
 from ..errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
 from ..memo import cached_for
-from .planned import Plan, PlannedCallable
+from .planned import Plan, PlannedCallable, compiled_into_caller
 
 __all__ = ["BatchedType"]
 
@@ -50,14 +50,7 @@ class BatchedType(PlannedCallable):
                               f"@njit code: {exc}") from None
         dispatcher = njit(pyfunc)
         sig = context.resolve_function_type(types.Dispatcher(dispatcher), args, {})
-        return signature(sig.return_type, *args), _make_impl(pyfunc), dispatcher
-
-
-def _make_impl(pyfunc: Any) -> Any:
-    def impl(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        return context.compile_internal(builder, pyfunc, sig, llargs)
-
-    return impl
+        return signature(sig.return_type, *args), compiled_into_caller(pyfunc), dispatcher
 
 
 @typeof_impl.register(Batched)

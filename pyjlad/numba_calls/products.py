@@ -27,7 +27,7 @@ from ..export import as_numba_function
 from ..memo import cached_for
 from ..product_fns import ProductFunction
 from . import product_source as source
-from .planned import Plan, PlannedCallable
+from .planned import Plan, PlannedCallable, compiled_into_caller
 
 __all__ = ["ProductType"]
 
@@ -50,7 +50,7 @@ class ProductType(PlannedCallable):
     def make_plan(self, context: Any, args: tuple[types.Type, ...]) -> Plan:
         """Generate and type the call's implementation for ``args`` (its dispatcher kept alive with the plan)."""
         sig, pyfunc, dispatcher = _plan(self.product, context, args)
-        return sig, _make_impl(pyfunc), dispatcher
+        return sig, compiled_into_caller(pyfunc), dispatcher
 
 
 @typeof_impl.register(ProductFunction)
@@ -84,11 +84,3 @@ def _plan(product: ProductFunction, context: Any, args: tuple[types.Type, ...]) 
         raise TypingError(f"{product!r} cannot be called with ({', '.join(map(str, args))}) inside @njit code: "
                           f"{exc}; {source.accepts(product)}") from None
     return signature(sig.return_type, *args), pyfunc, dispatcher
-
-
-def _make_impl(pyfunc: Any) -> Any:
-    def impl(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        return context.compile_internal(builder, pyfunc, sig, llargs)
-
-    return impl
-
