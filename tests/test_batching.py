@@ -358,3 +358,235 @@ def test_per_sample_gradients_example_runs():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "per-sample gradients match" in done.stdout
+
+
+# ------------------------------------------------------------------ products batched: jvp_fn, vjp_fn, hvp_fn
+@njit
+def wave(x, w):
+    """A float result: w sum_j sin(x_j) x_j^2."""
+    return w * np.sum(np.sin(x) * x * x)
+
+
+def wave_jax(x, w):
+    return w * jnp.sum(jnp.sin(x) * x * x)
+
+
+@njit
+def field(x, w):
+    """An array result coupling the elements: out_j = w sin(x_j) x_{d-1-j}."""
+    out = np.empty_like(x)
+    for j in range(x.shape[0]):
+        out[j] = w * math.sin(x[j]) * x[x.shape[0] - 1 - j]
+    return out
+
+
+def field_jax(x, w):
+    return w * jnp.sin(x) * x[::-1]
+
+
+@njit
+def shifted(x, k):
+    """An integer argument (no derivative: its cotangent is None): sum_j x_j x_{(j+k) mod d}."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += x[j] * x[(j + k) % x.shape[0]]
+    return s
+
+
+def shifted_jax(x, k):
+    return jnp.sum(x * jnp.roll(x, -k))
+
+
+def _unchanged(arrays, before):
+    for now, then in zip(arrays, before):
+        np.testing.assert_array_equal(now, then)
+
+
+@pytest.mark.parametrize(("f", "f_jax"), [(wave, wave_jax), (field, field_jax)], ids=["float", "array"])
+def test_vmap_of_jvp_fn_over_primals_and_tangents_matches_jax_and_the_serial_loop(f, f_jax):
+    """in_axes is a prefix of the (primals, tangents) tuples, as JAX's; None tangents hold an argument constant."""
+    n, d, w = 37, 5, 1.3
+    x, t = RNG.normal(size=(n, d)), RNG.normal(size=(n, d))
+    before = (x.copy(), t.copy())
+    want_v, want_t = jax.vmap(lambda p, tan: jax.jvp(f_jax, p, tan), in_axes=((0, None), (0, None)))(
+        (jnp.asarray(before[0]), w), (jnp.asarray(before[1]), 0.0))
+    jf = pyjlad.jvp_fn(f)
+    values, tangents = pyjlad.vmap(jf, in_axes=((0, None), (0, None)))((x, w), (t, None))
+    assert values.shape == want_v.shape and tangents.shape == want_t.shape == ((n,) if f is wave else (n, d))
+    _close(values, want_v)
+    _close(tangents, want_t)
+
+    @njit
+    def serial(x, w, t):
+        vs, ts = [], []
+        for i in range(x.shape[0]):
+            v, tan = jf((x[i], w), (t[i], None))
+            vs.append(v)
+            ts.append(tan)
+        return vs, ts
+
+    serial_v, serial_t = serial(x, w, t)
+    np.testing.assert_array_equal(values, np.array(serial_v))
+    np.testing.assert_array_equal(tangents, np.array(serial_t))
+    _unchanged((x, t), before)
+
+
+def test_vmap_of_jvp_fn_with_one_axis_for_everything_and_with_only_the_tangents_mapped():
+    """``in_axes=0`` maps every array inside the tuples; mapping only the tangents gives Jacobian rows at one point."""
+    n, d = 12, 4
+    x, w, t, tw = RNG.normal(size=(n, d)), RNG.normal(size=n), RNG.normal(size=(n, d)), RNG.normal(size=n)
+    before = (x.copy(), w.copy(), t.copy(), tw.copy())
+    jx, jw, jt, jtw = (jnp.asarray(a.copy()) for a in before)
+    jf = pyjlad.jvp_fn(wave)
+    values, tangents = pyjlad.vmap(jf)((x, w), (t, tw))
+    want_v, want_t = jax.vmap(lambda p, tan: jax.jvp(wave_jax, p, tan))((jx, jw), (jt, jtw))
+    _close(values, want_v)
+    _close(tangents, want_t)
+    directions = np.eye(d)
+    rows = pyjlad.vmap(jf, in_axes=((None, None), (0, None)))((x[0], 2.0), (directions, None))[1]
+    _close(rows, jax.grad(wave_jax)(jx[0], 2.0))
+    _unchanged((x, w, t, tw), before)
+
+
+def test_vmap_of_vjp_fn_stacks_cotangents_and_keeps_none_for_an_integer_argument():
+    n, d, k = 25, 6, 2
+    x, ct = RNG.normal(size=(n, d)), RNG.normal(size=n)
+    before = (x.copy(), ct.copy())
+
+    def vjp_jax(x, c):
+        value, pullback = jax.vjp(lambda x: shifted_jax(x, k), x)
+        return value, pullback(c)[0]
+
+    want_v, want_ct = jax.vmap(vjp_jax)(jnp.asarray(before[0]), jnp.asarray(before[1]))
+    values, (ct_x, ct_k) = pyjlad.vmap(pyjlad.vjp_fn(shifted), in_axes=((0, None), 0))((x, k), ct)
+    assert ct_k is None and ct_x.shape == (n, d)
+    _close(values, want_v)
+    _close(ct_x, want_ct)
+    hand = before[1][:, None] * (np.roll(before[0], -k, axis=1) + np.roll(before[0], k, axis=1))
+    _close(ct_x, hand)
+    _unchanged((x, ct), before)
+
+
+def test_vmap_of_hvp_fn_matches_jax_forward_over_reverse():
+    n, d, w = 19, 5, 0.7
+    x, v = RNG.normal(size=(n, d)), RNG.normal(size=(n, d))
+    before = (x.copy(), v.copy())
+    want = jax.vmap(lambda x, v: jax.jvp(lambda x: jax.grad(wave_jax)(x, w), (x,), (v,))[1])(
+        jnp.asarray(before[0]), jnp.asarray(before[1]))
+    got = pyjlad.vmap(pyjlad.hvp_fn(wave), in_axes=((0, None), 0))((x, w), v)
+    _close(got, want)
+    _unchanged((x, v), before)
+
+
+@pytest.mark.parametrize(("in_axes", "args", "message"), [
+    (((0, None), 0), (np.ones((3, 2)), np.ones((3, 2))), "a tuple in in_axes goes with a tuple argument"),
+    (((0, None, None), (0, None)), ((np.ones((3, 2)), 1.0), (np.ones((3, 2)), None)), "tuple of 3 entries"),
+    ((0, 0), ((np.ones((3, 2)), 1.0), (np.ones((3, 2)), None)), "argument 0\\[1\\] is mapped over axis 0"),
+    (((0, None), (0, None)), ((np.ones((3, 2)), 1.0), (np.ones((4, 2)), None)), "argument 1\\[0\\]: 4"),
+    (((None, None), (None, 0)), ((np.ones(2), 1.0), (np.ones(2), None)), "maps no argument"),
+])
+def test_nested_in_axes_that_do_not_fit_the_arguments_are_refused(in_axes, args, message):
+    with pytest.raises(pyjlad.ArgumentError, match=message):
+        pyjlad.vmap(pyjlad.jvp_fn(wave), in_axes=in_axes)(*args)
+
+
+def test_nested_in_axes_entries_are_checked_when_made():
+    with pytest.raises(pyjlad.ArgumentError, match="in_axes\\[1\\]\\[0\\] is 1"):
+        pyjlad.vmap(pyjlad.jvp_fn(wave), in_axes=((0, None), (1, None)))
+    with pytest.raises(pyjlad.ArgumentTypeError, match="in_axes\\[0\\]\\[1\\] must be 0 or None"):
+        pyjlad.vmap(pyjlad.jvp_fn(wave), in_axes=[[0, "x"], 0])
+
+
+# ------------------------------------------------------------------ a vmap called from @njit code
+BATCHED_JVP = pyjlad.vmap(pyjlad.jvp_fn(field), in_axes=((0, None), (0, None)))
+
+
+@pytest.mark.filterwarnings("ignore::numba.NumbaPerformanceWarning")  # the caller itself has no parallel loop
+def test_a_vmap_is_callable_from_njit_code_as_a_global_and_an_argument():
+    n, d, w = 23, 4, 0.9
+    x, t = RNG.normal(size=(n, d)), RNG.normal(size=(n, d))
+    before = (x.copy(), t.copy())
+
+    @njit
+    def as_global(x, w, t):
+        values, tangents = BATCHED_JVP((x, w), (t, None))
+        return values + 0.0, tangents * 2.0
+
+    @njit(parallel=True)
+    def as_argument(b, x, w, t):
+        return b((x, w), (t, None))
+
+    want_v, want_t = BATCHED_JVP((x, w), (t, None))
+    got_v, got_t = as_global(x, w, t)
+    np.testing.assert_array_equal(got_v, want_v)
+    np.testing.assert_array_equal(got_t, 2.0 * want_t)
+    got_v, got_t = as_argument(BATCHED_JVP, x, w, t)
+    np.testing.assert_array_equal(got_v, want_v)
+    np.testing.assert_array_equal(got_t, want_t)
+    oracle_t = jax.vmap(lambda x, t: jax.jvp(lambda x: field_jax(x, w), (x,), (t,))[1])(
+        jnp.asarray(before[0]), jnp.asarray(before[1]))
+    _close(got_t, oracle_t)
+    _unchanged((x, t), before)
+
+
+def test_a_vmap_in_njit_code_raises_what_the_python_call_raises():
+    batched = pyjlad.vmap(pyjlad.grad(guarded))
+
+    @njit
+    def call(b, x):
+        return b(x)
+
+    x = np.abs(RNG.normal(size=(40, 3)))
+    _close(call(batched, x), 2 * x)
+    x[17, 0] = -1.0
+    with pytest.raises(ValueError, match="x\\[0\\] must be non-negative"):
+        call(batched, x)
+    with pytest.raises(ValueError, match="0 samples"):
+        call(batched, x[:0])
+
+    @njit
+    def mismatched(x, w, t):
+        return BATCHED_JVP((x, w), (t, None))
+
+    with pytest.raises(pyjlad.ArgumentError, match="different numbers of samples"):
+        mismatched(np.ones((3, 2)), 1.0, np.ones((4, 2)))
+
+
+def test_a_vmap_called_from_njit_with_arguments_its_in_axes_do_not_fit_is_a_typing_error():
+    @njit
+    def flat(x, w, t):
+        return BATCHED_JVP(x, t)
+
+    with pytest.raises(numba.core.errors.TypingError, match="a tuple in in_axes goes with a tuple argument"):
+        flat(np.ones((3, 2)), 1.0, np.ones((3, 2)))
+
+
+def test_vmap_of_jacrev_and_jacfwd_matches_jax():
+    n, d, w = 9, 4, 1.7
+    x = RNG.normal(size=(n, d))
+    before = x.copy()
+    want = jax.vmap(jax.jacrev(field_jax), in_axes=(0, None))(jnp.asarray(before), w)
+    for make in (pyjlad.jacrev, pyjlad.jacfwd):
+        got = pyjlad.vmap(make(field), in_axes=(0, None))(x, w)
+        assert got.shape == (n, d, d)
+        _close(got, want)
+    np.testing.assert_array_equal(x, before)
+
+
+@njit
+def doubled(x):
+    return 2.0 * x
+
+
+@njit
+def tripled(x):
+    return 3.0 * x
+
+
+def test_two_vmaps_of_the_same_shape_called_from_njit_with_the_same_types_each_run_their_own_function():
+    """Their generated loops have the same source: Numba's compile_internal cache (keyed by the code object,
+    equal for equal source) must not hand the second the first one's code."""
+    by_two, by_three = pyjlad.vmap(doubled), pyjlad.vmap(tripled)
+    x = RNG.normal(size=(8, 3))
+    np.testing.assert_array_equal(njit(lambda x: by_two(x))(x), 2.0 * x)
+    np.testing.assert_array_equal(njit(lambda x: by_three(x))(x), 3.0 * x)

@@ -272,3 +272,28 @@ def test_a_repeated_wrt_gives_the_jacobian_twice():
     dx, dc = jax.jacrev(scal_jax, argnums=(0, 1))(X.copy(), C)  # JAX refuses a repeated argnums
     for g, w in zip(got, (dc, dx, dc)):
         close(g, w)
+
+
+@njit
+def squares(x, c):
+    return c * np.sum(x * x)
+
+
+@njit
+def sines(x, c):
+    return c * np.sum(np.sin(x))
+
+
+def test_products_of_the_same_shape_called_with_the_same_types_each_run_their_own_function():
+    """Their generated implementations have the same source: each must still be compiled with its own sweeps
+    (Numba's compile_internal cache is keyed by the code object, equal for equal source)."""
+    x, t = X.copy(), RNG.normal(size=4)
+    jvp_squares, jvp_sines = pyjlad.jvp_fn(squares), pyjlad.jvp_fn(sines)
+    jac_squares, jac_sines = pyjlad.jacrev(squares), pyjlad.jacrev(sines)
+    _, d1 = njit(lambda x, t: jvp_squares((x, C), (t, None)))(x, t)
+    _, d2 = njit(lambda x, t: jvp_sines((x, C), (t, None)))(x, t)
+    close(d1, C * 2 * X @ t)
+    close(d2, C * np.cos(X) @ t)
+    close(njit(lambda x: jac_squares(x, C))(x), C * 2 * X)
+    close(njit(lambda x: jac_sines(x, C))(x), C * np.cos(X))
+    np.testing.assert_array_equal(x, X)

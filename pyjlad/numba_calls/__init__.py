@@ -2,12 +2,14 @@
 
 - :mod:`.derivatives`: ``pyjlad.grad(f)`` and ``pyjlad.value_and_grad(f)`` called from ``@njit`` code;
 - :mod:`.sweeps`: one Enzyme sweep called from ``@njit`` code (:class:`RawSweep`), linked into the caller;
+- :mod:`.batched`: ``pyjlad.vmap`` callables called from ``@njit`` code;
 - :mod:`.products`: ``pyjlad.jacrev``, ``jacfwd``, ``jvp_fn``, ``vjp_fn`` and ``hvp_fn`` called from
   ``@njit`` code, generated out of raw sweeps (:mod:`.product_source`, :mod:`.product_kinds`).
 
 Importing this package registers the Numba types (``pyjlad`` imports it).
 """
 
+from . import batched as _batched  # noqa: F401 - registers the vmap callables' Numba type
 from . import products as _products  # noqa: F401 - registers the product callables' Numba type
 from .derivatives import (  # noqa: F401 - the helpers other modules build on, under their old names
     DerivativeType,

@@ -29,7 +29,6 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.core.errors import TypingError
-from numba.core.imputils import lower_builtin
 from numba.core.typing import signature
 from numba.extending import NativeValue, models, register_model, typeof_impl, unbox
 
@@ -39,6 +38,7 @@ from ..errors import PyjladError
 from ..memo import cached_for
 from ..nested import keep_calls
 from ..transforms import _Grad, _ValueAndGrad
+from .planned import Plan, PlannedCallable
 
 __all__ = ["DerivativeType"]
 
@@ -108,39 +108,26 @@ class _CallPlan:
         self.declared = _declared(built.library)
 
 
-class DerivativeType(types.Callable, types.Dummy):
+class DerivativeType(PlannedCallable):
     """The Numba type of one ``pyjlad.grad``/``pyjlad.value_and_grad`` callable."""
 
     def __init__(self, derivative: _ValueAndGrad) -> None:
         self.derivative = derivative
         self._key = (_kind(derivative), derivative._rev, derivative._order, derivative._single)
-        self._plans: dict[tuple[types.Type, ...], tuple[Any, Callable[..., Any]]] = {}
         super().__init__(name=f"{_describe(derivative)}<{id(derivative._rev):x}>")
 
     @property
     def key(self) -> Any:
         return self._key
 
-    def get_call_type(self, context: Any, args: tuple[types.Type, ...], kws: dict[str, types.Type]) -> Any:
-        """Type a call: build the derivative for ``args`` and register its lowering."""
-        if kws:
-            raise TypingError(f"{_describe(self.derivative)} takes positional arguments only inside @njit code; "
-                              f"{_accepts(self.derivative)}")
-        args = tuple(types.unliteral(a) for a in args)
-        known = self._plans.get(args)
-        if known is None:
-            plan = _plan(self.derivative, args)
-            sig = signature(_return_type(self.derivative, plan), *args)
-            impl = _make_impl(self.derivative, plan)
-            lower_builtin(impl, *args)(impl)
-            known = self._plans[args] = (sig, impl)
-        return known[0]
+    def keywords_refused(self) -> str:
+        return (f"{_describe(self.derivative)} takes positional arguments only inside @njit code; "
+                f"{_accepts(self.derivative)}")
 
-    def get_call_signatures(self) -> tuple[list[Any], bool]:
-        return [sig for sig, _ in self._plans.values()], True
-
-    def get_impl_key(self, sig: Any) -> Any:
-        return self._plans[tuple(sig.args)][1]
+    def make_plan(self, context: Any, args: tuple[types.Type, ...]) -> Plan:
+        """Build the derivative for ``args``: the call's signature and lowering."""
+        plan = _plan(self.derivative, args)
+        return signature(_return_type(self.derivative, plan), *args), _make_impl(self.derivative, plan), plan
 
 
 @typeof_impl.register(_ValueAndGrad)

@@ -20,7 +20,6 @@ from typing import Any
 
 from numba import njit, types
 from numba.core.errors import TypingError
-from numba.core.imputils import lower_builtin
 from numba.core.typing import signature
 from numba.extending import NativeValue, models, register_model, typeof_impl, unbox
 
@@ -28,40 +27,30 @@ from ..export import as_numba_function
 from ..memo import cached_for
 from ..product_fns import ProductFunction
 from . import product_source as source
+from .planned import Plan, PlannedCallable, compiled_into_caller
 
 __all__ = ["ProductType"]
 
 
-class ProductType(types.Callable, types.Dummy):
+class ProductType(PlannedCallable):
     """The Numba type of one :class:`~pyjlad.product_fns.ProductFunction`."""
 
     def __init__(self, product: ProductFunction) -> None:
         self.product = product
-        self._plans: dict[tuple[types.Type, ...], tuple[Any, Any, Any]] = {}
         super().__init__(name=f"{product!r}<{id(product):x}>")
 
     @property
     def key(self) -> Any:
         return self.product
 
-    def get_call_type(self, context: Any, args: tuple[types.Type, ...], kws: dict[str, types.Type]) -> Any:
-        if kws:
-            raise TypingError(f"{self.product!r} takes positional arguments only inside @njit code; "
-                              f"{source.accepts(self.product)}")
-        args = tuple(types.unliteral(a) for a in args)
-        known = self._plans.get(args)
-        if known is None:
-            sig, pyfunc, dispatcher = _plan(self.product, context, args)
-            impl = _make_impl(pyfunc)
-            lower_builtin(impl, *args)(impl)
-            known = self._plans[args] = (sig, impl, dispatcher)
-        return known[0]
+    def keywords_refused(self) -> str:
+        return (f"{self.product!r} takes positional arguments only inside @njit code; "
+                f"{source.accepts(self.product)}")
 
-    def get_call_signatures(self) -> tuple[list[Any], bool]:
-        return [plan[0] for plan in self._plans.values()], True
-
-    def get_impl_key(self, sig: Any) -> Any:
-        return self._plans[tuple(sig.args)][1]
+    def make_plan(self, context: Any, args: tuple[types.Type, ...]) -> Plan:
+        """Generate and type the call's implementation for ``args`` (its dispatcher kept alive with the plan)."""
+        sig, pyfunc, dispatcher = _plan(self.product, context, args)
+        return sig, compiled_into_caller(pyfunc), dispatcher
 
 
 @typeof_impl.register(ProductFunction)
@@ -95,11 +84,3 @@ def _plan(product: ProductFunction, context: Any, args: tuple[types.Type, ...]) 
         raise TypingError(f"{product!r} cannot be called with ({', '.join(map(str, args))}) inside @njit code: "
                           f"{exc}; {source.accepts(product)}") from None
     return signature(sig.return_type, *args), pyfunc, dispatcher
-
-
-def _make_impl(pyfunc: Any) -> Any:
-    def impl(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        return context.compile_internal(builder, pyfunc, sig, llargs)
-
-    return impl
-

@@ -30,7 +30,6 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.core.errors import TypingError
-from numba.core.imputils import lower_builtin
 from numba.core.typing import signature
 from numba.extending import models, register_model, typeof_impl
 
@@ -38,6 +37,7 @@ from ..errors import PyjladError
 from ..export import describe_function
 from ..memo import cached_for
 from .derivatives import _build_for_numba, _declared, _excinfo_ptr_type, _raise_on_failure, resolve_symbols
+from .planned import Plan, PlannedCallable
 
 __all__ = ["RawSweep", "RawSweepType", "raw_sweep"]
 
@@ -61,33 +61,21 @@ def raw_sweep(func: Any, sweep: Any) -> RawSweep:
     return cached_for(compiled, ("raw-sweep",), lambda: RawSweep(compiled))
 
 
-class RawSweepType(types.Callable, types.Dummy):
+class RawSweepType(PlannedCallable):
     """The Numba type of one :class:`RawSweep`."""
 
     def __init__(self, raw: RawSweep) -> None:
         self.raw = raw
-        self._plans: dict[tuple[types.Type, ...], tuple[Any, Any]] = {}
         super().__init__(name=f"{raw!r}<{id(raw):x}>")
 
     @property
     def key(self) -> Any:
         return self.raw
 
-    def get_call_type(self, context: Any, args: tuple[types.Type, ...], kws: dict[str, types.Type]) -> Any:
-        args = tuple(types.unliteral(a) for a in args)
-        known = self._plans.get(args)
-        if known is None:
-            built, sig = _plan(self.raw, args)
-            impl = _make_impl(built, sig)
-            lower_builtin(impl, *args)(impl)
-            known = self._plans[args] = (sig, impl)
-        return known[0]
-
-    def get_call_signatures(self) -> tuple[list[Any], bool]:
-        return [sig for sig, _ in self._plans.values()], True
-
-    def get_impl_key(self, sig: Any) -> Any:
-        return self._plans[tuple(sig.args)][1]
+    def make_plan(self, context: Any, args: tuple[types.Type, ...]) -> Plan:
+        """Build the sweep for ``args``: the call's signature and lowering."""
+        built, sig = _plan(self.raw, args)
+        return sig, _make_impl(built, sig), built
 
 
 @typeof_impl.register(RawSweep)
