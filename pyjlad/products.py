@@ -27,6 +27,7 @@ from .product_args import (
     differentiable,
     is_float_array,
     passed_arrays,
+    refuse_containers,
     result_kind,
     shadow_of,
     unit_vector,
@@ -66,6 +67,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     [2.0, 4.0]
     """
     primals, tangents = as_tuple(primals, "primals", "jvp"), as_tuple(tangents, "tangents", "jvp")
+    refuse_containers(primals, "jvp")
     if len(tangents) != len(primals):
         raise ArgumentError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
     for index, (x, t) in enumerate(zip(primals, tangents)):
@@ -128,6 +130,7 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     [2.0, 40.0]
     """
     primals = as_tuple(primals, "primals", "vjp")
+    refuse_containers(primals, "vjp")
     for part in cotangent if isinstance(cotangent, tuple) else (cotangent,):
         check_real(part, "cotangent")
     kind = result_kind(f, primals)
@@ -229,6 +232,7 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     """
     if mode not in ("reverse", "forward"):
         raise ArgumentError(f"mode must be 'reverse' or 'forward', got {mode!r}")
+    refuse_containers(args, "jacobian")
     single = isinstance(wrt, int) and not isinstance(wrt, bool)
     indices = (wrt,) if single else tuple(wrt)
     for index in indices:
@@ -287,6 +291,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     [6.0, 12.0]
     """
     primals = as_tuple(primals, "primals", "hvp")
+    refuse_containers(primals, "hvp")
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(primals):
         raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if is_float_array(p)])
@@ -323,6 +328,7 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None) -> Any:
     """
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(args):
         raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(args) - 1}, got {wrt!r}")
+    refuse_containers(args, "hessian")
     x = args[wrt]
     if not isinstance(x, np.ndarray):
         return hvp(f, args, 1.0, wrt, engine=engine)

@@ -28,6 +28,7 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types as nbtypes
+from numba.core.dispatcher import Dispatcher
 
 from .errors import ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function
@@ -174,6 +175,8 @@ def _bind_check(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Non
     """Refuse keyword arguments that do not fit ``func``'s Python signature, in its terms."""
     target = as_numba_function(func)
     py = getattr(target, "py_func", None)
+    if py is None and not kwargs:
+        return
     if py is None:
         raise ArgumentTypeError(
             f"{describe_function(func)} is a @cfunc, whose arguments are passed by position only: "
@@ -187,8 +190,7 @@ def _bind_check(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Non
 
 def flatten_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallTree:
     """The call ``func(*args, **kwargs)`` flattened (each leaf checked, keywords checked against ``func``)."""
-    if kwargs:
-        _bind_check(func, args, kwargs)
+    _bind_check(func, args, kwargs)
     leaves: list[Any] = []
     positional = tuple(_flatten(value, f"argument {k}", leaves) for k, value in enumerate(args))
     keywords = tuple((name, _flatten(value, f"keyword argument {name!r}", leaves)) for name, value in kwargs.items())
@@ -224,9 +226,29 @@ def flattened_function(func: Any, call: CallTree, has_aux: bool) -> Any:
     return cached_for(func, ("flattened", call.signature, has_aux), lambda: _make_flattened(func, call, has_aux))
 
 
+def _inlined(target: Any) -> Any:
+    """A copy of the ``@njit`` function ``target`` that Numba inlines into its callers (same options).
+
+    The ``has_aux`` wrapper keeps only the value of ``f``'s ``(value, aux)`` result. Where ``f`` is a
+    separate function returning that pair through Numba's result pointer, Enzyme v0.0.289 loses the
+    value's adjoint when the other entry of the pair is an inactive float (``(np.sum(np.exp(x) * y),
+    np.sum(x))`` differentiated with respect to ``y`` gives 0), so ``f`` is inlined into the wrapper.
+    """
+    if not isinstance(target, Dispatcher):
+        return target
+
+    def build() -> Any:
+        options = {k: v for k, v in target.targetoptions.items() if k not in ("nopython", "inline")}
+        return numba.njit(inline="always", **options)(target.py_func)
+
+    return cached_for(target, ("inline-always",), build)
+
+
 def _make_flattened(func: Any, call: CallTree, has_aux: bool) -> Any:
     target = as_numba_function(func)
     name = _identifier(describe_function(target).split(".")[-1]) + "_flattened"
+    if has_aux:
+        target = _inlined(target)
     leaves = [f"l{k}" for k in range(len(call.leaves))]
     names = iter(leaves)
     classes: dict[type, str] = {}

@@ -7,6 +7,7 @@ gradient, a tuple of ``int`` gives a tuple of gradients in the same order.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +68,19 @@ _NAMES = {"_ValueAndGrad": "value_and_grad", "_Grad": "grad", "_ValueAndGradArgs
           "_GradArgs": "grad"}
 
 
+def _parameter_count(f: Any) -> int | None:
+    """How many positional parameters ``f``'s Python function has; ``None`` if unknown or ``*args``
+    (then every plain call is taken to give them all)."""
+    py = getattr(f, "py_func", None) or getattr(f, "_pyfunc", None) or f
+    try:
+        params = inspect.signature(py).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        return None
+    return len(params)
+
+
 def _copy_leaf(value: Any) -> Any:
     return value.copy() if isinstance(value, np.ndarray) else value
 
@@ -79,7 +93,7 @@ class _ValueAndGrad:
     first (:mod:`pyjlad.pytrees`).
     """
 
-    __slots__ = ("_rev", "_order", "_single", "__wrapped__", "_spec", "_requested", "_has_aux")
+    __slots__ = ("_rev", "_order", "_single", "__wrapped__", "_spec", "_requested", "_has_aux", "_nparams")
 
     def __init__(self, f: Callable[..., Any], wrt: Wrt, engine: str | None, has_aux: bool = False) -> None:
         self._spec = (f, wrt, engine)
@@ -90,6 +104,7 @@ class _ValueAndGrad:
         self._single = single
         self._has_aux = has_aux
         self._order = None
+        self._nparams = _parameter_count(f)
         self.__wrapped__ = f
         if self._plain:
             unique = tuple(sorted(set(requested)))
@@ -142,7 +157,7 @@ class _ValueAndGrad:
             value, grads = _reverse(flattened_function(f, call, has_aux=True), leaf_wrt, engine)(*call.leaves)
             value, aux = primal(*copies)
             value = float(value)
-        elif kwargs or has_container(args):
+        elif kwargs or has_container(args) or (self._nparams is not None and len(args) != self._nparams):
             value, grads = _reverse(flattened_function(f, call, has_aux=False), leaf_wrt, engine)(*call.leaves)
         else:
             value, grads = _reverse(f, unique, engine)(*args)
@@ -155,8 +170,13 @@ class _ValueAndGrad:
             seen.add(position)
         return value, out[0] if self._single else tuple(out), aux
 
+    def _direct(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether this call goes straight to the compiled sweep: plain arguments, every parameter given."""
+        return (not kwargs and self._plain and (self._nparams is None or len(args) == self._nparams)
+                and not has_container(args))
+
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        if kwargs or not self._plain or has_container(args):
+        if not self._direct(args, kwargs):
             value, grads, aux = self._sweep(args, kwargs)
             return ((value, aux), grads) if self._has_aux else (value, grads)
         value, grads = self._rev(*args)
@@ -169,7 +189,7 @@ class _Grad(_ValueAndGrad):
     __slots__ = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs or not self._plain or has_container(args):
+        if not self._direct(args, kwargs):
             _, grads, aux = self._sweep(args, kwargs)
             return (grads, aux) if self._has_aux else grads
         return self._ordered(self._rev(*args)[1])
