@@ -237,15 +237,26 @@ def value_and_grad(f: Callable[..., Any], wrt: Wrt | None = None, *, argnums: Wr
     f : callable
         A ``@numba.njit`` dispatcher, ``@numba.cfunc`` or plain Python function
         (compiled with ``numba.njit``) returning a real scalar.
-    wrt : int or tuple of int
-        Argument position(s) to differentiate.
+    wrt : int or tuple of int, optional
+        Argument position(s) to differentiate (default 0); a negative position
+        counts from the end of the call's positional arguments.
+    argnums : int or tuple of int, optional
+        JAX's name for ``wrt`` (give one of them).
+    has_aux : bool
+        ``f`` returns ``(value, aux)``: only ``value`` is differentiated, and
+        ``aux`` (a float, array or tuple) is returned beside the gradient, as
+        in JAX. ``aux`` comes from a second, plain call of ``f`` on copies of
+        the arguments (``f`` must be deterministic).
     engine : str, optional
         Engine name (default ``$PYJLAD_ENGINE`` or ``"embedded"``).
 
     Returns
     -------
     callable
-        ``vg(*args) -> (value, gradient)``; usable as ``scipy.optimize.minimize(vg, x0, jac=True)``.
+        ``vg(*args, **kwargs) -> (value, gradient)``; usable as ``scipy.optimize.minimize(vg, x0, jac=True)``.
+        With ``has_aux``: ``((value, aux), gradient)``. Keyword arguments are passed to ``f`` and never
+        differentiated; tuple and NamedTuple arguments get gradients of the same structure (``None`` for
+        their int and bool entries).
 
     Examples
     --------
@@ -270,17 +281,33 @@ def grad(f: Callable[..., Any], wrt: Wrt | None = None, *, argnums: Wrt | None =
     f : callable
         A ``@numba.njit`` dispatcher, ``@numba.cfunc`` or plain Python function
         returning a real scalar.
-    wrt : int or tuple of int
-        Argument position(s) to differentiate.
+    wrt : int or tuple of int, optional
+        Argument position(s) to differentiate (default 0); a negative position
+        counts from the end of the call's positional arguments.
+    argnums : int or tuple of int, optional
+        JAX's name for ``wrt`` (give one of them).
+    has_aux : bool
+        ``f`` returns ``(value, aux)``: only ``value`` is differentiated, and
+        ``aux`` (a float, array or tuple) is returned beside the gradient, as
+        in JAX. ``aux`` comes from a second, plain call of ``f`` on copies of
+        the arguments (``f`` must be deterministic).
     engine : str, optional
         Engine name.
 
     Returns
     -------
     callable
-        ``df(*args)``: a float for a float argument, an ndarray of the
-        argument's shape and dtype for an array argument; a tuple of those if
-        ``wrt`` is a tuple.
+        ``df(*args, **kwargs)``: a float for a float argument, an ndarray of the
+        argument's shape and dtype for an array argument, the same structure for a
+        tuple or NamedTuple argument (``None`` for its int and bool entries); a
+        tuple of those if ``wrt`` is a tuple. With ``has_aux``: ``(gradient, aux)``.
+        Keyword arguments are passed to ``f`` and never differentiated.
+
+    Raises
+    ------
+    ArgumentTypeError
+        If both ``wrt`` and ``argnums`` are given, or (at the call) an argument
+        is a dict (use a NamedTuple) or a list (use a tuple or an array).
 
     Examples
     --------
@@ -288,6 +315,10 @@ def grad(f: Callable[..., Any], wrt: Wrt | None = None, *, argnums: Wrt | None =
     >>> df = pyjlad.grad(lambda x, y: math.sin(x) * y, wrt=(0, 1))
     >>> df(0.0, 2.0)
     (2.0, 0.0)
+    >>> import collections
+    >>> Line = collections.namedtuple("Line", "slope offset")
+    >>> pyjlad.grad(lambda p, x, scale=1.0: scale * (p.slope * x + p.offset) ** 2)(Line(2.0, 1.0), 3.0, scale=0.5)
+    Line(slope=21.0, offset=7.0)
     """
     return _transform(_Grad, f, wrt, argnums, has_aux, engine)
 
@@ -303,11 +334,17 @@ def gradient(f: Callable[..., Any], *args: Any, wrt: Wrt | None = None, argnums:
         returning a real scalar.
     *args
         Arguments to ``f``: floats, ints, bools and NumPy arrays (1-3
-        dimensions, float64/float32 to differentiate; any strides). Inputs are
-        never modified by pyjlad.
-    wrt : int or tuple of int
-        Argument position(s) to differentiate (integers and bools are constants
-        and cannot be named).
+        dimensions, float64/float32 to differentiate; any strides), and tuples
+        and NamedTuples of them. Inputs are never modified by pyjlad.
+    wrt : int or tuple of int, optional
+        Argument position(s) to differentiate (default 0; negative ones count
+        from the end; integers and bools are constants and cannot be named).
+    argnums : int or tuple of int, optional
+        JAX's name for ``wrt``.
+    has_aux : bool
+        As in :func:`grad`: the result is ``(gradient, aux)``.
+    **kwargs
+        Keyword arguments passed to ``f`` (never differentiated).
     engine : str, optional
         Engine name.
 
