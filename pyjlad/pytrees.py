@@ -34,17 +34,17 @@ from .errors import ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function
 from .memo import cached_for
 
-__all__ = ["CallTree", "flatten_call", "has_container", "is_namedtuple", "resolve_wrt", "check_aux_result"]
+__all__ = ["CONTAINERS", "CallTree", "flatten_call", "has_container", "is_namedtuple", "resolve_wrt", "check_aux_result"]
 
 #: Values whose presence among a call's arguments sends it through the flattening path.
-_CONTAINERS = (tuple, list, dict)
+CONTAINERS = (tuple, list, dict)
 _LEAF_KINDS = "fiub"  # NumPy dtype kinds a leaf array may have: float, int, unsigned, bool
 
 
 def has_container(args: Sequence[Any]) -> bool:
     """Whether any of ``args`` is a tuple, list or dict (the per-call test of the fast path)."""
     for value in args:
-        if isinstance(value, _CONTAINERS):
+        if isinstance(value, CONTAINERS):
             return True
     return False
 

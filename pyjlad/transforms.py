@@ -20,6 +20,9 @@ from .errors import ArgumentTypeError, UnsupportedFunctionError
 from .export import describe_function, numba_argtypes, result_type
 from .memo import cached_for
 from .pytrees import (
+    CONTAINERS as _CONTAINERS,
+)
+from .pytrees import (
     check_aux_result,
     differentiated_leaves,
     flatten_call,
@@ -68,16 +71,16 @@ _NAMES = {"_ValueAndGrad": "value_and_grad", "_Grad": "grad", "_ValueAndGradArgs
           "_GradArgs": "grad"}
 
 
-def _parameter_count(f: Any) -> int | None:
-    """How many positional parameters ``f``'s Python function has; ``None`` if unknown or ``*args``
+def _parameter_count(f: Any) -> int:
+    """How many positional parameters ``f``'s Python function has; -1 if unknown or ``*args``
     (then every plain call is taken to give them all)."""
     py = getattr(f, "py_func", None) or getattr(f, "_pyfunc", None) or f
     try:
         params = inspect.signature(py).parameters.values()
     except (TypeError, ValueError):
-        return None
+        return -1
     if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
-        return None
+        return -1
     return len(params)
 
 
@@ -93,7 +96,8 @@ class _ValueAndGrad:
     first (:mod:`pyjlad.pytrees`).
     """
 
-    __slots__ = ("_rev", "_order", "_single", "__wrapped__", "_spec", "_requested", "_has_aux", "_nparams")
+    __slots__ = ("_rev", "_order", "_single", "__wrapped__", "_spec", "_requested", "_has_aux", "_nparams",
+                 "_plain")
 
     def __init__(self, f: Callable[..., Any], wrt: Wrt, engine: str | None, has_aux: bool = False) -> None:
         self._spec = (f, wrt, engine)
@@ -105,16 +109,13 @@ class _ValueAndGrad:
         self._has_aux = has_aux
         self._order = None
         self._nparams = _parameter_count(f)
+        # Whether calls with plain arguments go straight to one compiled sweep (``_rev``).
+        self._plain = not has_aux and min(requested) >= 0
         self.__wrapped__ = f
         if self._plain:
             unique = tuple(sorted(set(requested)))
             self._rev = _reverse(f, unique, engine)
             self._order = None if requested == unique else tuple(unique.index(i) for i in requested)
-
-    @property
-    def _plain(self) -> bool:
-        """Whether calls with plain arguments go straight to one compiled sweep."""
-        return not self._has_aux and min(self._requested) >= 0
 
     def __reduce__(self):
         # Pickled as "this transform of this function": the receiving process
@@ -157,7 +158,7 @@ class _ValueAndGrad:
             value, grads = _reverse(flattened_function(f, call, has_aux=True), leaf_wrt, engine)(*call.leaves)
             value, aux = primal(*copies)
             value = float(value)
-        elif kwargs or has_container(args) or (self._nparams is not None and len(args) != self._nparams):
+        elif kwargs or has_container(args) or (self._nparams >= 0 and len(args) != self._nparams):
             value, grads = _reverse(flattened_function(f, call, has_aux=False), leaf_wrt, engine)(*call.leaves)
         else:
             value, grads = _reverse(f, unique, engine)(*args)
@@ -171,14 +172,26 @@ class _ValueAndGrad:
         return value, out[0] if self._single else tuple(out), aux
 
     def _direct(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Whether this call goes straight to the compiled sweep: plain arguments, every parameter given."""
-        return (not kwargs and self._plain and (self._nparams is None or len(args) == self._nparams)
-                and not has_container(args))
+        """Whether this call can go straight to the compiled sweep: plain arguments, every parameter given
+        (``__call__`` inlines this test for the usual case, a function of known arity)."""
+        if kwargs or not self._plain or (len(args) != self._nparams and self._nparams >= 0):
+            return False
+        return not has_container(args)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        if self._direct(args, kwargs):
+            value, grads = self._rev(*args)
+            return value, self._ordered(grads)
+        value, grads, aux = self._sweep(args, kwargs)
+        return ((value, aux), grads) if self._has_aux else (value, grads)
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        if not self._direct(args, kwargs):
-            value, grads, aux = self._sweep(args, kwargs)
-            return ((value, aux), grads) if self._has_aux else (value, grads)
+        # The per-call fast path: a few attribute reads and one isinstance per argument.
+        if kwargs or len(args) != self._nparams or not self._plain:
+            return self._call(args, kwargs)
+        for value in args:
+            if isinstance(value, _CONTAINERS):
+                return self._call(args, kwargs)
         value, grads = self._rev(*args)
         return value, self._ordered(grads)
 
@@ -188,10 +201,18 @@ class _Grad(_ValueAndGrad):
 
     __slots__ = ()
 
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._direct(args, kwargs):
+            return self._ordered(self._rev(*args)[1])
+        _, grads, aux = self._sweep(args, kwargs)
+        return (grads, aux) if self._has_aux else grads
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._direct(args, kwargs):
-            _, grads, aux = self._sweep(args, kwargs)
-            return (grads, aux) if self._has_aux else grads
+        if kwargs or len(args) != self._nparams or not self._plain:
+            return self._call(args, kwargs)
+        for value in args:
+            if isinstance(value, _CONTAINERS):
+                return self._call(args, kwargs)
         return self._ordered(self._rev(*args)[1])
 
 
