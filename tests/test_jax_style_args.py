@@ -434,3 +434,25 @@ def test_an_omitted_default_is_filled_in_as_in_jax() -> None:
     f = njit(lambda x, y=2.0: x * y)
     assert pyjlad.gradient(f, 1.0) == float(jax.grad(lambda x, y=2.0: x * y)(1.0)) == 2.0
     assert pyjlad.gradient(f, 1.0, wrt=-1) == 2.0
+
+
+def test_one_array_twice_in_a_tuple_gets_a_gradient_per_entry_like_jax() -> None:
+    x = rng.normal(size=3)
+    want = jax.grad(lambda t: jnp.sum(t[0] * t[1] ** 2))((jnp.asarray(x), jnp.asarray(x)))
+    assert_tree_close(pyjlad.grad(njit(lambda t: np.sum(t[0] * t[1] ** 2)))((x, x)), tuple(want))
+
+
+def test_fortran_broadcast_and_float32_scalar_leaves() -> None:
+    a = np.asfortranarray(rng.normal(size=(2, 3)))
+    b = np.broadcast_to(rng.normal(size=1), (3,))
+    before = snapshot((a, np.array(b), 2.0))
+
+    def loss_jax(t):
+        return jnp.sum(t[0] * t[0]) * t[2] + jnp.sum(t[1] * jnp.arange(3.0))
+
+    want = jax.grad(loss_jax)(to_jax(before))
+    got = pyjlad.grad(njit(lambda t: np.sum(t[0] * t[0]) * t[2] + np.sum(t[1] * np.arange(3.0))))(
+        (a, b, np.float32(2.0)))
+    assert_tree_close(got[:2], tuple(want)[:2], rtol=1e-12)
+    assert got[2] == pytest.approx(float(want[2]), rel=1e-6)  # a float32 argument's adjoint is a float32
+    np.testing.assert_array_equal(a, before[0])
