@@ -33,6 +33,7 @@ from .product_args import (
     unit_vector,
     written_output,
 )
+from .pytrees import flatten_call, flattened_function, has_container, tangent_leaves
 from .sweep import Sweep, compact_overlapping, shadow_like
 
 __all__ = ["jvp", "vjp", "jacobian", "hessian", "hvp"]
@@ -46,10 +47,12 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     f : callable
         A ``@numba.njit`` function, ``@numba.cfunc`` or plain Python function.
     primals : tuple
-        The arguments of ``f``.
+        The arguments of ``f``: floats, ints, bools, arrays, and tuples and
+        NamedTuples of them.
     tangents : tuple
-        One tangent per argument (same shape as the argument), or ``None``
-        for an argument held constant (always ``None`` for ints and bools).
+        One tangent per argument (same shape as the argument; for a tuple
+        argument a tuple of the same structure), or ``None`` for an argument
+        (or entry) held constant (always ``None`` for ints and bools).
 
     Returns
     -------
@@ -67,9 +70,10 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     [2.0, 4.0]
     """
     primals, tangents = as_tuple(primals, "primals", "jvp"), as_tuple(tangents, "tangents", "jvp")
-    refuse_containers(primals, "jvp")
     if len(tangents) != len(primals):
         raise ArgumentError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
+    if has_container(primals):
+        return _jvp_flattened(f, primals, tangents, engine)
     for index, (x, t) in enumerate(zip(primals, tangents)):
         if t is not None:
             check_tangent(index, x, t, "tangent")
@@ -110,7 +114,8 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     f : callable
         A ``@numba.njit`` function, ``@numba.cfunc`` or plain Python function.
     primals : tuple
-        The arguments of ``f``.
+        The arguments of ``f``: floats, ints, bools, arrays, and tuples and
+        NamedTuples of them (whose cotangents come back in their structure).
     cotangent : float, ndarray or tuple
         With the structure of ``f``'s output. For a function that returns
         nothing, it seeds the first array argument the function writes.
@@ -130,7 +135,8 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     [2.0, 40.0]
     """
     primals = as_tuple(primals, "primals", "vjp")
-    refuse_containers(primals, "vjp")
+    if has_container(primals):
+        return _vjp_flattened(f, primals, cotangent, engine)
     for part in cotangent if isinstance(cotangent, tuple) else (cotangent,):
         check_real(part, "cotangent")
     kind = result_kind(f, primals)
@@ -171,6 +177,23 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     compiled = compiled_sweep(wrapper, sweep, engine)
     _, _, adjoints = compiled((*buffers, *passed), (*seeds, *arg_shadows), 0.0)
     return value, _collect(primals, arg_acts, arg_shadows, views, adjoints)
+
+
+def _jvp_flattened(f: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...], engine: str | None) -> tuple[Any, Any]:
+    """:func:`jvp` with tuple or NamedTuple arguments: of ``f`` on their leaves (see :mod:`pyjlad.pytrees`)."""
+    call = flatten_call(f, primals, {})
+    leaves = [leaf for position, t in enumerate(tangents)
+              for leaf in tangent_leaves(call.positional[position], t, f"the tangent of argument {position}")]
+    return jvp(flattened_function(f, call, has_aux=False), call.leaves, tuple(leaves), engine=engine)
+
+
+def _vjp_flattened(f: Any, primals: tuple[Any, ...], cotangent: Any, engine: str | None) -> tuple[Any, Any]:
+    """:func:`vjp` with tuple or NamedTuple arguments: cotangents in their structure (``None`` for int and
+    bool entries)."""
+    call = flatten_call(f, primals, {})
+    value, leaf_cotangents = vjp(flattened_function(f, call, has_aux=False), call.leaves, cotangent, engine=engine)
+    by_leaf = dict(enumerate(leaf_cotangents))
+    return value, tuple(call.rebuild(position, by_leaf) for position in range(len(primals)))
 
 
 def _collect(primals, arg_acts, arg_shadows, views, adjoints) -> tuple[Any, ...]:

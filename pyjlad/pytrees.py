@@ -30,11 +30,11 @@ import numpy as np
 from numba import types as nbtypes
 from numba.core.dispatcher import Dispatcher
 
-from .errors import ArgumentTypeError, UnsupportedFunctionError
+from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function
 from .memo import cached_for
 
-__all__ = ["CONTAINERS", "CallTree", "flatten_call", "has_container", "is_namedtuple", "resolve_wrt", "check_aux_result"]
+__all__ = ["CONTAINERS", "CallTree", "flatten_call", "has_container", "is_namedtuple", "resolve_wrt", "check_aux_result", "tangent_leaves"]
 
 #: Values whose presence among a call's arguments sends it through the flattening path.
 CONTAINERS = (tuple, list, dict)
@@ -277,6 +277,23 @@ def differentiated_leaves(call: CallTree, positions: Sequence[int], describe: Ca
             )
         out += found
     return tuple(sorted(set(out)))
+
+
+def tangent_leaves(tree: Tree, value: Any, path: str) -> list[Any]:
+    """The leaves of ``value``, a tangent shaped like an argument of structure ``tree`` (``None`` entries
+    hold leaves constant)."""
+    if tree[0] == "leaf":
+        return [value]
+    children = tree[-1]
+    if value is None:
+        return [None] * _count(tree)
+    if not isinstance(value, tuple) or len(value) != len(children):
+        raise ArgumentError(
+            f"{path} must have the structure of its argument: a tuple of {len(children)} entries, "
+            f"got {type(value).__name__}{f' of {len(value)}' if isinstance(value, tuple) else ''}"
+        )
+    return [leaf for k, (child, part) in enumerate(zip(children, value))
+            for leaf in tangent_leaves(child, part, f"{path}[{k}]")]
 
 
 def check_aux_result(restype: nbtypes.Type, describe: Callable[[], str]) -> None:

@@ -410,13 +410,58 @@ def test_extended_derivatives_called_from_njit_code_give_a_clear_typing_error() 
         uses(np.ones(2))
 
 
-def test_products_refuse_tuple_arguments_with_what_to_do() -> None:
+def test_jacobian_hessian_and_hvp_refuse_tuple_arguments_with_what_to_do() -> None:
     f = njit(lambda t: t[0] * t[1])
     for call in (lambda: pyjlad.jacobian(f, (1.0, 2.0)), lambda: pyjlad.hessian(f, (1.0, 2.0)),
-                 lambda: pyjlad.jvp(f, ((1.0, 2.0),), ((1.0, 1.0),)), lambda: pyjlad.vjp(f, ((1.0, 2.0),), 1.0),
                  lambda: pyjlad.hvp(f, ((1.0, 2.0),), (1.0, 1.0))):
         with pytest.raises(pyjlad.ArgumentTypeError, match=r"argument 0 is a tuple.*pyjlad.grad"):
             call()
+
+
+@njit
+def layer_outputs(layer, x):
+    p = layer.params
+    y = np.tanh(x * p.w + p.b)
+    return y * layer.steps, np.sum(y ** 2), layer.steps
+
+
+def layer_outputs_jax(params, x, steps):
+    y = jnp.tanh(x * params.w + params.b)
+    return y * steps, jnp.sum(y ** 2)
+
+
+def test_vjp_of_tuple_and_namedtuple_arguments_matches_jax() -> None:
+    layer = Layer(Params(rng.normal(size=3), 0.3), 2)
+    x = rng.normal(size=3)
+    before = snapshot((layer, x))
+    cot = (rng.normal(size=3), 0.7, None)
+    value, cots = pyjlad.vjp(layer_outputs, (layer, x), cot)
+    want_value, pullback = jax.vjp(lambda p, x: layer_outputs_jax(p, x, before[0].steps),
+                                   to_jax(before[0].params), jnp.asarray(before[1]))
+    want_params, want_x = pullback((jnp.asarray(cot[0]), cot[1]))
+    np.testing.assert_allclose(value[0], np.asarray(want_value[0]), rtol=1e-12)
+    assert value[2] == 2
+    assert_tree_close(cots, (Layer(want_params, None), want_x))
+    assert_unchanged(before, (layer, x))
+
+
+def test_jvp_of_tuple_and_namedtuple_arguments_matches_jax() -> None:
+    layer = Layer(Params(rng.normal(size=3), 0.3), 2)
+    x = rng.normal(size=3)
+    before = snapshot((layer, x))
+    t_params = Params(rng.normal(size=3), -0.5)
+    value, tangent = pyjlad.jvp(layer_outputs, (layer, x), (Layer(t_params, None), None))
+    want_value, want_tangent = jax.jvp(lambda p: layer_outputs_jax(p, jnp.asarray(before[1]), before[0].steps),
+                                       (to_jax(before[0].params),), (to_jax(t_params),))
+    np.testing.assert_allclose(tangent[0], np.asarray(want_tangent[0]), rtol=1e-12)
+    assert tangent[1] == pytest.approx(float(want_tangent[1]), rel=1e-12)
+    assert tangent[2] is None
+    assert_unchanged(before, (layer, x))
+
+
+def test_jvp_tangent_of_the_wrong_structure_is_refused() -> None:
+    with pytest.raises(pyjlad.ArgumentError, match=r"tangent of argument 0 must have the structure.*2 entries"):
+        pyjlad.jvp(njit(lambda t: t[0] * t[1]), ((1.0, 2.0),), ((1.0,),))
 
 
 def test_extended_transforms_pickle() -> None:
