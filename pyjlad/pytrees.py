@@ -28,6 +28,7 @@ from typing import Any
 import numba
 import numpy as np
 from numba import types as nbtypes
+from numba.core.ccallback import CFunc
 from numba.core.dispatcher import Dispatcher
 
 from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
@@ -193,6 +194,14 @@ def flatten_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Ca
     _bind_check(func, args, kwargs)
     leaves: list[Any] = []
     positional = tuple(_flatten(value, f"argument {k}", leaves) for k, value in enumerate(args))
+    target = as_numba_function(func)
+    if isinstance(target, CFunc):
+        for index, tree in enumerate(positional):
+            if tree != ("leaf",):
+                raise ArgumentTypeError(
+                    f"argument {index} is a tuple, but {describe_function(func)} is a @cfunc of signature "
+                    f"{target._sig}, which takes no tuples: pass its entries as the arguments the signature names"
+                )
     keywords = tuple((name, _flatten(value, f"keyword argument {name!r}", leaves)) for name, value in kwargs.items())
     return CallTree(positional, keywords, tuple(leaves))
 

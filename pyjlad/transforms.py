@@ -365,7 +365,9 @@ def gradient(f: Callable[..., Any], *args: Any, wrt: Wrt | None = None, argnums:
     has_aux : bool
         As in :func:`grad`: the result is ``(gradient, aux)``.
     **kwargs
-        Keyword arguments passed to ``f`` (never differentiated).
+        Keyword arguments passed to ``f`` (never differentiated; ``wrt``,
+        ``argnums``, ``has_aux`` and ``engine`` are pyjlad's: pass an argument
+        of ``f`` with one of those names by position, or use :func:`grad`).
     engine : str, optional
         Engine name.
 

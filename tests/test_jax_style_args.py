@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from numba import njit
+from numba import cfunc, njit
 from numba.core.errors import TypingError
 
 import pyjlad
@@ -501,3 +501,13 @@ def test_fortran_broadcast_and_float32_scalar_leaves() -> None:
     assert_tree_close(got[:2], tuple(want)[:2], rtol=1e-12)
     assert got[2] == pytest.approx(float(want[2]), rel=1e-6)  # a float32 argument's adjoint is a float32
     np.testing.assert_array_equal(a, before[0])
+
+
+def test_cfunc_takes_negative_wrt_and_refuses_tuples_and_keywords_clearly() -> None:
+    c = cfunc("float64(float64, float64)")(lambda x, y: x * x * y)
+    assert pyjlad.grad(c, wrt=-1)(3.0, 2.0) == 9.0
+    assert pyjlad.grad(c, argnums=(-2, 1))(3.0, 2.0) == (12.0, 9.0)
+    with pytest.raises(pyjlad.ArgumentTypeError, match=r"argument 0 is a tuple.*@cfunc"):
+        pyjlad.grad(c)((3.0, 1.0), 2.0)
+    with pytest.raises(pyjlad.ArgumentTypeError, match=r"@cfunc.*pass y positionally"):
+        pyjlad.grad(c)(3.0, y=2.0)
