@@ -511,3 +511,17 @@ def test_cfunc_takes_negative_wrt_and_refuses_tuples_and_keywords_clearly() -> N
         pyjlad.grad(c)((3.0, 1.0), 2.0)
     with pytest.raises(pyjlad.ArgumentTypeError, match=r"@cfunc.*pass y positionally"):
         pyjlad.grad(c)(3.0, y=2.0)
+
+
+def test_has_aux_with_an_inactive_float_aux_keeps_the_values_adjoint() -> None:
+    # Through a call of f, Enzyme v0.0.289 drops the adjoint of the value when the other entry of the
+    # returned pair is a float that does not depend on the differentiated argument: has_aux inlines f.
+    @njit
+    def f(x, y):
+        return np.sum(np.exp(x) * y), np.sum(x)
+
+    x = rng.normal(size=5)
+    want = jax.grad(lambda x, y: (jnp.sum(jnp.exp(x) * y), jnp.sum(x)), argnums=1, has_aux=True)(jnp.asarray(x), 1.3)
+    g, aux = pyjlad.grad(f, wrt=1, has_aux=True)(x, 1.3)
+    assert g == pytest.approx(float(want[0]), rel=1e-12)
+    assert aux == pytest.approx(float(want[1]), rel=1e-12)
