@@ -525,3 +525,18 @@ def test_has_aux_with_an_inactive_float_aux_keeps_the_values_adjoint() -> None:
     g, aux = pyjlad.grad(f, wrt=1, has_aux=True)(x, 1.3)
     assert g == pytest.approx(float(want[0]), rel=1e-12)
     assert aux == pytest.approx(float(want[1]), rel=1e-12)
+
+
+@pytest.mark.xfail(strict=True, reason="Enzyme v0.0.289: a called function's (active, inactive float) pair loses the "
+                                       "value's adjoint in reverse mode (README, Limitations); has_aux inlines f")
+def test_known_defect_a_helpers_pair_with_an_inactive_float() -> None:
+    @njit
+    def helper(x, y):
+        return np.sum(np.exp(x) * y), np.sum(x)
+
+    @njit
+    def first(x, y):
+        return helper(x, y)[0]
+
+    x = rng.normal(size=5)
+    assert pyjlad.grad(first, wrt=1)(x, 1.3) == pytest.approx(float(np.sum(np.exp(x))), rel=1e-12)
