@@ -239,9 +239,11 @@ def _inlined(target: Any) -> Any:
     """A copy of the ``@njit`` function ``target`` that Numba inlines into its callers (same options).
 
     The ``has_aux`` wrapper keeps only the value of ``f``'s ``(value, aux)`` result. Where ``f`` is a
-    separate function returning that pair through Numba's result pointer, Enzyme v0.0.289 loses the
-    value's adjoint when the other entry of the pair is an inactive float (``(np.sum(np.exp(x) * y),
-    np.sum(x))`` differentiated with respect to ``y`` gives 0), so ``f`` is inlined into the wrapper.
+    separate function returning that pair through Numba's result pointer, the value's adjoint was lost
+    when the other entry is an inactive float (``(np.sum(np.exp(x) * y), np.sum(x))`` differentiated
+    with respect to ``y`` gave 0 for fewer than 8 elements: ``np.sum``'s code, unrolled by 8 at its first
+    compile, is reused in Enzyme's copy, and Enzyme v0.0.289 mis-routes the adjoint at the unrolled
+    loop's exit when only its remainder ran), so ``f`` is inlined into the wrapper.
     """
     if not isinstance(target, Dispatcher):
         return target
