@@ -160,7 +160,8 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         raise UnsupportedFunctionError(
             f"{name} returns {restype}; pyjlad needs a function that returns a real scalar: "
             "reduce array results to a scalar (for example with np.sum) or return a float "
-            "(pyjlad.jvp, pyjlad.vjp and pyjlad.jacobian accept array and tuple results)"
+            "(pyjlad.jvp, pyjlad.vjp and pyjlad.jacobian accept array and tuple results; for a function "
+            "returning (value, aux), use grad/value_and_grad with has_aux=True)"
         )
     entry = "pyjlad_" + c_identifier(name.split(".")[-1])
     module = make_portable(ir, mangled, name=entry)

@@ -18,7 +18,7 @@ from .export import describe_function, export, numba_argtypes, result_type
 from .sweep import compact_overlapping, shadow_like
 
 __all__ = ["as_result", "as_tuple", "check_real", "check_tangent", "copy_arrays", "differentiable",
-           "is_float_array", "passed_arrays", "result_kind", "shadow_of", "unit_vector", "written_output"]
+           "is_float_array", "passed_arrays", "refuse_containers", "result_kind", "shadow_of", "unit_vector", "written_output"]
 
 
 def is_float_array(x: Any) -> bool:
@@ -53,6 +53,18 @@ def as_tuple(values: Any, what: str, transform: str) -> tuple[Any, ...]:
         f"{transform}: {what} must be a tuple with one entry per argument of f, e.g. (x,) for a function "
         f"of one argument; got {type(values).__name__}"
     )
+
+
+def refuse_containers(args: tuple[Any, ...], transform: str) -> None:
+    """Refuse tuple, list and dict arguments of ``transform``, which takes floats and arrays (its sweeps
+    are laid out per argument), saying what to pass instead."""
+    for index, value in enumerate(args):
+        if isinstance(value, (tuple, list, dict)):
+            raise ArgumentTypeError(
+                f"{transform}: argument {index} is a {type(value).__name__}, but {transform} takes floats, ints, "
+                "bools and arrays: pass the entries as separate arguments (pyjlad.grad, value_and_grad, gradient "
+                "and value_and_gradient accept tuples and NamedTuples)"
+            )
 
 
 def check_real(value: Any, what: str) -> None:

@@ -27,11 +27,13 @@ from .product_args import (
     differentiable,
     is_float_array,
     passed_arrays,
+    refuse_containers,
     result_kind,
     shadow_of,
     unit_vector,
     written_output,
 )
+from .pytrees import flatten_call, flattened_function, has_container, tangent_leaves
 from .sweep import Sweep, compact_overlapping, shadow_like
 
 __all__ = ["jvp", "vjp", "jacobian", "hessian", "hvp"]
@@ -45,10 +47,12 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     f : callable
         A ``@numba.njit`` function, ``@numba.cfunc`` or plain Python function.
     primals : tuple
-        The arguments of ``f``.
+        The arguments of ``f``: floats, ints, bools, arrays, and tuples and
+        NamedTuples of them.
     tangents : tuple
-        One tangent per argument (same shape as the argument), or ``None``
-        for an argument held constant (always ``None`` for ints and bools).
+        One tangent per argument (same shape as the argument; for a tuple
+        argument a tuple of the same structure), or ``None`` for an argument
+        (or entry) held constant (always ``None`` for ints and bools).
 
     Returns
     -------
@@ -68,6 +72,8 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     primals, tangents = as_tuple(primals, "primals", "jvp"), as_tuple(tangents, "tangents", "jvp")
     if len(tangents) != len(primals):
         raise ArgumentError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
+    if has_container(primals):
+        return _jvp_flattened(f, primals, tangents, engine)
     for index, (x, t) in enumerate(zip(primals, tangents)):
         if t is not None:
             check_tangent(index, x, t, "tangent")
@@ -108,7 +114,8 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     f : callable
         A ``@numba.njit`` function, ``@numba.cfunc`` or plain Python function.
     primals : tuple
-        The arguments of ``f``.
+        The arguments of ``f``: floats, ints, bools, arrays, and tuples and
+        NamedTuples of them (whose cotangents come back in their structure).
     cotangent : float, ndarray or tuple
         With the structure of ``f``'s output. For a function that returns
         nothing, it seeds the first array argument the function writes.
@@ -128,6 +135,8 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     [2.0, 40.0]
     """
     primals = as_tuple(primals, "primals", "vjp")
+    if has_container(primals):
+        return _vjp_flattened(f, primals, cotangent, engine)
     for part in cotangent if isinstance(cotangent, tuple) else (cotangent,):
         check_real(part, "cotangent")
     kind = result_kind(f, primals)
@@ -168,6 +177,23 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     compiled = compiled_sweep(wrapper, sweep, engine)
     _, _, adjoints = compiled((*buffers, *passed), (*seeds, *arg_shadows), 0.0)
     return value, _collect(primals, arg_acts, arg_shadows, views, adjoints)
+
+
+def _jvp_flattened(f: Any, primals: tuple[Any, ...], tangents: tuple[Any, ...], engine: str | None) -> tuple[Any, Any]:
+    """:func:`jvp` with tuple or NamedTuple arguments: of ``f`` on their leaves (see :mod:`pyjlad.pytrees`)."""
+    call = flatten_call(f, primals, {})
+    leaves = [leaf for position, t in enumerate(tangents)
+              for leaf in tangent_leaves(call.positional[position], t, f"the tangent of argument {position}")]
+    return jvp(flattened_function(f, call, has_aux=False), call.leaves, tuple(leaves), engine=engine)
+
+
+def _vjp_flattened(f: Any, primals: tuple[Any, ...], cotangent: Any, engine: str | None) -> tuple[Any, Any]:
+    """:func:`vjp` with tuple or NamedTuple arguments: cotangents in their structure (``None`` for int and
+    bool entries)."""
+    call = flatten_call(f, primals, {})
+    value, leaf_cotangents = vjp(flattened_function(f, call, has_aux=False), call.leaves, cotangent, engine=engine)
+    by_leaf = dict(enumerate(leaf_cotangents))
+    return value, tuple(call.rebuild(position, by_leaf) for position in range(len(primals)))
 
 
 def _collect(primals, arg_acts, arg_shadows, views, adjoints) -> tuple[Any, ...]:
@@ -229,6 +255,7 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     """
     if mode not in ("reverse", "forward"):
         raise ArgumentError(f"mode must be 'reverse' or 'forward', got {mode!r}")
+    refuse_containers(args, "jacobian")
     single = isinstance(wrt, int) and not isinstance(wrt, bool)
     indices = (wrt,) if single else tuple(wrt)
     for index in indices:
@@ -287,6 +314,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     [6.0, 12.0]
     """
     primals = as_tuple(primals, "primals", "hvp")
+    refuse_containers(primals, "hvp")
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(primals):
         raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if is_float_array(p)])
@@ -323,6 +351,7 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None) -> Any:
     """
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(args):
         raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(args) - 1}, got {wrt!r}")
+    refuse_containers(args, "hessian")
     x = args[wrt]
     if not isinstance(x, np.ndarray):
         return hvp(f, args, 1.0, wrt, engine=engine)

@@ -7,20 +7,48 @@ gradient, a tuple of ``int`` gives a tuple of gradients in the same order.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+from numba.core.errors import TypingError
+from numba.extending import typeof_impl
+
 from .engines import default_engine_name, get_engine
 from .errors import ArgumentTypeError, UnsupportedFunctionError
+from .export import describe_function, numba_argtypes, result_type
 from .memo import cached_for
+from .pytrees import (
+    CONTAINERS as _CONTAINERS,
+)
+from .pytrees import (
+    check_aux_result,
+    differentiated_leaves,
+    flatten_call,
+    flattened_function,
+    has_container,
+    resolve_wrt,
+)
 
 __all__ = ["gradient", "value_and_gradient", "grad", "value_and_grad"]
 
 Wrt = int | tuple[int, ...]
 _MAX_ARGUMENTS = 1 << 16  # far beyond any real signature; bounds the per-argument bookkeeping
 
+
+def _choose_wrt(wrt: Wrt | None, argnums: Wrt | None) -> Wrt:
+    """``wrt``, or its JAX name ``argnums``; position 0 if neither is given."""
+    if wrt is not None and argnums is not None:
+        raise ArgumentTypeError(
+            f"give wrt or argnums (JAX's name for the same thing), not both: got wrt={wrt!r} and argnums={argnums!r}"
+        )
+    chosen = argnums if argnums is not None else wrt
+    return 0 if chosen is None else chosen
+
+
 def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
-    """Return (sorted unique indices, whether a single int was given)."""
+    """Return (the positions as given, whether a single int was given); negative ones count from the end."""
     single = isinstance(wrt, int) and not isinstance(wrt, bool)
     items = (wrt,) if single else wrt
     if not isinstance(items, tuple) or not items:
@@ -28,11 +56,9 @@ def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
     for index in items:
         if isinstance(index, bool) or not isinstance(index, int):
             raise ArgumentTypeError(f"wrt must contain argument positions (ints), got {index!r}")
-        if index < 0:
-            raise UnsupportedFunctionError(f"wrt must be non-negative argument positions, got {index}")
-        if index > _MAX_ARGUMENTS:
+        if not -_MAX_ARGUMENTS <= index <= _MAX_ARGUMENTS:
             raise UnsupportedFunctionError(f"wrt={index} is out of range: no function takes that many arguments")
-    return tuple(sorted(set(items))), single
+    return items, single
 
 
 def _reverse(f: Callable[..., Any], wrt: tuple[int, ...], engine: str | None) -> Any:
@@ -41,31 +67,65 @@ def _reverse(f: Callable[..., Any], wrt: tuple[int, ...], engine: str | None) ->
     return cached_for(f, ("gradient", wrt, name), lambda: get_engine(name).reverse(f, wrt))
 
 
-_NAMES = {"_ValueAndGrad": "value_and_grad", "_Grad": "grad"}
+_NAMES = {"_ValueAndGrad": "value_and_grad", "_Grad": "grad", "_ValueAndGradArgs": "value_and_grad",
+          "_GradArgs": "grad"}
+
+
+def _parameter_count(f: Any) -> int:
+    """How many positional parameters ``f``'s Python function has; -1 if unknown or ``*args``
+    (then every plain call is taken to give them all)."""
+    py = getattr(f, "py_func", None) or getattr(f, "_pyfunc", None) or f
+    try:
+        params = inspect.signature(py).parameters.values()
+    except (TypeError, ValueError):
+        return -1
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        return -1
+    return len(params)
+
+
+def _copy_leaf(value: Any) -> Any:
+    return value.copy() if isinstance(value, np.ndarray) else value
 
 
 class _ValueAndGrad:
-    """Callable returned by :func:`value_and_grad` (and used by :func:`grad`)."""
+    """Callable returned by :func:`value_and_grad` (and used by :func:`grad`).
 
-    __slots__ = ("_rev", "_order", "_single", "__wrapped__", "_spec")
+    A call with plain arguments (floats, ints, bools, arrays) and ``wrt`` of non-negative positions goes
+    straight to the compiled sweep (``_rev``); tuples, NamedTuples and keyword arguments are flattened
+    first (:mod:`pyjlad.pytrees`).
+    """
 
-    def __init__(self, f: Callable[..., Any], wrt: Wrt, engine: str | None) -> None:
+    __slots__ = ("_rev", "_order", "_single", "__wrapped__", "_spec", "_requested", "_has_aux", "_nparams",
+                 "_plain")
+
+    def __init__(self, f: Callable[..., Any], wrt: Wrt, engine: str | None, has_aux: bool = False) -> None:
         self._spec = (f, wrt, engine)
-        unique, single = _normalize_wrt(wrt)
-        requested = (wrt,) if single else wrt
-        self._rev = _reverse(f, unique, engine)
-        self._order = None if requested == unique else tuple(unique.index(i) for i in requested)
+        requested, single = _normalize_wrt(wrt)
+        if not isinstance(has_aux, bool):
+            raise ArgumentTypeError(f"has_aux must be True or False, got {has_aux!r}")
+        self._requested = requested
         self._single = single
+        self._has_aux = has_aux
+        self._order = None
+        self._nparams = _parameter_count(f)
+        # Whether calls with plain arguments go straight to one compiled sweep (``_rev``).
+        self._plain = not has_aux and min(requested) >= 0
         self.__wrapped__ = f
+        if self._plain:
+            unique = tuple(sorted(set(requested)))
+            self._rev = _reverse(f, unique, engine)
+            self._order = None if requested == unique else tuple(unique.index(i) for i in requested)
 
     def __reduce__(self):
         # Pickled as "this transform of this function": the receiving process
         # rebuilds it (Numba pickles dispatchers; the disk cache spares Enzyme).
-        return (type(self), self._spec)
+        return (type(self), (*self._spec, self._has_aux))
 
     def __repr__(self) -> str:
         f, wrt, _ = self._spec
-        return f"<pyjlad.{_NAMES[type(self).__name__]} of {getattr(f, '__name__', f)!s}, wrt={wrt!r}>"
+        aux = ", has_aux=True" if self._has_aux else ""
+        return f"<pyjlad.{_NAMES[type(self).__name__]} of {getattr(f, '__name__', f)!s}, wrt={wrt!r}{aux}>"
 
     def _ordered(self, grads: tuple[Any, ...]) -> Any:
         """The gradients in the order ``wrt`` named them; a position named twice gets its own copy."""
@@ -80,7 +140,58 @@ class _ValueAndGrad:
             seen.add(k)
         return tuple(out)
 
-    def __call__(self, *args: Any) -> tuple[float, Any]:
+    def _describe(self) -> str:
+        return describe_function(self.__wrapped__)
+
+    def _sweep(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[float, Any, Any]:
+        """``(value, gradients in wrt's order and structure, aux)`` for any supported call."""
+        f, _, engine = self._spec
+        positions = resolve_wrt(self._requested, len(args), len(kwargs))
+        call = flatten_call(f, args, kwargs)
+        unique = tuple(sorted(set(positions)))
+        leaf_wrt = differentiated_leaves(call, unique, self._describe)
+        aux = None
+        if self._has_aux:
+            primal = flattened_function(f, call, has_aux=False)
+            check_aux_result(result_type(primal, numba_argtypes(call.leaves)), self._describe)
+            copies = tuple(_copy_leaf(x) for x in call.leaves)  # before the sweep, which may write them
+            value, grads = _reverse(flattened_function(f, call, has_aux=True), leaf_wrt, engine)(*call.leaves)
+            value, aux = primal(*copies)
+            value = float(value)
+        elif kwargs or has_container(args) or (self._nparams >= 0 and len(args) != self._nparams):
+            value, grads = _reverse(flattened_function(f, call, has_aux=False), leaf_wrt, engine)(*call.leaves)
+        else:
+            value, grads = _reverse(f, unique, engine)(*args)
+            leaf_wrt = unique  # the arguments are their own leaves
+        by_leaf = dict(zip(leaf_wrt, grads))
+        out, seen = [], set()
+        for position in positions:
+            leaves = by_leaf if position not in seen else {k: _copy_leaf(v) for k, v in by_leaf.items()}
+            out.append(call.rebuild(position, leaves))
+            seen.add(position)
+        return value, out[0] if self._single else tuple(out), aux
+
+    def _direct(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether this call can go straight to the compiled sweep: plain arguments, every parameter given
+        (``__call__`` inlines this test for the usual case, a function of known arity)."""
+        if kwargs or not self._plain or (len(args) != self._nparams and self._nparams >= 0):
+            return False
+        return not has_container(args)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        if self._direct(args, kwargs):
+            value, grads = self._rev(*args)
+            return value, self._ordered(grads)
+        value, grads, aux = self._sweep(args, kwargs)
+        return ((value, aux), grads) if self._has_aux else (value, grads)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        # The per-call fast path: a few attribute reads and one isinstance per argument.
+        if kwargs or len(args) != self._nparams or not self._plain:
+            return self._call(args, kwargs)
+        for value in args:
+            if isinstance(value, _CONTAINERS):
+                return self._call(args, kwargs)
         value, grads = self._rev(*args)
         return value, self._ordered(grads)
 
@@ -90,11 +201,56 @@ class _Grad(_ValueAndGrad):
 
     __slots__ = ()
 
-    def __call__(self, *args: Any) -> Any:
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._direct(args, kwargs):
+            return self._ordered(self._rev(*args)[1])
+        _, grads, aux = self._sweep(args, kwargs)
+        return (grads, aux) if self._has_aux else grads
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != self._nparams or not self._plain:
+            return self._call(args, kwargs)
+        for value in args:
+            if isinstance(value, _CONTAINERS):
+                return self._call(args, kwargs)
         return self._ordered(self._rev(*args)[1])
 
 
-def value_and_grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = None) -> Callable[..., Any]:
+class _ValueAndGradArgs(_ValueAndGrad):
+    """:func:`value_and_grad` with ``has_aux`` or a negative ``wrt``: every call is flattened (no ``_rev``)."""
+
+    __slots__ = ()
+
+
+class _GradArgs(_Grad):
+    """:func:`grad` with ``has_aux`` or a negative ``wrt``: every call is flattened (no ``_rev``)."""
+
+    __slots__ = ()
+
+
+@typeof_impl.register(_ValueAndGradArgs)
+@typeof_impl.register(_GradArgs)
+def _typeof_unsupported(value: _ValueAndGrad, c: Any) -> Any:
+    f, wrt, _ = value._spec
+    raise TypingError(
+        f"{value!r} cannot be called from @njit code: derivatives called there take non-negative wrt positions "
+        "and no has_aux; call it from Python, or use wrt=<position counted from 0> without has_aux "
+        f"(wrt={wrt!r}{', has_aux=True' if value._has_aux else ''} given)"
+    )
+
+
+def _transform(kind: type[_ValueAndGrad], f: Callable[..., Any], wrt: Wrt | None, argnums: Wrt | None,
+               has_aux: bool, engine: str | None) -> _ValueAndGrad:
+    """The transform object of ``kind`` (its flattening variant where ``has_aux`` or a negative position asks)."""
+    chosen = _choose_wrt(wrt, argnums)
+    requested, _ = _normalize_wrt(chosen)
+    if has_aux is True or min(requested) < 0:
+        kind = _GradArgs if issubclass(kind, _Grad) else _ValueAndGradArgs
+    return kind(f, chosen, engine, has_aux)
+
+
+def value_and_grad(f: Callable[..., Any], wrt: Wrt | None = None, *, argnums: Wrt | None = None,
+                   has_aux: bool = False, engine: str | None = None) -> Callable[..., Any]:
     """Return a function computing ``(f(*args), gradient)`` in one reverse sweep.
 
     Parameters
@@ -102,15 +258,26 @@ def value_and_grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = 
     f : callable
         A ``@numba.njit`` dispatcher, ``@numba.cfunc`` or plain Python function
         (compiled with ``numba.njit``) returning a real scalar.
-    wrt : int or tuple of int
-        Argument position(s) to differentiate.
+    wrt : int or tuple of int, optional
+        Argument position(s) to differentiate (default 0); a negative position
+        counts from the end of the call's positional arguments.
+    argnums : int or tuple of int, optional
+        JAX's name for ``wrt`` (give one of them).
+    has_aux : bool
+        ``f`` returns ``(value, aux)``: only ``value`` is differentiated, and
+        ``aux`` (a float, array or tuple) is returned beside the gradient, as
+        in JAX. ``aux`` comes from a second, plain call of ``f`` on copies of
+        the arguments (``f`` must be deterministic).
     engine : str, optional
         Engine name (default ``$PYJLAD_ENGINE`` or ``"embedded"``).
 
     Returns
     -------
     callable
-        ``vg(*args) -> (value, gradient)``; usable as ``scipy.optimize.minimize(vg, x0, jac=True)``.
+        ``vg(*args, **kwargs) -> (value, gradient)``; usable as ``scipy.optimize.minimize(vg, x0, jac=True)``.
+        With ``has_aux``: ``((value, aux), gradient)``. Keyword arguments are passed to ``f`` and never
+        differentiated; tuple and NamedTuple arguments get gradients of the same structure (``None`` for
+        their int and bool entries).
 
     Examples
     --------
@@ -120,10 +287,11 @@ def value_and_grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = 
     >>> value, g.tolist()
     (5.0, [2.0, 4.0])
     """
-    return _ValueAndGrad(f, wrt, engine)
+    return _transform(_ValueAndGrad, f, wrt, argnums, has_aux, engine)
 
 
-def grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = None) -> Callable[..., Any]:
+def grad(f: Callable[..., Any], wrt: Wrt | None = None, *, argnums: Wrt | None = None,
+         has_aux: bool = False, engine: str | None = None) -> Callable[..., Any]:
     """Return a function computing the gradient of ``f``.
 
     The returned callable is the fast path: compiled gradients are kept per
@@ -134,17 +302,33 @@ def grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = None) -> C
     f : callable
         A ``@numba.njit`` dispatcher, ``@numba.cfunc`` or plain Python function
         returning a real scalar.
-    wrt : int or tuple of int
-        Argument position(s) to differentiate.
+    wrt : int or tuple of int, optional
+        Argument position(s) to differentiate (default 0); a negative position
+        counts from the end of the call's positional arguments.
+    argnums : int or tuple of int, optional
+        JAX's name for ``wrt`` (give one of them).
+    has_aux : bool
+        ``f`` returns ``(value, aux)``: only ``value`` is differentiated, and
+        ``aux`` (a float, array or tuple) is returned beside the gradient, as
+        in JAX. ``aux`` comes from a second, plain call of ``f`` on copies of
+        the arguments (``f`` must be deterministic).
     engine : str, optional
         Engine name.
 
     Returns
     -------
     callable
-        ``df(*args)``: a float for a float argument, an ndarray of the
-        argument's shape and dtype for an array argument; a tuple of those if
-        ``wrt`` is a tuple.
+        ``df(*args, **kwargs)``: a float for a float argument, an ndarray of the
+        argument's shape and dtype for an array argument, the same structure for a
+        tuple or NamedTuple argument (``None`` for its int and bool entries); a
+        tuple of those if ``wrt`` is a tuple. With ``has_aux``: ``(gradient, aux)``.
+        Keyword arguments are passed to ``f`` and never differentiated.
+
+    Raises
+    ------
+    ArgumentTypeError
+        If both ``wrt`` and ``argnums`` are given, or (at the call) an argument
+        is a dict (use a NamedTuple) or a list (use a tuple or an array).
 
     Examples
     --------
@@ -152,11 +336,16 @@ def grad(f: Callable[..., Any], wrt: Wrt = 0, *, engine: str | None = None) -> C
     >>> df = pyjlad.grad(lambda x, y: math.sin(x) * y, wrt=(0, 1))
     >>> df(0.0, 2.0)
     (2.0, 0.0)
+    >>> import collections
+    >>> Line = collections.namedtuple("Line", "slope offset")
+    >>> pyjlad.grad(lambda p, x, scale=1.0: scale * (p.slope * x + p.offset) ** 2)(Line(2.0, 1.0), 3.0, scale=0.5)
+    Line(slope=21.0, offset=7.0)
     """
-    return _Grad(f, wrt, engine)
+    return _transform(_Grad, f, wrt, argnums, has_aux, engine)
 
 
-def gradient(f: Callable[..., Any], *args: Any, wrt: Wrt = 0, engine: str | None = None) -> Any:
+def gradient(f: Callable[..., Any], *args: Any, wrt: Wrt | None = None, argnums: Wrt | None = None,
+             has_aux: bool = False, engine: str | None = None, **kwargs: Any) -> Any:
     """Gradient of the scalar function ``f`` at ``args``.
 
     Parameters
@@ -166,11 +355,19 @@ def gradient(f: Callable[..., Any], *args: Any, wrt: Wrt = 0, engine: str | None
         returning a real scalar.
     *args
         Arguments to ``f``: floats, ints, bools and NumPy arrays (1-3
-        dimensions, float64/float32 to differentiate; any strides). Inputs are
-        never modified by pyjlad.
-    wrt : int or tuple of int
-        Argument position(s) to differentiate (integers and bools are constants
-        and cannot be named).
+        dimensions, float64/float32 to differentiate; any strides), and tuples
+        and NamedTuples of them. Inputs are never modified by pyjlad.
+    wrt : int or tuple of int, optional
+        Argument position(s) to differentiate (default 0; negative ones count
+        from the end; integers and bools are constants and cannot be named).
+    argnums : int or tuple of int, optional
+        JAX's name for ``wrt``.
+    has_aux : bool
+        As in :func:`grad`: the result is ``(gradient, aux)``.
+    **kwargs
+        Keyword arguments passed to ``f`` (never differentiated; ``wrt``,
+        ``argnums``, ``has_aux`` and ``engine`` are pyjlad's: pass an argument
+        of ``f`` with one of those names by position, or use :func:`grad`).
     engine : str, optional
         Engine name.
 
@@ -199,10 +396,11 @@ def gradient(f: Callable[..., Any], *args: Any, wrt: Wrt = 0, engine: str | None
     >>> pyjlad.gradient(f, np.array([1.0, 2.0])).tolist()
     [3.0, 12.0]
     """
-    return _Grad(f, wrt, engine)(*args)
+    return _transform(_Grad, f, wrt, argnums, has_aux, engine)(*args, **kwargs)
 
 
-def value_and_gradient(f: Callable[..., Any], *args: Any, wrt: Wrt = 0, engine: str | None = None) -> tuple[float, Any]:
+def value_and_gradient(f: Callable[..., Any], *args: Any, wrt: Wrt | None = None, argnums: Wrt | None = None,
+                       has_aux: bool = False, engine: str | None = None, **kwargs: Any) -> tuple[Any, Any]:
     """``(f(*args), gradient(f, *args, wrt=wrt))`` computed in one reverse sweep.
 
     Examples
@@ -211,4 +409,4 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, wrt: Wrt = 0, engine: 
     >>> pyjlad.value_and_gradient(lambda a, b: a * b, 2.0, 3.0, wrt=(0, 1))
     (6.0, (3.0, 2.0))
     """
-    return _ValueAndGrad(f, wrt, engine)(*args)
+    return _transform(_ValueAndGrad, f, wrt, argnums, has_aux, engine)(*args, **kwargs)

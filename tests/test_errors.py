@@ -43,9 +43,12 @@ def test_wrt_of_the_wrong_type(wrt) -> None:
         pyjlad.gradient(_with_int, 2.0, 3, wrt=wrt)
 
 
-def test_negative_wrt_is_refused() -> None:
-    with pytest.raises(TypeError, match="non-negative"):
+def test_negative_wrt_naming_an_int_or_beyond_the_call_is_refused() -> None:
+    # Negative positions count from the end (JAX's argnums); see tests/test_jax_style_args.py.
+    with pytest.raises(TypeError, match="argument 1 .*constant"):
         pyjlad.gradient(_with_int, 2.0, 3, wrt=-1)
+    with pytest.raises(TypeError, match="out of range"):
+        pyjlad.gradient(_with_int, 2.0, 3, wrt=-3)
 
 
 def test_array_result_is_refused_with_advice() -> None:
