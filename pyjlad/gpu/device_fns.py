@@ -125,15 +125,15 @@ def result_types(abi: FunctionABI, driver_active: tuple[int, ...], mode: str) ->
     return [abi.result.llvm_type]
 
 
-def _stores(kinds: list[str], values: list[str]) -> list[str]:
-    """Lines storing ``values`` at ``%ret``: one number, or a tuple laid out as Numba's (a struct)."""
+def _stores(kinds: list[str], values: list[str], block: str) -> list[str]:
+    """Lines of ``block`` storing ``values`` at ``%ret``: one number, or a tuple laid out as Numba's (a struct)."""
     if len(values) == 1:
         return [f"  store {kinds[0]} {values[0]}, ptr %ret, align 8"]
     struct = "{ " + ", ".join(kinds) + " }"
     lines = []
     for k, (ty, value) in enumerate(zip(kinds, values)):
-        lines += [f"  %slot{k} = getelementptr inbounds {struct}, ptr %ret, i32 0, i32 {k}",
-                  f"  store {ty} {value}, ptr %slot{k}, align 4"]
+        lines += [f"  %{block}{k} = getelementptr inbounds {struct}, ptr %ret, i32 0, i32 {k}",
+                  f"  store {ty} {value}, ptr %{block}{k}, align 4"]
     return lines
 
 
@@ -173,12 +173,12 @@ def wrapper_lines(abi: FunctionABI, sweep: DeviceSweep, mode: str, wrt: tuple[in
         "call:",
         f"  %st = call i32 @{driver.symbol}({', '.join(['ptr %vo', 'ptr %dret', 'ptr %excinfo', *shape.call])})",
         *loads,
-        *_stores(kinds, values),
+        *_stores(kinds, values, "slot"),
         "  %bad = icmp ne i32 %st, 0",
         "  %rc = select i1 %bad, i32 -1, i32 0",
         "  ret i32 %rc",
         "mismatch:",
-        *_stores(kinds, [_NAN[t] for t in kinds]),
+        *_stores(kinds, [_NAN[t] for t in kinds], "nanslot"),
         "  ret i32 0",
         "}",
         "",

@@ -1,0 +1,241 @@
+"""pyjlad.gpu.device_grad / device_jvp without a GPU: derivatives of device functions as device functions.
+
+* The derivative, with its generated Numba-CUDA-ABI wrapper, compiled for the
+  CPU (``on_cpu``) gives JAX's float64 numbers (float32: 1e-5) for numbers,
+  contiguous and strided arrays, several outputs and forward mode; gradient
+  arrays accumulate, inputs are unchanged, a gradient laid out otherwise gives NaN.
+* Its PTX (LLVM 15) assembles with ``ptxas`` for sm_80 and sm_90.
+* Where numba-cuda can compile kernels (it needs libNVVM and NVRTC), a user's
+  ``@cuda.jit`` kernel calling the declared derivative compiles to PTX, both
+  assemble with ``ptxas -c`` and ``nvlink`` links them for sm_80 and sm_90,
+  the kernel's ``.extern`` declaration having the derivative's parameters.
+
+Nothing here runs on a GPU (tests/test_gpu_run.py does, where there is one).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import subprocess
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numba import float32, float64
+
+import pyjlad
+import pyjlad.gpu as pg
+from pyjlad.gpu.tools import libdevice_path, ptxas_path
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _tools_missing() -> str:
+    try:
+        libdevice_path()
+    except pyjlad.PyjladError as exc:
+        return str(exc)
+    return "" if ptxas_path() is not None else "NVIDIA's ptxas is not installed"
+
+
+pytestmark = pytest.mark.skipif(bool(_tools_missing()), reason=f"needs the CUDA toolkit: {_tools_missing()}")
+
+
+def sin_sum(x, a):
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += math.sin(a[i] * x)
+    return s + x * x
+
+
+def sin_sum_jax(x, a):
+    return jnp.sum(jnp.sin(a * x)) + x * x
+
+
+def two_scalars(x, y, w):
+    return math.tanh(x * y) + w[0] * x + math.exp(y) * w[1]
+
+
+def two_scalars_jax(x, y, w):
+    return jnp.tanh(x * y) + w[0] * x + jnp.exp(y) * w[1]
+
+
+def matrix_form(m, v):
+    s = 0.0
+    for i in range(m.shape[0]):
+        t = 0.0
+        for j in range(m.shape[1]):
+            t += m[i, j] * v[j]
+        s += math.log(1.0 + t * t)
+    return s
+
+
+def matrix_form_jax(m, v):
+    return jnp.sum(jnp.log(1.0 + (m @ v) ** 2))
+
+
+def _copy(values):
+    return [np.array(v, copy=True) if isinstance(v, np.ndarray) else v for v in values]
+
+
+def _unchanged(args, before) -> None:
+    for a, b in zip(args, before):
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b)
+
+
+def test_gradient_of_a_number_and_an_array_accumulates() -> None:
+    x, a = 0.7, np.array([0.5, 1.5, -2.0, 0.25])
+    before = _copy([x, a])
+    g = pg.device_grad(sin_sum, (float64, float64[::1]), wrt=(0, 1))
+    assert str(g.signature.return_type) == "float64" and len(g.signature.args) == 3
+    ga = np.ones_like(a)
+    dx = g.on_cpu()(x, a, ga)
+    jx, ja = jax.grad(sin_sum_jax, argnums=(0, 1))(*before)
+    assert math.isclose(dx, float(jx), rel_tol=1e-12)
+    np.testing.assert_allclose(ga - 1.0, np.asarray(ja), rtol=1e-12)  # added to what was there
+    _unchanged([x, a], before)
+
+
+def test_two_numbers_give_a_tuple_and_libdevice_names_map_back() -> None:
+    x, y, w = 0.3, -0.8, np.array([1.25, -0.5])
+    before = _copy([x, y, w])
+    g = pg.device_grad(two_scalars, (float64, float64, float64[::1]), wrt=(0, 1))
+    assert str(g.signature.return_type) == "UniTuple(float64 x 2)"
+    dx, dy = g.on_cpu()(x, y, w)
+    jx, jy = jax.grad(two_scalars_jax, argnums=(0, 1))(*before)
+    assert math.isclose(dx, float(jx), rel_tol=1e-12) and math.isclose(dy, float(jy), rel_tol=1e-12)
+    _unchanged([x, y, w], before)
+
+
+def test_strided_matrix_gradient_and_the_value_when_only_arrays_are_differentiated() -> None:
+    rng = np.random.default_rng(3)
+    big = rng.normal(size=(6, 5))
+    m = big[::2, 1::2]  # 3x2, strided in both dimensions: Numba's strides are passed through
+    v = rng.normal(size=2)
+    before = _copy([m, v])
+    g = pg.device_grad(matrix_form, (float64[:, :], float64[::1]), wrt=(0,))
+    gm = np.zeros((6, 5))[::2, 1::2]  # laid out as ``m``
+    value = g.on_cpu()(m, v, gm)
+    assert math.isclose(value, float(matrix_form_jax(*before)), rel_tol=1e-12)
+    np.testing.assert_allclose(gm, np.asarray(jax.grad(matrix_form_jax)(*before)), rtol=1e-12)
+    _unchanged([m, v], before)
+
+
+def test_a_gradient_laid_out_otherwise_gives_nan_and_is_left_alone() -> None:
+    g = pg.device_grad(sin_sum, (float64, float64[::1]), wrt=(0, 1))
+    a, ga = np.array([0.5, 1.5, -2.0]), np.zeros(4)
+    assert math.isnan(g.on_cpu()(0.7, a, ga))
+    assert not ga.any()
+
+
+def test_float32() -> None:
+    x, a = np.float32(0.7), np.array([0.5, 1.5, -2.0], np.float32)
+    g = pg.device_grad(sin_sum, (float32, float32[::1]), wrt=(0, 1))
+    ga = np.zeros_like(a)
+    dx = g.on_cpu()(x, a, ga)
+    jx, ja = jax.grad(sin_sum_jax, argnums=(0, 1))(np.float64(x), a.astype(np.float64))
+    assert math.isclose(dx, float(jx), rel_tol=1e-5)
+    np.testing.assert_allclose(ga, np.asarray(ja), rtol=1e-5)
+
+
+def test_jvp_with_a_number_and_an_array_tangent() -> None:
+    x, a = 0.7, np.array([0.5, 1.5, -2.0])
+    tx, ta = 0.4, np.array([1.0, -2.0, 0.5])
+    before = _copy([x, a, tx, ta])
+    j = pg.device_jvp(sin_sum, (float64, float64[::1]), wrt=(0, 1))
+    assert len(j.signature.args) == 4
+    tangent = j.on_cpu()(x, a, tx, ta)
+    _, expected = jax.jvp(sin_sum_jax, (before[0], before[1]), (before[2], before[3]))
+    assert math.isclose(tangent, float(expected), rel_tol=1e-12)
+    _unchanged([x, a, tx, ta], before)
+
+
+def test_bad_wrt_is_refused() -> None:
+    with pytest.raises(pyjlad.PyjladError, match="wrt"):
+        pg.device_grad(sin_sum, (float64, float64[::1]), wrt=5)
+    with pytest.raises(pyjlad.PyjladError, match="argtypes"):
+        pg.device_grad(sin_sum, ("float64",), wrt=0)
+
+
+def _ptxas(path: Path, arch: str, out: Path) -> str:
+    proc = subprocess.run([str(ptxas_path()), f"-arch={arch}", "-c", "-v", str(path), "-o", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def _params(ptx: str, name: str, keyword: str) -> int:
+    """The number of parameters of ``name`` where ``keyword`` (``.extern .func``/``.visible .func``) declares it."""
+    match = re.search(re.escape(keyword) + r"\s*\(.*?\)\s*" + re.escape(name) + r"\s*\((.*?)\)", ptx, re.S)
+    assert match, f"{keyword} {name} not in the PTX"
+    return match.group(1).count(".param")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_derivative_ptx_assembles(arch: str, tmp_path: Path) -> None:
+    for g in (pg.device_grad(sin_sum, (float64, float64[::1]), wrt=(0, 1)),
+              pg.device_jvp(sin_sum, (float64, float64[::1]), wrt=(0, 1)),
+              pg.device_grad(matrix_form, (float64[:, :], float64[::1]), wrt=(0, 1))):
+        report = _ptxas(g.ptx_file(), arch, tmp_path / f"{g.name}.o")
+        assert g.name in report
+        # ret, x, a (7), ga (7): Numba CUDA's convention for (float64, float64[::1], float64[::1])
+        if g.name.startswith("pyjlad_grad") and len(g.signature.args) == 3 and g.signature.args[0] == float64:
+            assert _params(g.ptx(), g.name, ".visible .func") == 16
+
+
+def _numba_cuda_missing() -> str:
+    if importlib.util.find_spec("numba_cuda") is None:
+        return "numba-cuda is not installed (pip install numba-cuda; compiling kernels also needs NVRTC)"
+    return ""
+
+
+@pytest.mark.skipif(bool(_numba_cuda_missing()), reason=_numba_cuda_missing() or "-")
+@pytest.mark.parametrize("arch,cc", [("sm_80", (8, 0)), ("sm_90", (9, 0))])
+def test_user_kernel_calling_the_derivative_links(arch: str, cc: tuple[int, int], tmp_path: Path) -> None:
+    try:
+        import _numba_cuda_redirector  # noqa: F401 - numba.cuda is numba-cuda's (its .pth does this when installed)
+    except ImportError:
+        pass
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def device_sin_sum(x, a):
+        s = 0.0
+        for i in range(a.shape[0]):
+            s += math.sin(a[i] * x)
+        return s + x * x
+
+    g = pg.device_grad(device_sin_sum, (float64, float64[::1]), wrt=(0, 1))
+    j = pg.device_jvp(device_sin_sum, (float64, float64[::1]), wrt=(0, 1))
+    grad, jvp = g.declare(), j.declare()
+
+    @cuda.jit
+    def kernel(xs, a, ga, ta, out, tangents):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            out[i] = grad(xs[i], a, ga)
+            tangents[i] = jvp(xs[i], a, 1.0, ta)
+
+    arr = float64[::1]
+    try:
+        ptx, _ = cuda.compile_ptx(kernel, (arr,) * 6, cc=cc)
+    except Exception as exc:  # noqa: BLE001 - numba-cuda without NVRTC/libNVVM: an environment limit
+        if "nvrtc" in str(exc).lower() or "nvvm" in str(exc).lower():
+            pytest.skip(f"numba-cuda cannot compile kernels here: {str(exc).splitlines()[0]}")
+        raise
+    for d in (g, j):
+        assert _params(ptx, d.name, ".extern .func") == _params(d.ptx(), d.name, ".visible .func")
+    (tmp_path / "kernel.ptx").write_text(ptx)
+    objects = [tmp_path / "kernel.o", tmp_path / "grad.o", tmp_path / "jvp.o"]
+    _ptxas(tmp_path / "kernel.ptx", arch, objects[0])
+    _ptxas(g.ptx_file(), arch, objects[1])
+    _ptxas(j.ptx_file(), arch, objects[2])
+    nvlink = Path(str(ptxas_path())).with_name("nvlink")
+    proc = subprocess.run([str(nvlink), f"-arch={arch}", *map(str, objects), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
