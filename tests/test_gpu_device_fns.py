@@ -239,3 +239,109 @@ def test_user_kernel_calling_the_derivative_links(arch: str, cc: tuple[int, int]
     proc = subprocess.run([str(nvlink), f"-arch={arch}", *map(str, objects), "-o", str(tmp_path / "k.cubin")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def _numba_cuda():
+    """numba-cuda's ``numba.cuda`` (its ``.pth`` file installs the redirection when it is installed normally)."""
+    try:
+        import _numba_cuda_redirector  # noqa: F401
+    except ImportError:
+        pass
+    from numba import cuda
+
+    return cuda
+
+
+def _kernel_on_cpu(kernel, argtypes, derivative):
+    """numba-cuda's code for ``kernel`` (compiled as a device function: Numba CUDA's LLVM IR, no libNVVM),
+    retargeted to the CPU and linked with the CPU build of ``derivative``: numba-cuda's own call site runs."""
+    import ctypes
+
+    from numba import types
+    from numba.cuda import compiler
+
+    from pyjlad import cache
+    from pyjlad.engines.objects import load_library
+    from pyjlad.gpu.device_fns import host_target_lines
+    from pyjlad.gpu.host import host_module
+    from pyjlad.gpu.tools import llvm_tool, run_tool
+    from pyjlad.toolchain import locate
+
+    cres = compiler.compile_cuda(kernel, types.void, argtypes, cc=(8, 0))
+    assert len(cres.library.llvm_strs) == 1
+    typed = cres.library.get_llvm_str()  # typed pointers (NVVM's dialect): read by LLVM 15 into opaque ones
+    bitcode = run_tool([llvm_tool("llvm-as"), "-opaque-pointers", "-", "-o", "-"], "reading", typed.encode())
+    text = run_tool([llvm_tool("llvm-dis"), "-", "-o", "-"], "writing", bitcode).decode()
+    modules = [*derivative.cpu_modules(), host_module(text, host_target_lines(derivative.sweep))]
+    symbol = cres.fndesc.mangled_name
+    library = load_library(cache.cache_key("test-kernel-on-cpu", *modules),
+                           lambda: locate().link(modules, what="a test kernel"), symbol, "a test kernel")
+    nparams = len(re.search(r"define i32 @\S+\((.*?)\)", typed).group(1).split(","))
+    function = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * nparams)(
+        library.get_pointer_to_function(symbol))
+
+    def call(*arrays):
+        ret = ctypes.c_void_p()
+        values = [ctypes.addressof(ret)]
+        for a in arrays:
+            values += [None, None, a.size, a.itemsize, a.ctypes.data, *a.shape, *a.strides]
+        assert len(values) == nparams
+        return function(*values)
+
+    return library, call
+
+
+@pytest.mark.skipif(bool(_numba_cuda_missing()), reason=_numba_cuda_missing() or "-")
+def test_numba_cuda_call_sites_run_on_the_cpu() -> None:
+    """The calls numba-cuda generates for the declared derivatives (arrays expanded, tuple results through the
+    return pointer) executed against the derivatives' wrappers: the ABI agreed on in fact, not only by name."""
+    cuda = _numba_cuda()
+    arr = float64[::1]
+    grad = pg.device_grad(cuda.jit(device=True)(sin_sum), (float64, arr), wrt=(0, 1))
+    jvp = pg.device_jvp(cuda.jit(device=True)(sin_sum), (float64, arr), wrt=(0, 1))
+    pair = pg.device_grad(cuda.jit(device=True)(two_scalars), (float64, float64, arr), wrt=(0, 1))
+    dgrad, djvp, dpair = grad.declare(), jvp.declare(), pair.declare()
+
+    def grad_kernel(xs, a, ga, out):
+        for i in range(xs.shape[0]):
+            out[i] = dgrad(xs[i], a, ga)
+
+    def jvp_kernel(xs, a, ta, out):
+        for i in range(xs.shape[0]):
+            out[i] = djvp(xs[i], a, 0.5, ta)
+
+    def pair_kernel(xs, w, out):
+        for i in range(xs.shape[0]):
+            dx, dy = dpair(xs[i], -0.8, w)
+            out[2 * i] = dx
+            out[2 * i + 1] = dy
+
+    xs, a = np.array([0.7, -0.2, 1.3]), np.array([0.5, 1.5, -2.0, 0.25])
+    ta, w = np.array([1.0, -2.0, 0.5, 0.0]), np.array([1.25, -0.5])
+    before = _copy([xs, a, ta, w])
+
+    _, run = _kernel_on_cpu(grad_kernel, (arr,) * 4, grad)
+    ga, out = np.zeros_like(a), np.zeros_like(xs)
+    assert run(xs, a, ga, out) == 0
+    ja = np.zeros_like(a)
+    for i, x in enumerate(before[0]):
+        jx, jai = jax.grad(sin_sum_jax, argnums=(0, 1))(x, before[1])
+        assert math.isclose(out[i], float(jx), rel_tol=1e-12)
+        ja += np.asarray(jai)
+    np.testing.assert_allclose(ga, ja, rtol=1e-12)  # three calls accumulated
+
+    _, run = _kernel_on_cpu(jvp_kernel, (arr,) * 4, jvp)
+    out = np.zeros_like(xs)
+    assert run(xs, a, ta, out) == 0
+    for i, x in enumerate(before[0]):
+        _, expected = jax.jvp(sin_sum_jax, (x, before[1]), (0.5, before[2]))
+        assert math.isclose(out[i], float(expected), rel_tol=1e-12)
+
+    _, run = _kernel_on_cpu(pair_kernel, (arr,) * 3, pair)
+    out = np.zeros(2 * xs.size)
+    assert run(xs, w, out) == 0
+    for i, x in enumerate(before[0]):
+        jx, jy = jax.grad(two_scalars_jax, argnums=(0, 1))(x, -0.8, before[3])
+        assert math.isclose(out[2 * i], float(jx), rel_tol=1e-12)
+        assert math.isclose(out[2 * i + 1], float(jy), rel_tol=1e-12)
+    _unchanged([xs, a, ta, w], before)

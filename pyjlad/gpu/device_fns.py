@@ -56,7 +56,7 @@ from ..toolchain import locate
 from .host import host_module
 from .sweep import DeviceSweep, device_sweep
 
-__all__ = ["DeviceDerivative", "device_grad", "device_jvp", "wrapper_lines"]
+__all__ = ["CpuDerivative", "DeviceDerivative", "device_grad", "device_jvp", "host_target_lines", "wrapper_lines"]
 
 _FORMAT = "pyjlad-gpu-device-fn/1"
 _NAN = {"double": "0x7FF8000000000000", "float": "0x7FF8000000000000"}
@@ -266,6 +266,11 @@ class DeviceDerivative:
             self._declared[arch] = cuda.declare_device(self.name, self.signature, link=str(self.ptx_file(arch)))
         return self._declared[arch]
 
+    def cpu_modules(self) -> list[str]:
+        """Enzyme's output and the wrapper as modules for the CPU (the host's target lines, libm's names)."""
+        targets = host_target_lines(self.sweep)
+        return [host_module(self.sweep.text, targets), "\n".join([*targets, "", *self._wrapper])]
+
     def on_cpu(self) -> CpuDerivative:
         """The same wrapper and Enzyme output compiled for the CPU (see :class:`CpuDerivative`)."""
         if self._cpu is None:
@@ -281,13 +286,10 @@ class CpuDerivative:
         from ..engines.objects import load_library
 
         sweep = derivative.sweep
-        targets = [line for line in sweep.exported.enzyme_module.text.splitlines()
-                   if line.startswith(("target datalayout", "target triple"))]
-        enzyme = host_module(sweep.text, targets)
-        wrapper = "\n".join([*targets, "", *derivative._wrapper])
-        key = cache.cache_key(_FORMAT, enzyme, wrapper)
+        modules = derivative.cpu_modules()
+        key = cache.cache_key(_FORMAT, *modules)
         what = f"the CPU build of {derivative.name}"
-        self._library = load_library(key, lambda: locate().link([enzyme, wrapper], what=sweep.exported.name),
+        self._library = load_library(key, lambda: locate().link(modules, what=sweep.exported.name),
                                      derivative.name, what)
         self._abi = sweep.exported.abi
         self._derivative = derivative
@@ -326,6 +328,12 @@ class CpuDerivative:
         if len(set(kinds)) != 1:
             raise ArgumentError("mixed float32/float64 results are not read back on the CPU")
         return tuple(buffer[k] for k in range(len(kinds)))
+
+
+def host_target_lines(sweep: DeviceSweep) -> list[str]:
+    """The CPU's ``target datalayout``/``target triple`` lines (those of the module Numba compiled)."""
+    return [line for line in sweep.exported.enzyme_module.text.splitlines()
+            if line.startswith(("target datalayout", "target triple"))]
 
 
 def _argtypes(argtypes: Sequence[Any]) -> tuple[nbtypes.Type, ...]:
