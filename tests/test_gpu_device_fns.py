@@ -212,29 +212,34 @@ def test_user_kernel_calling_the_derivative_links(arch: str, cc: tuple[int, int]
 
     g = pg.device_grad(device_sin_sum, (float64, float64[::1]), wrt=(0, 1))
     j = pg.device_jvp(device_sin_sum, (float64, float64[::1]), wrt=(0, 1))
-    grad, jvp = g.declare(), j.declare()
+    # a tape on CUDA's device heap: malloc and free are resolved when linking
+    t = pg.device_grad(cuda.jit(device=True)(matrix_form), (float64[:, :], float64[::1]), wrt=(0, 1))
+    grad, jvp, taped = g.declare(), j.declare(), t.declare()
 
     @cuda.jit
-    def kernel(xs, a, ga, ta, out, tangents):
+    def kernel(xs, a, ga, ta, out, tangents, m, gm, gv):
         i = cuda.grid(1)
         if i < xs.shape[0]:
             out[i] = grad(xs[i], a, ga)
             tangents[i] = jvp(xs[i], a, 1.0, ta)
+        if i == 0:
+            out[0] += taped(m, a, gm, gv)
 
     arr = float64[::1]
     try:
-        ptx, _ = cuda.compile_ptx(kernel, (arr,) * 6, cc=cc)
+        ptx, _ = cuda.compile_ptx(kernel, (arr,) * 6 + (float64[:, :], float64[:, :], arr), cc=cc)
     except Exception as exc:  # noqa: BLE001 - numba-cuda without NVRTC/libNVVM: an environment limit
         if "nvrtc" in str(exc).lower() or "nvvm" in str(exc).lower():
             pytest.skip(f"numba-cuda cannot compile kernels here: {str(exc).splitlines()[0]}")
         raise
-    for d in (g, j):
-        assert _params(ptx, d.name, ".extern .func") == _params(d.ptx(), d.name, ".visible .func")
+    assert "malloc" in t.ptx()
     (tmp_path / "kernel.ptx").write_text(ptx)
-    objects = [tmp_path / "kernel.o", tmp_path / "grad.o", tmp_path / "jvp.o"]
+    objects = [tmp_path / "kernel.o"]
     _ptxas(tmp_path / "kernel.ptx", arch, objects[0])
-    _ptxas(g.ptx_file(), arch, objects[1])
-    _ptxas(j.ptx_file(), arch, objects[2])
+    for d in (g, j, t):
+        assert _params(ptx, d.name, ".extern .func") == _params(d.ptx(), d.name, ".visible .func")
+        objects.append(tmp_path / f"{d.name}.o")
+        _ptxas(d.ptx_file(), arch, objects[-1])
     nvlink = Path(str(ptxas_path())).with_name("nvlink")
     proc = subprocess.run([str(nvlink), f"-arch={arch}", *map(str, objects), "-o", str(tmp_path / "k.cubin")],
                           capture_output=True, text=True)
