@@ -155,6 +155,19 @@ def test_jvp_with_a_number_and_an_array_tangent() -> None:
     _unchanged([x, a, tx, ta], before)
 
 
+def checked_log(x, a):
+    if x <= 0.0:
+        raise ValueError("x must be positive")
+    return math.log(x) * a[0]
+
+
+def test_the_functions_own_error_surfaces_on_the_cpu() -> None:
+    g = pg.device_grad(checked_log, (float64, float64[::1]), wrt=0)
+    assert math.isclose(g.on_cpu()(2.0, np.array([3.0])), 1.5, rel_tol=1e-12)  # d/dx 3 log x = 3 / x
+    with pytest.raises(ValueError, match="x must be positive"):
+        g.on_cpu()(-1.0, np.array([3.0]))
+
+
 def test_bad_wrt_is_refused() -> None:
     with pytest.raises(pyjlad.PyjladError, match="wrt"):
         pg.device_grad(sin_sum, (float64, float64[::1]), wrt=5)
@@ -180,7 +193,8 @@ def _params(ptx: str, name: str, keyword: str) -> int:
 def test_derivative_ptx_assembles(arch: str, tmp_path: Path) -> None:
     for g in (pg.device_grad(sin_sum, (float64, float64[::1]), wrt=(0, 1)),
               pg.device_jvp(sin_sum, (float64, float64[::1]), wrt=(0, 1)),
-              pg.device_grad(matrix_form, (float64[:, :], float64[::1]), wrt=(0, 1))):
+              pg.device_grad(matrix_form, (float64[:, :], float64[::1]), wrt=(0, 1)),
+              pg.device_grad(checked_log, (float64, float64[::1]), wrt=0)):
         report = _ptxas(g.ptx_file(), arch, tmp_path / f"{g.name}.o")
         assert g.name in report
         # ret, x, a (7), ga (7): Numba CUDA's convention for (float64, float64[::1], float64[::1])

@@ -50,6 +50,7 @@ from numba.core import typing as nbtyping
 
 from .. import cache
 from ..abi import ArrayArg, FunctionABI
+from ..engines.base import reraise_from_function
 from ..errors import ArgumentError
 from ..targets.nvptx import NVPTX_DATALAYOUT, NVPTX_TRIPLE
 from ..toolchain import locate
@@ -185,6 +186,11 @@ def wrapper_lines(abi: FunctionABI, sweep: DeviceSweep, mode: str, wrt: tuple[in
     ]
 
 
+def _writable(argtype: nbtypes.Type) -> nbtypes.Type:
+    """The type of a gradient or tangent for an argument of type ``argtype`` (an array is written to)."""
+    return argtype.copy(readonly=False) if isinstance(argtype, nbtypes.Array) else argtype
+
+
 def _numba_result(kinds: list[str]) -> nbtypes.Type:
     as_numba = {"double": nbtypes.float64, "float": nbtypes.float32}
     if len(kinds) == 1:
@@ -207,14 +213,14 @@ class DeviceDerivative:
         Enzyme's output it calls.
     """
 
-    def __init__(self, sweep: DeviceSweep, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, ...],
-                 mode: str) -> None:
-        self.sweep, self.argtypes, self.wrt, self.mode = sweep, argtypes, wrt, mode
+    def __init__(self, function: Any, sweep: DeviceSweep, argtypes: tuple[nbtypes.Type, ...],
+                 wrt: tuple[int, ...], mode: str) -> None:
+        self.function, self.sweep, self.argtypes, self.wrt, self.mode = function, sweep, argtypes, wrt, mode
         abi = sweep.exported.abi
         tag = hashlib.sha256(repr((sweep.driver.symbol, mode, wrt)).encode()).hexdigest()[:12]
         self.name = f"pyjlad_{'grad' if mode == 'reverse' else 'jvp'}_{tag}"
         self.result_types = result_types(abi, sweep.driver.active_scalars, mode)
-        extra = tuple(argtypes[i] for i in sweep.driver.shadow_args)
+        extra = tuple(_writable(argtypes[i]) for i in sweep.driver.shadow_args)
         self.signature = nbtyping.signature(_numba_result(self.result_types), *argtypes, *extra)
         self._wrapper = wrapper_lines(abi, sweep, mode, wrt, self.name)
         self._ptx: dict[str, str] = {}
@@ -321,8 +327,8 @@ class CpuDerivative:
         out = (ctypes.c_double if kinds[0] == "double" else ctypes.c_float) * max(2 * len(kinds), 2)
         buffer = out()
         status = self._function(ctypes.addressof(buffer), *values)
-        if status != 0:
-            raise ArgumentError(f"{derivative.sweep.exported.name} reported an error (status {status})")
+        if status != 0:  # the function's own exception, from running it (Numba reports only a status)
+            reraise_from_function(derivative.function, tuple(args[:nargs]))
         if len(kinds) == 1:
             return buffer[0]
         if len(set(kinds)) != 1:
@@ -359,8 +365,9 @@ def _python_function(fn: Any) -> Any:
 def _derivative(fn: Any, argtypes: Any, wrt: int | Sequence[int], mode: str) -> DeviceDerivative:
     types = _argtypes(argtypes)
     chosen = _wrt(wrt, types)
-    sweep = device_sweep(_python_function(fn), types, chosen, mode)
-    return DeviceDerivative(sweep, types, chosen, mode)
+    function = _python_function(fn)
+    sweep = device_sweep(function, types, chosen, mode)
+    return DeviceDerivative(function, sweep, types, chosen, mode)
 
 
 def device_grad(fn: Any, argtypes: Any, wrt: int | Sequence[int] = 0) -> DeviceDerivative:
