@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from numba import float32, float64
+from numba import boolean, float32, float64, int64
 
 import pyjlad
 import pyjlad.gpu as pg
@@ -76,6 +76,18 @@ def matrix_form(m, v):
 
 def matrix_form_jax(m, v):
     return jnp.sum(jnp.log(1.0 + (m @ v) ** 2))
+
+
+def with_count_and_flag(x, n, flag, a):
+    s = 0.0
+    for i in range(n):
+        s += a[i] * x ** 2
+    return s if flag else -s
+
+
+def with_count_and_flag_jax(x, n, flag, a):
+    s = jnp.sum(a[:n] * x ** 2)
+    return s if flag else -s
 
 
 def _copy(values):
@@ -133,6 +145,17 @@ def test_a_gradient_laid_out_otherwise_gives_nan_and_is_left_alone() -> None:
     assert not ga.any()
 
 
+@pytest.mark.parametrize("flag", [True, False])
+def test_integer_and_boolean_arguments(flag: bool) -> None:
+    x, a = 1.3, np.array([0.5, -1.5, 2.0])
+    g = pg.device_grad(with_count_and_flag, (float64, int64, boolean, float64[::1]), wrt=(0, 3))
+    ga = np.zeros_like(a)
+    dx = g.on_cpu()(x, 2, flag, a, ga)
+    jx, ja = jax.grad(with_count_and_flag_jax, argnums=(0, 3))(x, 2, flag, a.copy())
+    assert math.isclose(dx, float(jx), rel_tol=1e-12)
+    np.testing.assert_allclose(ga, np.asarray(ja), rtol=1e-12, atol=0)
+
+
 def test_float32() -> None:
     x, a = np.float32(0.7), np.array([0.5, 1.5, -2.0], np.float32)
     g = pg.device_grad(sin_sum, (float32, float32[::1]), wrt=(0, 1))
@@ -168,11 +191,19 @@ def test_the_functions_own_error_surfaces_on_the_cpu() -> None:
         g.on_cpu()(-1.0, np.array([3.0]))
 
 
+def test_one_derivative_per_function_types_and_wrt() -> None:
+    g = pg.device_grad(sin_sum, (float64, float64[::1]), wrt=(0, 1))
+    assert pg.device_grad(sin_sum, "float64(float64, float64[::1])", wrt=[1, 0]) is g
+    assert pg.device_jvp(sin_sum, (float64, float64[::1]), wrt=(0, 1)).name != g.name
+
+
 def test_bad_wrt_is_refused() -> None:
     with pytest.raises(pyjlad.PyjladError, match="wrt"):
         pg.device_grad(sin_sum, (float64, float64[::1]), wrt=5)
     with pytest.raises(pyjlad.PyjladError, match="argtypes"):
         pg.device_grad(sin_sum, ("float64",), wrt=0)
+    with pytest.raises(pyjlad.PyjladError, match="argtypes"):
+        pg.device_grad(sin_sum, "float64(flot64)", wrt=0)
 
 
 def _ptxas(path: Path, arch: str, out: Path) -> str:
@@ -204,7 +235,7 @@ def test_derivative_ptx_assembles(arch: str, tmp_path: Path) -> None:
 
 def _numba_cuda_missing() -> str:
     if importlib.util.find_spec("numba_cuda") is None:
-        return "numba-cuda is not installed (pip install numba-cuda; compiling kernels also needs NVRTC)"
+        return "numba-cuda is not installed (pip install numba-cuda; it is not in the test extra)"
     return ""
 
 
@@ -335,6 +366,14 @@ def test_numba_cuda_call_sites_run_on_the_cpu() -> None:
             out[2 * i] = dx
             out[2 * i + 1] = dy
 
+    counted = pg.device_grad(cuda.jit(device=True)(with_count_and_flag), (float64, int64, boolean, arr),
+                             wrt=(0, 3))
+    dcounted = counted.declare()
+
+    def counted_kernel(xs, a, ga, out):
+        for i in range(xs.shape[0]):
+            out[i] = dcounted(xs[i], 3, i % 2 == 0, a, ga)  # an integer and a boolean (a byte) by value
+
     xs, a = np.array([0.7, -0.2, 1.3]), np.array([0.5, 1.5, -2.0, 0.25])
     ta, w = np.array([1.0, -2.0, 0.5, 0.0]), np.array([1.25, -0.5])
     before = _copy([xs, a, ta, w])
@@ -363,4 +402,14 @@ def test_numba_cuda_call_sites_run_on_the_cpu() -> None:
         jx, jy = jax.grad(two_scalars_jax, argnums=(0, 1))(x, -0.8, before[3])
         assert math.isclose(out[2 * i], float(jx), rel_tol=1e-12)
         assert math.isclose(out[2 * i + 1], float(jy), rel_tol=1e-12)
+
+    _, run = _kernel_on_cpu(counted_kernel, (arr,) * 4, counted)
+    ga, out = np.zeros_like(a), np.zeros_like(xs)
+    assert run(xs, a, ga, out) == 0
+    ja = np.zeros_like(a)
+    for i, x in enumerate(before[0]):
+        jx, jai = jax.grad(with_count_and_flag_jax, argnums=(0, 3))(x, 3, i % 2 == 0, before[1])
+        assert math.isclose(out[i], float(jx), rel_tol=1e-12)
+        ja += np.asarray(jai)
+    np.testing.assert_allclose(ga, ja, rtol=1e-12)
     _unchanged([xs, a, ta, w], before)

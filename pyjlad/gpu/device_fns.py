@@ -46,12 +46,14 @@ from typing import Any
 
 import numpy as np
 from numba import types as nbtypes
+from numba.core import sigutils
 from numba.core import typing as nbtyping
 
 from .. import cache
 from ..abi import ArrayArg, FunctionABI
 from ..engines.base import reraise_from_function
 from ..errors import ArgumentError
+from ..memo import cached_for
 from ..targets.nvptx import NVPTX_DATALAYOUT, NVPTX_TRIPLE
 from ..toolchain import locate
 from .host import host_module
@@ -342,7 +344,12 @@ def host_target_lines(sweep: DeviceSweep) -> list[str]:
             if line.startswith(("target datalayout", "target triple"))]
 
 
-def _argtypes(argtypes: Sequence[Any]) -> tuple[nbtypes.Type, ...]:
+def _argtypes(argtypes: Any) -> tuple[nbtypes.Type, ...]:
+    if isinstance(argtypes, str):  # "float64(float64, float64[::1])" or "(float64, float64[::1])"
+        try:
+            argtypes, _ = sigutils.normalize_signature(argtypes)
+        except Exception as exc:  # noqa: BLE001 - Numba's parser raises several kinds
+            raise ArgumentError(f"argtypes {argtypes!r} is not a Numba signature: {exc}") from None
     if isinstance(argtypes, nbtyping.Signature):
         return tuple(argtypes.args)
     if not isinstance(argtypes, (tuple, list)) or not all(isinstance(t, nbtypes.Type) for t in argtypes):
@@ -366,8 +373,12 @@ def _derivative(fn: Any, argtypes: Any, wrt: int | Sequence[int], mode: str) -> 
     types = _argtypes(argtypes)
     chosen = _wrt(wrt, types)
     function = _python_function(fn)
-    sweep = device_sweep(function, types, chosen, mode)
-    return DeviceDerivative(function, sweep, types, chosen, mode)
+
+    def build() -> DeviceDerivative:
+        return DeviceDerivative(function, device_sweep(function, types, chosen, mode), types, chosen, mode)
+
+    # one object per function, types, wrt and mode: declared once, linked once into a kernel using it twice
+    return cached_for(function, ("gpu-device-derivative", types, chosen, mode), build)
 
 
 def device_grad(fn: Any, argtypes: Any, wrt: int | Sequence[int] = 0) -> DeviceDerivative:
@@ -379,8 +390,9 @@ def device_grad(fn: Any, argtypes: Any, wrt: int | Sequence[int] = 0) -> DeviceD
         A ``@numba.cuda.jit(device=True)`` function (its ``py_func`` is
         compiled), an ``@njit`` function or a plain Python function of numbers
         and arrays returning a float.
-    argtypes : tuple of numba types, or a Signature
-        The argument types, such as ``(float64, float64[::1])``.
+    argtypes : tuple of numba types, a Signature or a signature string
+        The argument types, such as ``(float64, float64[::1])`` or
+        ``"float64(float64, float64[::1])"`` (the result type is ignored).
     wrt : int or sequence of int
         The differentiated arguments (float numbers or float arrays).
 
