@@ -105,11 +105,12 @@ def test_device_derivatives_in_a_numba_cuda_kernel() -> None:
     dgrad, djvp = grad.declare(), jvp.declare()
 
     @cuda.jit
-    def kernel(xs, a, gas, ta, out, tangents):
+    def kernel(xs, a, gas, ta, out, tangents, shared):
         i = cuda.grid(1)
         if i < xs.shape[0]:
             out[i] = dgrad(xs[i], a, gas[i])
             tangents[i] = djvp(xs[i], a, 0.5, ta)
+            dgrad(xs[i], a, shared)  # all threads add into one gradient array (Enzyme's atomic adds)
 
     n = 1000
     rng = np.random.default_rng(0)
@@ -117,8 +118,11 @@ def test_device_derivatives_in_a_numba_cuda_kernel() -> None:
     gas = np.zeros((n, 8))
     out, tangents = np.zeros(n), np.zeros(n)
     d_gas, d_out, d_tan = cuda.to_device(gas), cuda.to_device(out), cuda.to_device(tangents)
-    kernel[(n + 127) // 128, 128](cuda.to_device(xs), cuda.to_device(a), d_gas, cuda.to_device(ta), d_out, d_tan)
+    d_shared = cuda.to_device(np.zeros(8))
+    kernel[(n + 127) // 128, 128](cuda.to_device(xs), cuda.to_device(a), d_gas, cuda.to_device(ta), d_out, d_tan,
+                                  d_shared)
     out, tangents, gas = d_out.copy_to_host(), d_tan.copy_to_host(), d_gas.copy_to_host()
+    np.testing.assert_allclose(d_shared.copy_to_host(), gas.sum(axis=0), rtol=1e-10)  # in any order
     for i in range(0, n, 97):
         ga = np.zeros(8)
         assert math.isclose(out[i], grad.on_cpu()(xs[i], a, ga), rel_tol=1e-12)
