@@ -416,3 +416,50 @@ def test_numba_cuda_call_sites_run_on_the_cpu() -> None:
         ja += np.asarray(jai)
     np.testing.assert_allclose(ga, ja, rtol=1e-12)
     _unchanged([xs, a, ta, w], before)
+
+
+@pytest.mark.skipif(bool(_numba_cuda_missing()), reason=_numba_cuda_missing() or "-")
+def test_device_functions_calling_device_functions() -> None:
+    """A device function calling device functions (two levels): they are compiled by Numba's CPU pipeline
+    too, not handed to it as CUDA dispatchers (which it cannot call)."""
+    cuda = _numba_cuda()
+    namespace = {"math": math, "cuda": cuda}
+    exec(  # module-level globals, as device functions usually are
+        "@cuda.jit(device=True)\n"
+        "def square(x):\n"
+        "    return x * x\n"
+        "@cuda.jit(device=True)\n"
+        "def term(x, w):\n"
+        "    return square(math.sin(w * x))\n"
+        "@cuda.jit(device=True)\n"
+        "def outer(x, a):\n"
+        "    s = 0.0\n"
+        "    for i in range(a.shape[0]):\n"
+        "        s += term(x, a[i])\n"
+        "    return s + square(x)\n", namespace)
+
+    def outer_jax(x, a):
+        return jnp.sum(jnp.sin(a * x) ** 2) + x * x
+
+    x, a = 0.9, np.array([0.3, -1.1, 2.5])
+    before = _copy([x, a])
+    g = pg.device_grad(namespace["outer"], (float64, float64[::1]), wrt=(0, 1))
+    ga = np.zeros_like(a)
+    dx = g.on_cpu()(x, a, ga)
+    jx, ja = jax.grad(outer_jax, argnums=(0, 1))(*before)
+    assert math.isclose(dx, float(jx), rel_tol=1e-12)
+    np.testing.assert_allclose(ga, np.asarray(ja), rtol=1e-12)
+    assert ".visible .func" in g.ptx()
+    _unchanged([x, a], before)
+
+
+@pytest.mark.skipif(bool(_numba_cuda_missing()), reason=_numba_cuda_missing() or "-")
+def test_cuda_intrinsics_inside_the_differentiated_function_are_refused() -> None:
+    cuda = _numba_cuda()
+
+    @cuda.jit(device=True)
+    def by_thread(x):
+        return x * cuda.threadIdx.x
+
+    with pytest.raises(pyjlad.UnsupportedFunctionError, match="threadIdx"):
+        pg.device_grad(by_thread, (float64,), wrt=0)

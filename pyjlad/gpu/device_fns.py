@@ -42,9 +42,11 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import CodeType, FunctionType
 from typing import Any
 
 import numpy as np
+from numba import njit
 from numba import types as nbtypes
 from numba.core import sigutils
 from numba.core import typing as nbtyping
@@ -364,9 +366,47 @@ def _wrt(wrt: int | Sequence[int], argtypes: tuple[nbtypes.Type, ...]) -> tuple[
     return tuple(sorted(set(chosen)))
 
 
+def _is_cuda_dispatcher(value: Any) -> bool:
+    """Whether ``value`` is a ``@cuda.jit`` function (numba-cuda's, or numba's own old ``numba.cuda``)."""
+    module = type(value).__module__
+    return hasattr(value, "py_func") and module.startswith(("numba.cuda", "numba_cuda"))
+
+
+def _global_names(code: CodeType) -> set[str]:
+    """The global names ``code`` and the code nested in it (comprehensions, lambdas) read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _for_the_cpu_pipeline(function: Any) -> Any:
+    """``function`` with the device functions it calls (globals that are ``@cuda.jit`` functions, at any
+    depth) replaced by ``@njit`` functions of their Python code: pyjlad compiles device code with Numba's
+    CPU pipeline, which cannot call a CUDA dispatcher. ``function`` itself when it calls none."""
+    py_func = getattr(function, "py_func", function)
+    code = getattr(py_func, "__code__", None)
+    if code is None:
+        return py_func
+    swaps = {name: cached_for(value, ("gpu-njit",), lambda v=value: njit(_for_the_cpu_pipeline(v)))
+             for name in _global_names(code)
+             if _is_cuda_dispatcher(value := py_func.__globals__.get(name))}
+    if not swaps:
+        return py_func
+    rebuilt = FunctionType(code, {**py_func.__globals__, **swaps}, py_func.__name__, py_func.__defaults__,
+                           py_func.__closure__)
+    rebuilt.__qualname__ = py_func.__qualname__
+    rebuilt.__module__ = py_func.__module__
+    return rebuilt
+
+
 def _python_function(fn: Any) -> Any:
-    """The Python function of a numba-cuda device function (``py_func``), or ``fn`` itself."""
-    return getattr(fn, "py_func", fn)
+    """The Python function pyjlad compiles for ``fn``: a numba-cuda device function's ``py_func`` (the device
+    functions it calls compiled by Numba's CPU pipeline too), or ``fn`` itself."""
+    if not _is_cuda_dispatcher(fn):
+        return fn
+    return cached_for(fn, ("gpu-cpu-function",), lambda: _for_the_cpu_pipeline(fn))
 
 
 def _derivative(fn: Any, argtypes: Any, wrt: int | Sequence[int], mode: str) -> DeviceDerivative:
