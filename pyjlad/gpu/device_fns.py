@@ -251,10 +251,11 @@ class DeviceDerivative:
         """:meth:`ptx` written to a file (for ``link=`` of numba-cuda)."""
         folder = Path(tempfile.gettempdir()) / "pyjlad-gpu-device-fns"
         folder.mkdir(exist_ok=True)
-        path = folder / f"{self.name}.{arch}.ptx"
+        ptx = self.ptx(arch)
+        path = folder / f"{self.name}.{arch}.{hashlib.sha256(ptx.encode()).hexdigest()[:12]}.ptx"  # never stale
         if not path.exists():
             partial = path.with_suffix(f".{id(self)}.tmp")
-            partial.write_text(self.ptx(arch))
+            partial.write_text(ptx)
             partial.replace(path)
         return path
 
