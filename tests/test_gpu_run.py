@@ -87,3 +87,44 @@ def test_a_million_samples_timed_against_the_cpu_paths() -> None:
     for g, r in zip(gpu, ref):
         assert _relative(g, r) <= 1e-12
     print(f"\n10^6 samples: GPU {gpu_s * 1e3:.1f} ms (with copies), pyjlad.vmap on all cores {cpu_s * 1e3:.1f} ms")
+
+
+def test_device_derivatives_in_a_numba_cuda_kernel() -> None:
+    """device_grad / device_jvp called in a user's @cuda.jit kernel, launched; against their CPU builds."""
+    pytest.importorskip("numba_cuda", reason="a GPU is present but numba-cuda is not installed: "
+                                             "pip install numba-cuda to run this test")
+    import math
+
+    from numba import cuda, float64
+    from test_gpu_device_fns import sin_sum
+
+    arr = float64[::1]
+    device_fn = cuda.jit(device=True)(sin_sum)
+    grad = pg.device_grad(device_fn, (float64, arr), wrt=(0, 1))
+    jvp = pg.device_jvp(device_fn, (float64, arr), wrt=(0, 1))
+    dgrad, djvp = grad.declare(), jvp.declare()
+
+    @cuda.jit
+    def kernel(xs, a, gas, ta, out, tangents, shared):
+        i = cuda.grid(1)
+        if i < xs.shape[0]:
+            out[i] = dgrad(xs[i], a, gas[i])
+            tangents[i] = djvp(xs[i], a, 0.5, ta)
+            dgrad(xs[i], a, shared)  # all threads add into one gradient array (Enzyme's atomic adds)
+
+    n = 1000
+    rng = np.random.default_rng(0)
+    xs, a, ta = rng.normal(size=n), rng.normal(size=8), rng.normal(size=8)
+    gas = np.zeros((n, 8))
+    out, tangents = np.zeros(n), np.zeros(n)
+    d_gas, d_out, d_tan = cuda.to_device(gas), cuda.to_device(out), cuda.to_device(tangents)
+    d_shared = cuda.to_device(np.zeros(8))
+    kernel[(n + 127) // 128, 128](cuda.to_device(xs), cuda.to_device(a), d_gas, cuda.to_device(ta), d_out, d_tan,
+                                  d_shared)
+    out, tangents, gas = d_out.copy_to_host(), d_tan.copy_to_host(), d_gas.copy_to_host()
+    np.testing.assert_allclose(d_shared.copy_to_host(), gas.sum(axis=0), rtol=1e-10)  # in any order
+    for i in range(0, n, 97):
+        ga = np.zeros(8)
+        assert math.isclose(out[i], grad.on_cpu()(xs[i], a, ga), rel_tol=1e-12)
+        assert _relative(gas[i], ga) <= 1e-12
+        assert math.isclose(tangents[i], jvp.on_cpu()(xs[i], a, 0.5, ta), rel_tol=1e-12)

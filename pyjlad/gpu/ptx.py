@@ -30,7 +30,7 @@ from .layout import Slot
 from .sweep import DeviceSweep
 from .tools import disassemble, libdevice_path, llvm_tool, ptxas_path, run_tool
 
-__all__ = ["KernelPTX", "kernel_ptx", "ptxas_report", "ARCHES"]
+__all__ = ["KernelPTX", "kernel_ptx", "device_function_ptx", "ptxas_report", "ARCHES"]
 
 #: The GPU architectures LLVM 15's NVPTX backend can target that pyjlad builds for (Ampere).
 ARCHES = ("sm_80", "sm_86")
@@ -102,6 +102,35 @@ def kernel_ptx(sweep: DeviceSweep, slots: tuple[Slot, ...], wrt: tuple[int, ...]
         ptx = run_tool([llvm_tool("llc"), "-O3", f"-mcpu={arch}", "-", "-o", "-"], f"compiling {what} to PTX",
                        optimized).decode()
     return KernelPTX(ptx, names.kernel, arch)
+
+
+def device_function_ptx(sweep: DeviceSweep, wrapper: str, symbol: str, arch: str = "sm_80") -> str:
+    """The PTX of a derivative as a device function: ``wrapper`` (an NVPTX module defining ``symbol``, see
+    :mod:`pyjlad.gpu.device_fns`) linked with Enzyme's output and libdevice, optimized with everything but
+    ``symbol`` internal, compiled by ``llc`` (a ``.visible .func``, no kernel).
+
+    Raises
+    ------
+    UnsupportedFunctionError, ToolchainError, EnzymeError
+        As :func:`kernel_ptx`.
+    """
+    if arch not in ARCHES:
+        raise ToolchainError(f"arch={arch!r}: LLVM 15's NVPTX backend builds for {', '.join(ARCHES)} (the "
+                             "CUDA driver compiles their PTX for newer GPUs)")
+    what = f"the device derivative of {sweep.exported.name}"
+    derivative = device_module(sweep.text, label=sweep.exported.abi.entry)
+    with tempfile.TemporaryDirectory(prefix="pyjlad-gpu-") as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "derivative.ll").write_text(derivative)
+        (tmp / "wrapper.ll").write_text(wrapper)
+        files = [tmp / "derivative.ll", tmp / "wrapper.ll"]
+        if "pyjlad_zeroed" in _declared(derivative):
+            (tmp / "allocator.ll").write_text(DEVICE_ALLOCATOR)
+            files.append(tmp / "allocator.ll")
+        optimized = _optimized(files, KernelNames(symbol, symbol, symbol), arch, tmp, what)
+        _refuse_host_calls(disassemble(optimized, what), sweep.exported.name)
+        return run_tool([llvm_tool("llc"), "-O3", f"-mcpu={arch}", "-", "-o", "-"], f"compiling {what} to PTX",
+                        optimized).decode()
 
 
 def ptxas_report(ptx: str, arch: str) -> str:

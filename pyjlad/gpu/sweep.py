@@ -69,16 +69,16 @@ def _activities(wrt: tuple[int, ...], nargs: int) -> tuple[Activity, ...]:
     return tuple(Activity.DIFF if k in wrt else Activity.CONST for k in range(nargs))
 
 
-def _build(func: Any, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, ...]) -> DeviceSweep:
+def _build(func: Any, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, ...], mode: str = "reverse") -> DeviceSweep:
     exported = export(func, argtypes)
-    sweep = Sweep("ad", "reverse", _activities(wrt, len(argtypes)), scalar_result=True)
+    sweep = Sweep("ad", mode, _activities(wrt, len(argtypes)), scalar_result=True)
     activities = resolve_activities(exported, sweep)
     check_result(exported, sweep)
     enzyme_input = exported.enzyme_module
     external = tuple(f for f in enzyme_input.external_functions if f not in _RELEASE_ONLY)
     device = device_module(enzyme_input.text, external, name=exported.name,
                            label=exported.abi.entry)
-    driver = ad_driver(exported.abi, "reverse", activities, oom_guard=False, salt=exported.module.text)
+    driver = ad_driver(exported.abi, mode, activities, oom_guard=False, salt=exported.module.text)
     toolchain = locate()
     key = cache.cache_key(_FORMAT, PASSES, _special_source_hash(), toolchain.identity, exported.module.text,
                           driver.text)
@@ -87,9 +87,13 @@ def _build(func: Any, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, ...]) 
     return DeviceSweep(exported, driver, activities, disassemble(bitcode, f"the derivative of {exported.name}"))
 
 
-def device_sweep(func: Any, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, ...]) -> DeviceSweep:
+def device_sweep(func: Any, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, ...],
+                 mode: str = "reverse") -> DeviceSweep:
     """The :class:`DeviceSweep` of ``func`` for one sample's ``argtypes``, differentiated with respect to ``wrt``
-    (remembered per function, types and ``wrt``; Enzyme's output also on disk).
+    (remembered per function, types, ``wrt`` and ``mode``; Enzyme's output also on disk).
+
+    ``mode`` is ``"reverse"`` (adjoints; the batched kernels and :func:`pyjlad.gpu.device_grad`) or
+    ``"forward"`` (tangents; :func:`pyjlad.gpu.device_jvp`).
 
     Raises
     ------
@@ -100,4 +104,5 @@ def device_sweep(func: Any, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, 
     EnzymeError
         Enzyme failed (with its diagnostics).
     """
-    return cached_for(func, ("gpu-sweep", argtypes, wrt), lambda: _build(func, argtypes, wrt))
+    key = ("gpu-sweep", argtypes, wrt) if mode == "reverse" else ("gpu-sweep", argtypes, wrt, mode)
+    return cached_for(func, key, lambda: _build(func, argtypes, wrt, mode))
