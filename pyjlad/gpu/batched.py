@@ -97,15 +97,16 @@ class BatchedGradient:
         return [((plan.n, *plan.slots[k].sample_shape), np.dtype(plan.slots[k].dtype)) for k in self._wrt]
 
     def _params(self, plan: Plan, addresses: list[int | None], gradients: list[int], values: int,
-                status: int) -> list[Any]:
-        """The kernel's parameters after ``n``: argument addresses or values, gradients, values, statuses."""
+                status: int, failures: int) -> list[Any]:
+        """The kernel's parameters after ``n``: argument addresses or values, gradients, values, statuses,
+        the failure count."""
         params: list[Any] = []
         for slot, view, address in zip(plan.slots, plan.views, addresses):
             if slot.by_value:
                 params.append(np.uint8(view.value) if slot.dtype == "bool" else np.dtype(slot.dtype).type(view.value))
             else:
                 params.append(address)
-        return [*params, *gradients, values, status]
+        return [*params, *gradients, values, status, failures]
 
     def _result(self, values: Any, gradients: list[Any]) -> Any:
         by_index = dict(zip(self._wrt, gradients))
@@ -119,9 +120,8 @@ class BatchedGradient:
         return (values, grads) if self._with_value else grads
 
     def _raise_failures(self, plan: Plan, status: np.ndarray, sample: Callable[[int], tuple[Any, ...]]) -> None:
+        """Raise the first failing sample's exception, with a note counting the batch's failures."""
         failed = np.flatnonzero(status)
-        if failed.size == 0:
-            return
         first = int(failed[0])
         name = getattr(self.__wrapped__, "__name__", self.__wrapped__)
         shown = ", ".join(map(str, failed[:10])) + (", ..." if failed.size > 10 else "")
@@ -160,11 +160,13 @@ class BatchedGradient:
         gradients = [np.zeros(shape, dtype) for shape, dtype in self._gradient_shapes(plan)]
         values = np.zeros(plan.n, plan.result_dtype)
         status = np.zeros(plan.n, np.int32)
+        failures = np.zeros(1, np.int32)
         addresses = [view.address or None for view in plan.views]
         params = self._params(plan, addresses, [g.ctypes.data for g in gradients], values.ctypes.data,
-                              status.ctypes.data)
+                              status.ctypes.data, failures.ctypes.data)
         loop(plan.n, [int(p) if isinstance(p, (int, np.integer)) else p for p in params])
-        self._raise_failures(plan, status, lambda i: _host_sample(plan, i))
+        if failures[0]:
+            self._raise_failures(plan, status, lambda i: _host_sample(plan, i))
         return self._result(values, gradients)
 
     # -- PTX and the GPU -------------------------------------------------------------------------
@@ -198,10 +200,13 @@ class BatchedGradient:
         gradients = [gpu.allocate(shape, dtype) for shape, dtype in self._gradient_shapes(plan)]
         values = gpu.allocate((plan.n,), plan.result_dtype)
         status = gpu.allocate((plan.n,), np.int32)
+        failures = gpu.to_device(np.zeros(1, np.int32))
         addresses = [None if slot.by_value else view.address for slot, view in zip(plan.slots, plan.views)]
-        params = self._params(plan, addresses, [g.address for g in gradients], values.address, status.address)
+        params = self._params(plan, addresses, [g.address for g in gradients], values.address, status.address,
+                              failures.address)
         gpu.launch(kernel, plan.n, params)
-        self._raise_failures(plan, status.copy_to_host(), lambda i: _device_sample(plan, i))
+        if failures.copy_to_host()[0]:  # one number read back; the n statuses only when a sample failed
+            self._raise_failures(plan, status.copy_to_host(), lambda i: _device_sample(plan, i))
         if on_device:
             return self._result(values, gradients)
         return self._result(values.copy_to_host(), [g.copy_to_host() for g in gradients])

@@ -6,7 +6,9 @@ times their batch stride, shared ones whole), builds Numba's array
 parameters for them, zeroes the sample's gradient rows (the shadows Enzyme
 accumulates into), calls the driver (:func:`pyjlad.engines.driver.ad_driver`:
 value, adjoints of float scalars, array gradients, Numba's status), and
-stores the status in ``status[i]``.
+stores the status in ``status[i]``; a non-zero status also adds one to the
+batch's failure count (an atomic add), so that the caller reads one number,
+not ``n`` statuses, to know whether any sample failed.
 
 Two loops call the same body: the *kernel*, one GPU thread per sample with a
 grid-stride loop (``i = blockIdx.x * blockDim.x + threadIdx.x``, stepping by
@@ -17,7 +19,8 @@ on a machine without a GPU).
 Parameters of both loops, in order: ``i64 n``; per argument, its value (a
 shared number) or a pointer to its first byte; per differentiated argument, a
 pointer to its gradient rows (``n`` C-contiguous samples); the values
-(``n`` results); the statuses (``n`` ``int32``).
+(``n`` results); the statuses (``n`` ``int32``); the failure count (one
+``int32``, zero before the call).
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def loop_params(slots: tuple[Slot, ...], abi: FunctionABI, wrt: tuple[int, ...])
         else:
             params.append(("ptr", f"%a{slot.index}"))
     params += [("ptr", f"%g{k}") for k in wrt]
-    params += [("ptr", "%values"), ("ptr", "%status")]
+    params += [("ptr", "%values"), ("ptr", "%status"), ("ptr", "%failures")]
     return params
 
 
@@ -172,6 +175,12 @@ def body_module(abi: FunctionABI, driver: Driver, slots: tuple[Slot, ...], wrt: 
         f"  %st = call i32 @{driver.symbol}({call})",
         "  %stp = getelementptr inbounds i32, ptr %status, i64 %i",
         "  store i32 %st, ptr %stp, align 4",
+        "  %failed = icmp ne i32 %st, 0",
+        "  br i1 %failed, label %count, label %done",
+        "count:",
+        "  %ignored = atomicrmw add ptr %failures, i32 1 monotonic, align 4",
+        "  br label %done",
+        "done:",
         "  ret void",
         "}",
         "",
