@@ -7,8 +7,8 @@ and launches a kernel with one thread per sample (blocks of
 :data:`THREADS_PER_BLOCK`, at most :data:`BLOCKS_PER_SM` blocks per
 multiprocessor; the kernel's grid-stride loop covers the rest).
 
-NEVER EXECUTED on a GPU: written against cuda-core 1.2.2's API (its stubs), and
-exercised only up to the driver check on machines without one.
+Run on an NVIDIA H200 with cuda-core 1.2.0 (``tests/test_gpu_run.py``, through
+``tools/gpu_check/``); on machines without a GPU only the driver check runs.
 """
 
 from __future__ import annotations
