@@ -64,5 +64,5 @@ def replace_section(text: str, name: str, body: str) -> str:
 def update_results(name: str, results: Path = HERE / "RESULTS.md") -> str:
     """Re-measure section ``name`` and write it into ``results``; return the section's markdown."""
     body = run_section(name)
-    results.write_text(replace_section(results.read_text(), name, body))
+    results.write_text(replace_section(results.read_text() if results.exists() else "", name, body))
     return body

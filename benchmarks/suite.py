@@ -4,6 +4,7 @@ Usage (after ``bash scripts/setup.sh --tests``, which installs the peers)::
 
     .venv/bin/python benchmarks/suite.py            # prints the table, writes RESULTS.md and results.png
     .venv/bin/python benchmarks/suite.py --section numba-calls   # re-measures one section of RESULTS.md
+    .venv/bin/python benchmarks/suite.py --quick --out DIR       # no large workloads; writes into DIR
 
 Everything is measured in one run (these machines are noisy, so ratios taken
 together are the figures to compare): for each workload the Numba function,
@@ -34,6 +35,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+#: Where RESULTS.md, results.json and results.png are written: beside this script (the committed
+#: results), or the folder named by ``--out DIR`` (``python -m pyjlad bench --quick --out DIR``).
+OUT = HERE
 
 
 def per_call(fn, budget: float = 1.0, repeats: int = 5) -> float:
@@ -213,11 +217,20 @@ def main() -> None:
     from sections import SECTIONS, replace_section, run_section, update_results
     from workloads import build
 
+    global OUT
+    if "--out" in sys.argv:
+        OUT = Path(sys.argv[sys.argv.index("--out") + 1]).resolve()
+        OUT.mkdir(parents=True, exist_ok=True)
     if "--section" in sys.argv:
-        print(update_results(sys.argv[sys.argv.index("--section") + 1]))
+        print(update_results(sys.argv[sys.argv.index("--section") + 1], OUT / "RESULTS.md"))
         return
     include_large = "--quick" not in sys.argv
-    rows = [run_workload(w) for w in build(include_large)]
+    workloads = build(include_large)
+    rows = []
+    for i, w in enumerate(workloads, 1):  # progress on stderr; the results go to stdout and the files
+        print(f"[{i}/{len(workloads)}] {w.name}", file=sys.stderr, flush=True)
+        rows.append(run_workload(w))
+    print("[fresh processes, peak memory, sections]", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, PYJLAD_GRADIENT_CACHE_DIR=cache)
         cold = fresh_process(FIRST_GRADIENT, env)
@@ -225,12 +238,12 @@ def main() -> None:
         memory = fresh_process(PEAK_MEMORY, env)
     info = versions()
     write_results(rows, cold, warm, memory, info)
-    text = (HERE / "RESULTS.md").read_text()
+    text = (OUT / "RESULTS.md").read_text()
     for name in SECTIONS:
         text = replace_section(text, name, run_section(name))
-    (HERE / "RESULTS.md").write_text(text)
+    (OUT / "RESULTS.md").write_text(text)
     plot(rows)
-    print((HERE / "RESULTS.md").read_text())
+    print((OUT / "RESULTS.md").read_text())
 
 
 def write_results(rows, cold, warm, memory, info) -> None:
@@ -280,8 +293,8 @@ def write_results(rows, cold, warm, memory, info) -> None:
     for r in rows:
         for key, note in r["notes"].items():
             lines.append(f"- {r['name']}, {key}: {note}")
-    (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
-    (HERE / "results.json").write_text(json.dumps({"rows": rows, "cold": cold, "warm": warm,
+    (OUT / "RESULTS.md").write_text("\n".join(lines) + "\n")
+    (OUT / "results.json").write_text(json.dumps({"rows": rows, "cold": cold, "warm": warm,
                                                    "memory": memory, "versions": info}, indent=2))
 
 
@@ -353,7 +366,7 @@ def plot(rows) -> None:
     ax.set_title("Gradient cost: pyjlad against peers (lower is better)")
     ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
-    fig.savefig(HERE / "results.png", dpi=120)
+    fig.savefig(OUT / "results.png", dpi=120)
 
 
 if __name__ == "__main__":

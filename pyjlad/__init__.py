@@ -13,6 +13,8 @@ Pipeline: :mod:`pyjlad.export` (Numba -> IR + ABI) -> :mod:`pyjlad.portable`
 :mod:`pyjlad.transforms` (the public API).
 """
 
+import logging as _logging
+
 from . import numba_calls as _numba_calls  # noqa: F401 - registers derivatives as Numba callables
 from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse
 from .annotated import autodiff
@@ -39,6 +41,10 @@ from .rules import CustomDerivative, custom_derivative
 from .transforms import grad, gradient, value_and_grad, value_and_gradient
 
 __version__ = "0.1.0"
+
+# The library logs to "pyjlad" (compile timings, Enzyme retries, cache use at DEBUG) and leaves
+# handlers to the application: logging.basicConfig(level=logging.DEBUG) shows them.
+_logging.getLogger("pyjlad").addHandler(_logging.NullHandler())
 
 __all__ = [
     "gradient", "value_and_gradient", "grad", "value_and_grad",

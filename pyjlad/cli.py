@@ -8,8 +8,13 @@ Examples
     Install and verify the embedded engine's Enzyme toolchain.
 ``python -m pyjlad export mymodule:loss --signature "float64[:], float64" -o out/``
     Write ``loss``'s portable IR (``.ll``, as Julia's ``llvmcall`` takes it) and ABI description (``.json``).
+``python -m pyjlad doctor --json``
+    The same report as JSON, for scripts and bug reports.
 ``python -m pyjlad bench [--benchmarks CHECKOUT/benchmarks]``
     Run the benchmark scripts of a source checkout's ``benchmarks/`` (a wheel does not ship them).
+``python -m pyjlad bench --quick [--out DIR] [--json]``
+    The suite without its large workloads, written to ``DIR`` (default ``./pyjlad-bench``); ``--json``
+    prints its results as JSON.
 ``python -m pyjlad --version`` (or ``pyjlad --version``)
     Print pyjlad's version.
 ``python -m pyjlad cache info`` / ``python -m pyjlad cache clear``
@@ -28,7 +33,14 @@ from pathlib import Path
 __all__ = ["main"]
 
 
-def _doctor(_: argparse.Namespace) -> int:
+def doctor_report() -> dict:
+    """What ``doctor`` reports, as a dict (``doctor --json`` prints it): versions, paths, each engine.
+
+    Keys: ``pyjlad``, ``python``, ``executable``, ``numba``, ``llvmlite``, ``llvm``, ``numpy``,
+    ``cache``, ``enzyme`` (``version``, ``source``), ``opt``, ``default_engine``, ``engines`` (a list of
+    ``name``, ``ok``, ``default``, ``detail``), ``ok`` (whether the default engine works) and
+    ``problem`` (a sentence, or ``None``).
+    """
     import llvmlite
     import numba
     import numpy
@@ -38,26 +50,43 @@ def _doctor(_: argparse.Namespace) -> int:
     from .errors import ToolchainError
     from .toolchain import ENZYME_SOURCE, ENZYME_VERSION, cache_root, find_opt
 
-    print(f"pyjlad {__version__} on Python {platform.python_version()} ({sys.executable})")
-    print(f"numba {numba.__version__}, llvmlite {llvmlite.__version__} "
-          f"(LLVM {'.'.join(map(str, llvmlite.binding.llvm_version_info))}), numpy {numpy.__version__}")
-    print(f"cache: {cache_root()}")
     try:
-        opt = find_opt() or "not found"
+        opt = str(find_opt() or "not found")
     except ToolchainError as exc:
         opt = str(exc)
-    print(f"Enzyme: {ENZYME_VERSION} from {ENZYME_SOURCE}; opt-15: {opt}")
     default = default_engine_name()
-    default_ok = False
+    engines = []
     for name in ENGINE_NAMES:
         ok, detail = get_engine(name).status()
-        mark = "OK  " if ok else "FAIL"
-        print(f"[{mark}] engine {name}{' (default)' if name == default else ''}: {detail}")
-        if name == default:
-            default_ok = ok
+        engines.append({"name": name, "ok": bool(ok), "default": name == default, "detail": detail})
+    problem = None
     if default not in ENGINE_NAMES:
-        print(f"PYJLAD_ENGINE={default!r} is not a known engine; use one of {', '.join(ENGINE_NAMES)}")
-    return 0 if default_ok else 1
+        problem = f"PYJLAD_ENGINE={default!r} is not a known engine; use one of {', '.join(ENGINE_NAMES)}"
+    return {
+        "pyjlad": __version__, "python": platform.python_version(), "executable": sys.executable,
+        "numba": numba.__version__, "llvmlite": llvmlite.__version__,
+        "llvm": ".".join(map(str, llvmlite.binding.llvm_version_info)), "numpy": numpy.__version__,
+        "cache": str(cache_root()), "enzyme": {"version": ENZYME_VERSION, "source": ENZYME_SOURCE}, "opt": opt,
+        "default_engine": default, "engines": engines,
+        "ok": any(e["ok"] for e in engines if e["default"]), "problem": problem,
+    }
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    report = doctor_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0 if report["ok"] else 1
+    print(f"pyjlad {report['pyjlad']} on Python {report['python']} ({report['executable']})")
+    print(f"numba {report['numba']}, llvmlite {report['llvmlite']} (LLVM {report['llvm']}), numpy {report['numpy']}")
+    print(f"cache: {report['cache']}")
+    print(f"Enzyme: {report['enzyme']['version']} from {report['enzyme']['source']}; opt-15: {report['opt']}")
+    for engine in report["engines"]:
+        mark = "OK  " if engine["ok"] else "FAIL"
+        print(f"[{mark}] engine {engine['name']}{' (default)' if engine['default'] else ''}: {engine['detail']}")
+    if report["problem"]:
+        print(report["problem"])
+    return 0 if report["ok"] else 1
 
 
 def _toolchain_install(args: argparse.Namespace) -> int:
@@ -208,10 +237,27 @@ def _bench(args: argparse.Namespace) -> int:
         if root is None:
             print(_NO_BENCHMARKS, file=sys.stderr)
             return 2
-    status = 0
-    for script in _BENCHMARKS:
-        print(f"== benchmarks/{script}", flush=True)
-        status |= subprocess.call([sys.executable, str(root / script)])
+    out = Path(args.out).resolve() if args.out else None
+    if args.quick and out is None:
+        out = Path.cwd() / "pyjlad-bench"  # never the committed results beside the scripts
+    scripts = [("suite.py", "--quick")] if args.quick else [(script,) for script in _BENCHMARKS]
+    log = sys.stderr if args.json else sys.stdout  # with --json, stdout carries the JSON document only
+    status, ran = 0, []
+    for k, (script, *options) in enumerate(scripts, 1):
+        command = [sys.executable, str(root / script), *options]
+        if script == "suite.py" and out is not None:
+            command += ["--out", str(out)]
+        print(f"== [{k}/{len(scripts)}] benchmarks/{script} {' '.join(options)}".rstrip(), file=log, flush=True)
+        code = subprocess.call(command, stdout=log if args.json else None)
+        ran.append({"script": script, "options": options, "returncode": code})
+        status |= code
+    results = (out or root) / "results.json"
+    if args.json:
+        document = {"out": str(out or root), "scripts": ran,
+                    "results": json.loads(results.read_text()) if results.is_file() else None}
+        print(json.dumps(document, indent=2))
+    elif out is not None:
+        print(f"results written to {out} (RESULTS.md, results.json, results.png)")
     return status
 
 
@@ -234,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     doctor = sub.add_parser("doctor", help="report engines, versions, paths and fixes")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(run=_doctor)
 
     toolchain = sub.add_parser("toolchain", help="manage the Enzyme toolchain")
@@ -261,6 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--benchmarks", metavar="DIR", default=None,
                        help="a source checkout's benchmarks/ folder (default: the checkout this pyjlad "
                             "runs from; an installed wheel does not ship the scripts)")
+    bench.add_argument("--quick", action="store_true",
+                       help="the suite without its large workloads, written to --out (default ./pyjlad-bench), "
+                            "never over the committed results")
+    bench.add_argument("--out", metavar="DIR", default=None,
+                       help="write the suite's RESULTS.md, results.json and results.png into DIR")
+    bench.add_argument("--json", action="store_true",
+                       help="print the suite's results as JSON on stdout (the scripts' own output goes to stderr)")
     bench.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)

@@ -40,6 +40,7 @@ from .ir import Module, Parameter
 from .ir import parse as parse_module
 from .ir.analysis import numba_entry
 from .ir.names import c_identifier
+from .log import get_logger, timed
 from .memo import cached_for
 from .portable import PortableModule
 from .portable_pipeline import make_portable
@@ -123,7 +124,15 @@ def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
         has a type pyjlad cannot pass.
     """
     argtypes = tuple(argtypes)
-    return cached_for(func, ("export", argtypes), lambda: _export(func, argtypes))
+    return cached_for(func, ("export", argtypes), lambda: _timed_export(func, argtypes))
+
+
+_log = get_logger(__name__)
+
+
+def _timed_export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
+    with timed(_log, "exported %s for %s", getattr(func, "__name__", func), argtypes):
+        return _export(func, argtypes)
 
 
 def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:

@@ -85,3 +85,51 @@ def test_export_for_the_gpu_writes_the_nvptx_module(tmp_path: Path) -> None:
     assert "@__nv_sin(" in text and "@llvm.sin.f64" not in text  # libdevice, which CUDA.jl links
     bad = _run("export", "sample.py:f", "--signature", "float64[:], float64", "--target", "nvptx", cwd=tmp_path)
     assert bad.returncode == 1  # math.sin of an array does not compile: a clear error, no file
+
+
+def test_doctor_json_is_the_same_report_as_data(tmp_path: Path, monkeypatch) -> None:
+    report = json.loads(_run("doctor", "--json").stdout)
+    assert report["ok"] is True and report["default_engine"] == "embedded"
+    embedded = next(e for e in report["engines"] if e["name"] == "embedded")
+    assert embedded["ok"] and embedded["default"] and "LLVM version 15" in embedded["detail"]
+    assert {"pyjlad", "python", "numba", "llvmlite", "llvm", "numpy", "cache", "enzyme", "opt"} <= set(report)
+    monkeypatch.setenv("PYJLAD_ENZYME_PLUGIN", str(tmp_path / "missing.so"))
+    out = _run("doctor", "--json")
+    assert out.returncode == 1 and json.loads(out.stdout)["ok"] is False
+
+
+def _fake_benchmarks(folder: Path) -> Path:
+    """Stand-ins for the benchmark scripts (what bench runs and passes is under test, not the benchmarks)."""
+    from pyjlad.cli import _BENCHMARKS
+
+    folder.mkdir()
+    for name in _BENCHMARKS:
+        (folder / name).write_text(textwrap.dedent(f"""
+            import json, sys
+            from pathlib import Path
+            print("{name} ran", sys.argv[1:])
+            if "--out" in sys.argv:
+                out = Path(sys.argv[sys.argv.index("--out") + 1])
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "results.json").write_text(json.dumps({{"quick": "--quick" in sys.argv}}))
+        """))
+    return folder
+
+
+def test_bench_quick_writes_to_a_chosen_folder_and_prints_json(tmp_path: Path) -> None:
+    scripts = _fake_benchmarks(tmp_path / "benchmarks")
+    out = _run("bench", "--benchmarks", str(scripts), "--quick", "--out", str(tmp_path / "o"), "--json",
+               cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)  # stdout holds the JSON document only
+    assert document["results"] == {"quick": True} and document["out"] == str(tmp_path / "o")
+    assert [s["script"] for s in document["scripts"]] == ["suite.py"]
+    assert "suite.py ran" in out.stderr and not (scripts / "results.json").exists()
+
+
+def test_bench_quick_never_writes_over_the_committed_results(tmp_path: Path) -> None:
+    scripts = _fake_benchmarks(tmp_path / "benchmarks")
+    out = _run("bench", "--benchmarks", str(scripts), "--quick", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "pyjlad-bench" / "results.json").is_file() and not (scripts / "results.json").exists()
+    assert "== [1/1] benchmarks/suite.py --quick" in out.stdout

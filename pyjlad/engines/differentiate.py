@@ -20,6 +20,7 @@ from ..errors import (
 from ..export import ExportedFunction
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
+from ..log import get_logger, timed
 from ..nested import explain_failure as explain_nested
 from ..nested import is_nested_driver, nested_modules
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
@@ -202,6 +203,9 @@ def nested_modules_called(exported: ExportedFunction) -> bool:
     return any(is_nested_driver(name) for name in exported.enzyme_module.external_functions)
 
 
+_log = get_logger(__name__)
+
+
 def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     """Enzyme's output for ``module_text``, retried as :func:`_next_attempt` says and, once, with the blocks
     in dominance order where Enzyme's forward mode met a use before its definition."""
@@ -214,15 +218,22 @@ def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     passes, options = PASSES, NO_SPECULATION_ARGS
     while True:
         try:
-            derivative = _differentiate(toolchain, module, passes, exported.name, options)
+            with timed(_log, "Enzyme on %s (options %s)", exported.name, " ".join(options) or "none"):
+                derivative = _differentiate(toolchain, module, passes, exported.name, options)
             dump(label, "enzyme.output", derivative)
             return derivative
         except EnzymeError as exc:
             if _BLOCK_ORDER_FAILURE in exc.diagnostics and not reordered:
+                _log.debug("Enzyme's forward mode met a use before its definition in %s: retrying with the "
+                           "blocks in dominance order", exported.name)
                 module, reordered = _enzyme_input(toolchain, exported, module_text, dominance=True), True
                 dump(label, "enzyme.input-blocks-in-dominance-order", module)
                 continue
             attempt = _next_attempt(passes, options, exc.diagnostics)
+            if attempt is not None:
+                _log.debug("Enzyme failed on %s (%s); retrying with options %s", exported.name,
+                           exc.diagnostics.strip().splitlines()[-1][:200] if exc.diagnostics.strip() else exc,
+                           " ".join(attempt[1]))
             if attempt is None:
                 if nested_modules_called(exported):
                     raise explain_nested(exported.name, exported.enzyme_module.external_functions, exc) from None

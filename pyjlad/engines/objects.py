@@ -20,6 +20,7 @@ from .. import cache
 from ..errors import (
     EnzymeError,
 )
+from ..log import get_logger, timed
 from ..objcheck import InvalidObject, check_elf, check_llvm_module
 from . import native
 from .blas import resolve_blas_symbols
@@ -117,6 +118,9 @@ def _unpack_object(payload: bytes) -> Any:
     return codegen.unserialize_library((header["name"], header["kind"], (obj, shared)))
 
 
+_log = get_logger(__name__)
+
+
 def load_library(key: str, build_bitcode: Callable[[], bytes], name: str, what: str) -> Any:
     """The JIT-compiled library of cache entry ``key`` (``what``: the derivative, in the user's terms).
 
@@ -132,7 +136,9 @@ def load_library(key: str, build_bitcode: Callable[[], bytes], name: str, what: 
     if payload is not None:
         try:
             with global_compiler_lock:  # Numba's code generator is not thread-safe
-                return _unpack_object(payload)
+                library = _unpack_object(payload)
+            _log.debug("loaded the machine code of %s from the disk cache", what)
+            return library
         except (ValueError, KeyError, RuntimeError):
             pass  # an unreadable entry: rebuilt below, and replaced
     with native.start() as compiler:  # started first: the interpreter starts while Enzyme runs
@@ -145,7 +151,8 @@ def load_library(key: str, build_bitcode: Callable[[], bytes], name: str, what: 
                 f"the toolchain is broken: reinstall it with python -m pyjlad toolchain install --force",
                 diagnostics=str(exc),
             ) from None
-        payload = _compile_object(compiler, bitcode, name, what)
+        with timed(_log, "compiled %s to machine code", what):
+            payload = _compile_object(compiler, bitcode, name, what)
     try:
         _check_object(payload)
     except InvalidObject as exc:
