@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from interop_models import counted, energy, squares
 from numba import njit
 
 import pyjlad
@@ -22,35 +23,13 @@ from pyjlad.interop.jax import to_jax
 jax.config.update("jax_enable_x64", True)
 
 
-@njit
-def energy(x, k):
-    s = 0.0
-    for i in range(x.shape[0] - 1):
-        d = x[i + 1] - x[i]
-        s += k * d * d + math.cos(x[i]) * k
-    return s
-
-
 def energy_jax(x, k):
     d = jnp.diff(x)
     return jnp.sum(k * d * d + jnp.cos(x[:-1]) * k)
 
 
-@njit
-def counted(x, n):
-    s = 0.0
-    for i in range(n):
-        s += math.sin(x[i]) * x[i]
-    return s
-
-
 def counted_jax(x, n):
     return jnp.sum(jnp.sin(x[:n]) * x[:n])
-
-
-@njit
-def squares(x):
-    return x * x + np.sin(x)
 
 
 def squares_jax(x):

@@ -7,26 +7,16 @@ integer tensors as constants; array-valued functions. float64 throughout.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
+from interop_models import counted, energy, squares
 from numba import njit
 
 import pyjlad
 from pyjlad.interop.torch import to_torch
 
 D = torch.float64
-
-
-@njit
-def energy(x, k):
-    s = 0.0
-    for i in range(x.shape[0] - 1):
-        d = x[i + 1] - x[i]
-        s += k * d * d + math.cos(x[i]) * k
-    return s
 
 
 def energy_torch(x, k):
@@ -41,19 +31,6 @@ def one(x):
 
 def one_torch(x):
     return energy_torch(x, 0.7)
-
-
-@njit
-def counted(x, n):
-    s = 0.0
-    for i in range(n):
-        s += math.sin(x[i]) * x[i]
-    return s
-
-
-@njit
-def squares(x):
-    return x * x + np.sin(x)
 
 
 def _x(n: int = 6, seed: int = 0) -> torch.Tensor:
