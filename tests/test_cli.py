@@ -133,3 +133,11 @@ def test_bench_quick_never_writes_over_the_committed_results(tmp_path: Path) -> 
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "pyjlad-bench" / "results.json").is_file() and not (scripts / "results.json").exists()
     assert "== [1/1] benchmarks/suite.py --quick" in out.stdout
+
+
+def test_a_closed_pipe_is_no_traceback() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "pyjlad", "doctor"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # as `pyjlad doctor | head -1` does
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err
