@@ -41,6 +41,11 @@ ALLOWED = {
         "the command line's exit status and message (python -m pyjlad), not an error raised to a caller",
     ("engines/native_child.py", "SystemExit"):
         "the exit status of the child process that compiles machine code; it imports nothing of pyjlad",
+    ("gpu/__init__.py", "AttributeError"):
+        "the module's __getattr__ (PEP 562) must raise AttributeError for an unknown name, or hasattr and "
+        "getattr with a default break",
+    ("numba_calls/planned.py", "NotImplementedError"):
+        "the abstract make_plan of the base class of the Numba types; every subclass overrides it",
     ("engines/native_child.py", "ValueError"):
         "raised in the child process, run as a script that imports nothing of pyjlad; the parent turns its "
         "failure into an EnzymeError with the child's stderr as diagnostics, so it never reaches the user",

@@ -311,6 +311,11 @@ def _optimized_ir(f: Callable, *args: object) -> str:
     return "\n".join(ir for _, ir in captured)
 
 
+def _has_vectors(ir: str) -> bool:
+    """Whether LLVM vectorized float64 code (any width: the host CPU's choice)."""
+    return "x double>" in ir and any(f"<{n} x double>" in ir for n in (2, 4, 8, 16))
+
+
 def _guarded_log():
     @njit
     def guarded_log(v):
@@ -324,10 +329,10 @@ def test_users_function_keeps_its_code():
     x = positive(9)
 
     @njit
-    def vector_loop(v):
-        return np.sqrt(v) + np.cbrt(v) + np.power(v, 2.5) + v ** -1.5 + np.square(v) + np.reciprocal(v)
+    def vector_loop(v):  # no cbrt: a call to Numba's cbrt helper keeps LLVM's znver4 model from vectorizing
+        return np.sqrt(v) + np.power(v, 2.5) + v ** -1.5 + np.square(v) + np.reciprocal(v)
 
-    assert "<4 x double>" in _optimized_ir(vector_loop, x)
+    assert _has_vectors(_optimized_ir(vector_loop, x))  # <4 x double> on AVX2, <8 x double> on AVX-512
     assert "select i1" in _optimized_ir(_guarded_log(), 2.0)
     expected = vector_loop(x).copy()
     pyjlad.gradient(lambda v: np.sum(vector_loop(v)), x)
@@ -336,9 +341,9 @@ def test_users_function_keeps_its_code():
 
     @njit
     def later(v):
-        return np.sqrt(v) + np.cbrt(v) + np.power(v, 2.5) + v ** -1.5 + np.square(v) + np.reciprocal(v)
+        return np.sqrt(v) + np.power(v, 2.5) + v ** -1.5 + np.square(v) + np.reciprocal(v)
 
-    assert "<4 x double>" in _optimized_ir(later, x)  # the vectorizers are back on
+    assert _has_vectors(_optimized_ir(later, x))  # the vectorizers are back on
 
 
 def test_enzyme_copy_has_branches_and_no_vectors():

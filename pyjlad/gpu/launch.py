@@ -44,10 +44,10 @@ def _cuda_core() -> tuple[Any, Any]:
 
 
 def _check(result: Any, what: str) -> Any:
-    """The values after a ``cuda.bindings`` call's status, or a RuntimeError naming the call."""
+    """The values after a ``cuda.bindings`` call's status, or an EngineUnavailableError (a RuntimeError) naming it."""
     status, *rest = result if isinstance(result, tuple) else (result,)
     if int(status) != 0:
-        raise RuntimeError(f"CUDA {what} failed: {status!r}")
+        raise EngineUnavailableError(f"CUDA {what} failed: {status!r}")
     return rest[0] if len(rest) == 1 else rest
 
 
