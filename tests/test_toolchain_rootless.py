@@ -50,10 +50,34 @@ def _why_not() -> str:
 needs_another_user = pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")
 
 
+#: What the unprivileged user's Python imports: pyjlad's dependencies, and pip (to download the wheel).
+_PACKAGES = ("numba", "llvmlite", "numpy", "numpy.libs", "platformdirs", "filelock", "pip")
+
+
+def _readable_by_user(*paths: Path) -> bool:
+    checks = " && ".join(f"test -r '{p}'" for p in paths)
+    return subprocess.run(["runuser", "-u", USER, "--", "sh", "-c", checks]).returncode == 0
+
+
+def _python_path(home: Path) -> str:
+    """The checkout and this environment's packages, or copies of them in ``home`` where the user cannot
+    read them where they are (a checkout under a folder only root may enter)."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    if _readable_by_user(ROOT / "pyjlad" / "__init__.py", site / "numba" / "__init__.py"):
+        return f"{ROOT}:{site}"
+    copy = home / "site"
+    shutil.copytree(ROOT / "pyjlad", copy / "pyjlad", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in _PACKAGES:
+        if (site / name).is_dir():
+            shutil.copytree(site / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(["chown", "-R", USER, str(copy)], check=True)
+    return str(copy)
+
+
 def _as_user(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    site = sysconfig.get_paths()["purelib"]
     scripts = sysconfig.get_paths()["scripts"]
-    environment = {"PATH": f"{scripts}:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": f"{ROOT}:{site}",
+    path = env.pop("PYTHONPATH", None) or _python_path(home)
+    environment = {"PATH": f"{scripts}:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": path,
                    "PYTHONDONTWRITEBYTECODE": "1", "PYJLAD_CACHE_DIR": str(home / "cache"), **env}
     command = ["runuser", "-u", USER, "--", "env", "-i", *(f"{k}={v}" for k, v in environment.items()),
                str(SYSTEM_PYTHON), *args]
@@ -66,9 +90,10 @@ def test_an_unprivileged_user_installs_llvm_15_and_enzyme_into_its_own_cache() -
     home = Path(tempfile.mkdtemp(prefix="pyjlad-rootless-", dir="/tmp"))
     try:
         os.chown(home, user.pw_uid, user.pw_gid)
-        whoami = _as_user(home, "-c", "import os; print(os.geteuid())")
+        path = _python_path(home)
+        whoami = _as_user(home, "-c", "import os; print(os.geteuid())", PYTHONPATH=path)
         assert whoami.stdout.strip() == str(user.pw_uid), whoami.stderr
-        out = _as_user(home, "-m", "pyjlad", "toolchain", "install", "--route", "debian-download")
+        out = _as_user(home, "-m", "pyjlad", "toolchain", "install", "--route", "debian-download", PYTHONPATH=path)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "apt-get download llvm-15" in out.stdout and "(debian-download route)" in out.stdout
         opt = home / "cache" / "toolchain" / "llvm-15-debian" / "usr" / "lib" / "llvm-15" / "bin" / "opt"
@@ -78,12 +103,12 @@ def test_an_unprivileged_user_installs_llvm_15_and_enzyme_into_its_own_cache() -
         assert '"route": "debian-download"' in plugin.with_suffix(".json").read_text()
         script = ("import numpy as np, pyjlad; "
                   "print(pyjlad.gradient(lambda x: np.sum(np.sin(x) * x), np.array([0.5, 1.0])).tolist())")
-        gradient = _as_user(home, "-c", script, PYJLAD_OPT=str(opt))
+        gradient = _as_user(home, "-c", script, PYJLAD_OPT=str(opt), PYTHONPATH=path)
         assert gradient.returncode == 0, gradient.stderr
         got = [float(v) for v in gradient.stdout.strip().strip("[]").split(",")]
         want = [0.5 * 0.8775825618903728 + 0.479425538604203, 0.5403023058681398 + 0.8414709848078965]
         assert got == pytest.approx(want, rel=1e-14)  # d/dx sin(x) x = x cos(x) + sin(x)
-        doctor = _as_user(home, "-m", "pyjlad", "doctor", PYJLAD_OPT=str(opt))
+        doctor = _as_user(home, "-m", "pyjlad", "doctor", PYJLAD_OPT=str(opt), PYTHONPATH=path)
         assert "[OK  ] engine embedded" in doctor.stdout and str(opt) in doctor.stdout
     finally:
         shutil.rmtree(home, ignore_errors=True)
