@@ -249,7 +249,7 @@ def _bench(args: argparse.Namespace) -> int:
         if script == "suite.py" and out is not None:
             command += ["--out", str(out)]
         print(f"== [{k}/{len(scripts)}] benchmarks/{script} {' '.join(options)}".rstrip(), file=log, flush=True)
-        code = subprocess.call(command, stdout=log if args.json else None)
+        code = subprocess.call(command, stdout=log)
         ran.append({"script": script, "options": options, "returncode": code})
         status |= code
     results = (out or root) / "results.json"

