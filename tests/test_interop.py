@@ -104,3 +104,12 @@ def test_torch_array_valued_function() -> None:
     (f(x) * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).sum().backward()
     xn = np.array([0.5, 1.0, 2.0])
     np.testing.assert_allclose(x.grad.numpy(), np.array([1.0, 2.0, 3.0]) * (2 * xn + np.cos(xn)), rtol=1e-12)
+
+
+def test_bridges_batch_with_pyjlad_vmap_only_on_the_embedded_engine(monkeypatch) -> None:
+    from pyjlad.interop import batches_with_pyjlad_vmap
+
+    assert batches_with_pyjlad_vmap(None) and batches_with_pyjlad_vmap("embedded")
+    assert not batches_with_pyjlad_vmap("julia")
+    monkeypatch.setenv("PYJLAD_ENGINE", "julia")  # the default engine decides for engine=None
+    assert not batches_with_pyjlad_vmap(None)

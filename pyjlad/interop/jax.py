@@ -45,6 +45,7 @@ from ..batching import vmap
 from ..export import as_numba_function
 from ..products import hessian, vjp
 from ..transforms import value_and_grad, value_and_gradient
+from . import batches_with_pyjlad_vmap
 from .jax_callbacks import batched_callback, host_argument
 
 __all__ = ["to_jax"]
@@ -117,7 +118,7 @@ def _contract(gradients: Sequence[Any], tangents: Sequence[Any], wrt: tuple[int,
 
 def _scalar_function(numba_f: Any, dtype: Any, engine: str | None) -> Any:
     """A scalar ``f`` as a ``jax.custom_jvp`` function (see the module's docstring)."""
-    pyjlad_batches = engine in (None, "embedded")
+    pyjlad_batches = batches_with_pyjlad_vmap(engine)
     vmaps: dict[Any, Any] = {}
 
     def result_dtype(args: Sequence[Any]) -> Any:

@@ -38,6 +38,7 @@ from ..batching import vmap
 from ..export import as_numba_function
 from ..products import hvp, vjp
 from ..transforms import grad, value_and_gradient
+from . import batches_with_pyjlad_vmap
 
 __all__ = ["to_torch"]
 
@@ -88,7 +89,7 @@ class _Functions:
 
     @property
     def uses_pyjlad_vmap(self) -> bool:
-        return self.engine in (None, "embedded")
+        return batches_with_pyjlad_vmap(self.engine)
 
     def value(self, tensors: Sequence[Any]) -> Any:
         return torch.as_tensor(np.asarray(self.numba_f(*[_numpy(t) for t in tensors])))
