@@ -138,3 +138,15 @@ def test_array_valued_functions() -> None:
     _close(torch.func.vmap(f)(xs), torch.func.vmap(squares_torch)(xs), rtol=1e-13)
     _close(torch.func.vmap(torch.func.jacrev(f))(xs), torch.func.vmap(torch.func.jacrev(squares_torch))(xs))
     assert torch.autograd.gradcheck(f, (x.clone().requires_grad_(),))
+
+
+def test_the_callers_tensors_are_unchanged() -> None:
+    f = to_torch(energy)
+    x, k = _x(5, seed=8).requires_grad_(), torch.tensor(0.7, dtype=D, requires_grad=True)
+    xs = torch.tensor(np.random.default_rng(9).normal(size=(3, 5)), dtype=D)
+    before = [t.detach().clone() for t in (x, k, xs)]
+    f(x, k).backward()
+    torch.func.vmap(torch.func.grad(f), in_dims=(0, None))(xs, k.detach())
+    torch.func.hessian(to_torch(one))(x.detach())
+    for t, b in zip((x, k, xs), before):
+        assert torch.equal(t.detach(), b)
