@@ -19,6 +19,7 @@ from . import numba_calls as _numba_calls  # noqa: F401 - registers derivatives 
 from .activity import Active, Const, Duplicated, DuplicatedNoNeed, Forward, Reverse
 from .annotated import autodiff
 from .batching import vmap
+from .checkpointing import CheckpointedLoop, checkpointed_loop
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -49,6 +50,7 @@ _logging.getLogger("pyjlad").addHandler(_logging.NullHandler())
 __all__ = [
     "gradient", "value_and_gradient", "grad", "value_and_grad",
     "jvp", "vjp", "jacobian", "hessian", "hvp", "jacrev", "jacfwd", "jvp_fn", "vjp_fn", "hvp_fn", "vmap",
+    "checkpointed_loop", "CheckpointedLoop",
     "custom_derivative", "CustomDerivative",
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",

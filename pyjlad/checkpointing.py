@@ -1,0 +1,304 @@
+"""Gradients of long time loops in bounded memory: :func:`checkpointed_loop` (issue 20, part 1).
+
+``loss(step(...step(step(state0, params, 0), params, 1)..., params, n - 1))``
+is differentiated with respect to ``state0`` and ``params`` by reversing the
+loop one step at a time: each step's vector-Jacobian product is one Enzyme
+reverse sweep of ``step`` (a :class:`~pyjlad.numba_calls.RawSweep` called
+from ``@njit`` code), and the states those sweeps need are recomputed from
+snapshots kept by the multi-level periodic schedule of
+:mod:`pyjlad.checkpoint_schedule`, sized to ``max_memory``. The loops over
+steps (the forward sweeps storing snapshots, the recomputations, the reverse
+sweeps of a leaf chunk) are ``@njit`` functions built once per ``step``;
+Python drives only the chunks of the levels. ``docs/checkpointing.md``
+describes the schedule and its costs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+from numba.core.errors import TypingError
+
+from .checkpoint_schedule import Schedule, plan
+from .errors import ArgumentError, ArgumentTypeError
+from .export import describe_function
+from .export_compile import as_numba_function
+from .memo import cached_for
+from .sweep import Sweep
+
+__all__ = ["checkpointed_loop", "CheckpointedLoop", "DEFAULT_MAX_MEMORY"]
+
+#: The default cap on what the schedule allocates: 256 MiB.
+DEFAULT_MAX_MEMORY = 256 * 2**20
+
+
+def checkpointed_loop(step: Any, loss: Any, n_steps: int, *, max_memory: int = DEFAULT_MAX_MEMORY
+                      ) -> CheckpointedLoop:
+    """The loop ``state = step(state, params, k) for k in range(n_steps); return loss(state)``, with a
+    gradient that keeps at most ``max_memory`` bytes of states.
+
+    Parameters
+    ----------
+    step : @njit function
+        ``step(state, params, k) -> new state``: an array of the state's shape and dtype (a new array:
+        ``step`` must not modify ``state``); ``k`` is the step index (an int).
+    loss : @njit function
+        ``loss(state) -> float``.
+    n_steps : int
+        Steps of the loop (``0``: the gradient of ``loss`` at ``state0``).
+    max_memory : int
+        Bytes the gradient's snapshots and working states may take (default 256 MiB); the step's own
+        temporaries come on top. The fewest levels of snapshots that fit are used: see
+        :class:`pyjlad.checkpoint_schedule.Schedule`.
+
+    Returns
+    -------
+    CheckpointedLoop
+        ``loop(state0, params)`` is the value; ``loop.value_and_grad(state0, params)`` is
+        ``(value, (d_state0, d_params))``; ``loop.schedule(state0, params)`` the schedule used.
+
+    Examples
+    --------
+    >>> import numpy as np, pyjlad
+    >>> from numba import njit
+    >>> @njit
+    ... def step(u, a, k):
+    ...     return u * a + 1.0
+    >>> @njit
+    ... def loss(u):
+    ...     return np.sum(u)
+    >>> loop = pyjlad.checkpointed_loop(step, loss, 10, max_memory=200)
+    >>> loop(np.array([1.0, 2.0]), 2.0)          # u10 = a^10 u0 + a^9 + ... + 1
+    5118.0
+    >>> value, (du0, da) = loop.value_and_grad(np.array([1.0, 2.0]), 2.0)
+    >>> du0.tolist(), da                          # d/da = 10 a^9 u0 + sum_j j a^(j-1), summed
+    ([1024.0, 1024.0], 23554.0)
+    >>> s = loop.schedule(np.array([1.0, 2.0]), 2.0)
+    >>> s.levels, s.strides, s.states_stored, s.recomputed_steps
+    (2, (4,), 7, 7)
+    """
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 0:
+        raise ArgumentError(f"n_steps must be a non-negative int, got {n_steps!r}")
+    if isinstance(max_memory, bool) or not isinstance(max_memory, (int, np.integer)) or max_memory <= 0:
+        raise ArgumentError(f"max_memory must be a positive number of bytes, got {max_memory!r}")
+    for name, f in (("step", step), ("loss", loss)):
+        if not callable(f):
+            raise ArgumentTypeError(f"{name} must be an @njit function, got {type(f).__name__}")
+    return CheckpointedLoop(as_numba_function(step), as_numba_function(loss), int(n_steps), int(max_memory))
+
+
+class CheckpointedLoop:
+    """A loop made by :func:`checkpointed_loop`; see there.
+
+    Attributes
+    ----------
+    last_schedule : Schedule or None
+        The schedule of the last gradient, with the primal steps it ran counted
+        (:attr:`~pyjlad.checkpoint_schedule.Schedule.forward_steps`).
+    """
+
+    def __init__(self, step: Any, loss: Any, n_steps: int, max_memory: int) -> None:
+        self.step, self.loss, self.n_steps, self.max_memory = step, loss, n_steps, max_memory
+        self.last_schedule: Schedule | None = None
+
+    def __repr__(self) -> str:
+        return (f"pyjlad.checkpointed_loop({describe_function(self.step)}, {describe_function(self.loss)}, "
+                f"{self.n_steps}, max_memory={self.max_memory})")
+
+    def __call__(self, state0: Any, params: Any) -> float:
+        """The loop's value: ``n_steps`` steps from ``state0``, then ``loss`` (no snapshots)."""
+        state, p = self._checked(state0, params)
+        return float(_kernels(self.step, self.loss, np.ndim(p) > 0).run(state, p, self.n_steps))
+
+    def schedule(self, state0: Any, params: Any) -> Schedule:
+        """The schedule the gradient at ``(state0, params)`` uses (from the sizes alone; nothing runs)."""
+        state = _as_state(state0)
+        return plan(self.n_steps, state.nbytes, _as_params(params).nbytes, self.max_memory)
+
+    def grad(self, state0: Any, params: Any) -> tuple[np.ndarray, Any]:
+        """``(d_state0, d_params)``: :meth:`value_and_grad` without the value."""
+        return self.value_and_grad(state0, params)[1]
+
+    def value_and_grad(self, state0: Any, params: Any) -> tuple[float, tuple[np.ndarray, Any]]:
+        """``(value, (d_state0, d_params))``; ``d_params`` a float for a float ``params``, else an array.
+
+        Raises
+        ------
+        OutOfMemoryError
+            If no schedule fits ``max_memory`` (the message says how many bytes the smallest needs).
+        """
+        from .transforms import value_and_grad
+
+        state, p = self._checked(state0, params)
+        schedule = plan(self.n_steps, state.nbytes, p.nbytes, self.max_memory)
+        kern = _kernels(self.step, self.loss, p.ndim > 0)
+        run = _Run(kern, schedule, state, p)
+        final = run.forward()
+        value, lam = value_and_grad(self.loss)(final)
+        lam = np.ascontiguousarray(lam, dtype=state.dtype).reshape(state.shape)
+        d_state0 = run.reverse(lam)
+        self.last_schedule = Schedule(schedule.n_steps, schedule.strides, schedule.state_bytes,
+                                      schedule.params_bytes, schedule.states_stored, run.forward_steps)
+        d_params = float(run.dp_scalar) if p.ndim == 0 else run.dp.copy()
+        return float(value), (d_state0.copy(), d_params)
+
+    def _checked(self, state0: Any, params: Any) -> tuple[np.ndarray, Any]:
+        """Copies of the arguments, and ``step``/``loss`` checked once on them, in the user's terms."""
+        state, p = _as_state(state0).copy(), _as_params(params).copy()
+        arg = p if p.ndim else p[()]
+        if self.n_steps:
+            before = state.copy()
+            try:
+                out = self.step(state, arg, 0)
+            except TypingError as exc:
+                raise ArgumentTypeError(f"step cannot be called as step(state, params, k) with a {state.dtype} "
+                                        f"array of shape {state.shape}, params {_describe(params)} and an int k: "
+                                        f"{str(exc).splitlines()[0]}") from None
+            if not isinstance(out, np.ndarray) or out.shape != state.shape or out.dtype != state.dtype:
+                got = f"a {out.dtype} array of shape {out.shape}" if isinstance(out, np.ndarray) else repr(type(out))
+                raise ArgumentError(f"step must return an array of the state's shape {state.shape} and dtype "
+                                    f"{state.dtype}; it returned {got}")
+            if not np.array_equal(before, state, equal_nan=True):
+                raise ArgumentError("step modifies its state argument; it must return a new array instead")
+            state = before
+        try:
+            value = self.loss(state.copy())
+        except TypingError as exc:
+            raise ArgumentTypeError(f"loss cannot be called as loss(state) with a {state.dtype} array of shape "
+                                    f"{state.shape}: {str(exc).splitlines()[0]}") from None
+        if not isinstance(value, (float, np.floating)):
+            raise ArgumentTypeError(f"loss must return a float, it returned {type(value).__name__}")
+        return state, arg
+
+
+def _describe(params: Any) -> str:
+    return f"a {params.dtype} array of shape {params.shape}" if isinstance(params, np.ndarray) else repr(params)
+
+
+def _as_state(state0: Any) -> np.ndarray:
+    if not isinstance(state0, np.ndarray) or state0.dtype not in (np.float64, np.float32) or state0.ndim == 0:
+        raise ArgumentTypeError(f"state0 must be a float64 or float32 array of 1 or more dimensions, got "
+                                f"{_describe(state0) if isinstance(state0, np.ndarray) else type(state0).__name__}")
+    return np.ascontiguousarray(state0)
+
+
+def _as_params(params: Any) -> np.ndarray:
+    """``params`` as an array (0-d for a float); a float or a float array only."""
+    if isinstance(params, (float, np.floating)) and not isinstance(params, np.float16):
+        return np.asarray(params, dtype=np.float64 if isinstance(params, float) else params.dtype)
+    if isinstance(params, np.ndarray) and params.dtype in (np.float64, np.float32) and params.ndim > 0:
+        return np.ascontiguousarray(params)
+    raise ArgumentTypeError(f"params must be a float or a float64/float32 array, got "
+                            f"{_describe(params) if isinstance(params, np.ndarray) else type(params).__name__}")
+
+
+class _Run:
+    """One gradient: the snapshot buffers of ``schedule`` and the recursion over its levels."""
+
+    def __init__(self, kern: Any, schedule: Schedule, state: np.ndarray, p: Any) -> None:
+        self.kern, self.schedule, self.state0, self.p = kern, schedule, state, p
+        self.chunks = (schedule.n_steps, *schedule.strides)
+        self.buffers = [np.empty((rows, *state.shape), state.dtype) for rows in schedule.buffer_rows()] \
+            if schedule.n_steps else []
+        self.forward_steps = 0
+        self.dp_scalar = 0.0
+        self.dp = np.zeros(np.shape(p), getattr(p, "dtype", np.float64))
+        self.lam = self.tmp = self.out = np.empty(0)
+
+    def forward(self) -> np.ndarray:
+        """The first sweep: all ``n`` steps, keeping the top level's snapshots; the final state."""
+        n = self.schedule.n_steps
+        if n == 0:
+            return self.state0.copy()
+        every = self.chunks[1] if len(self.chunks) > 1 else 1
+        self.forward_steps += n
+        return self.kern.advance(self.state0, self.p, 0, n, every, self.buffers[0])
+
+    def reverse(self, lam: np.ndarray) -> np.ndarray:
+        """The adjoint of ``state0`` from ``lam``, the adjoint of the final state."""
+        if self.schedule.n_steps == 0:
+            return lam
+        self.lam, self.tmp, self.out = lam, np.zeros_like(lam), np.zeros_like(lam)
+        self._segment(0, 0, self.schedule.n_steps)
+        return self.lam
+
+    def _segment(self, level: int, k0: int, length: int) -> None:
+        """Reverse the steps ``k0 .. k0 + length - 1``, whose start is the first row of ``buffers[level]``
+        (its other rows filled here, the top level's by :meth:`forward`)."""
+        leaf = level == len(self.chunks) - 1
+        buf = self.buffers[level]
+        if leaf:
+            if level:
+                self.forward_steps += length - 1
+                self.kern.advance(buf[0], self.p, k0, length - 1, 1, buf)
+            self.lam, self.tmp, dp = self.kern.reverse(buf, self.p, k0, length, self.lam, self.tmp, self.out,
+                                                       self.dp)
+            self.dp_scalar += dp
+            return
+        chunk = self.chunks[level + 1]
+        pieces = -(-length // chunk)
+        if level:
+            self.forward_steps += (pieces - 1) * chunk
+            self.kern.advance(buf[0], self.p, k0, (pieces - 1) * chunk, chunk, buf)
+        below = self.buffers[level + 1]
+        for j in range(pieces - 1, -1, -1):
+            below[0] = buf[j]
+            self._segment(level + 1, k0 + j * chunk, min(chunk, length - j * chunk))
+
+
+class _Kernels:
+    """The ``@njit`` loops of one ``step`` and ``loss``, for float or array params."""
+
+    def __init__(self, step: Any, loss: Any, array_params: bool) -> None:
+        from .numba_calls import raw_sweep
+
+        @njit
+        def writer(out, state, p, k):  # out[...] = step(state, p, k): the function whose reverse sweep is a vjp
+            y = step(state, p, k)
+            of = out.reshape(out.size)
+            yf = np.ascontiguousarray(y).reshape(y.size)
+            for i in range(of.size):
+                of[i] = yf[i]
+
+        sweep = raw_sweep(writer, Sweep("ad", "reverse", ("diff", "diff", "diff", "const")))
+
+        @njit
+        def advance(s, p, k0, nsteps, every, snaps):  # nsteps steps from s, keeping every every-th state
+            nsnap = snaps.shape[0]
+            for i in range(nsteps + 1):
+                if i % every == 0 and i // every < nsnap:
+                    snaps[i // every] = s
+                if i < nsteps:
+                    s = step(s, p, k0 + i)
+            return s
+
+        if array_params:
+            @njit
+            def reverse(states, p, k0, length, lam, tmp, out, dp):  # lam: the adjoint after step k0 + length - 1
+                for j in range(length - 1, -1, -1):
+                    sweep((out, states[j], p, k0 + j), (lam, tmp, dp), 0.0)
+                    lam, tmp = tmp, lam   # the sweep zeroes the seed it reads (out's shadow)
+                return lam, tmp, 0.0
+        else:
+            @njit
+            def reverse(states, p, k0, length, lam, tmp, out, dp):
+                acc = 0.0
+                for j in range(length - 1, -1, -1):
+                    _, _, adj = sweep((out, states[j], p, k0 + j), (lam, tmp), 0.0)
+                    acc += adj[0]
+                    lam, tmp = tmp, lam
+                return lam, tmp, acc
+
+        @njit
+        def run(s, p, n):
+            for k in range(n):
+                s = step(s, p, k)
+            return loss(s)
+
+        self.advance, self.reverse, self.run = advance, reverse, run
+
+
+def _kernels(step: Any, loss: Any, array_params: bool) -> _Kernels:
+    return cached_for(step, ("checkpointed-loop", loss, array_params), lambda: _Kernels(step, loss, array_params))
