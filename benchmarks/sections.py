@@ -27,6 +27,9 @@ SECTIONS: dict[str, list[list[str]]] = {
         ["numba_call_overhead.py"],
         ["per_sample_gradients.py", "--n", "100000", "--d", "16"],
     ],
+    "checkpointing": [
+        ["checkpointing.py", "--lorenz-steps", "10000000", "--heat-steps", "100000", "--plain-steps", "1000000"],
+    ],
 }
 
 

@@ -49,12 +49,11 @@ class Schedule:
         Bytes of one state and of the params.
     states_stored : int
         Snapshots held at once (every level's buffer together).
-    memory_bytes : int
-        ``(states_stored + WORK_STATES) * state_bytes + params_bytes``: what the schedule allocates.
     forward_steps : int
         Primal steps run: the first sweep's ``n_steps`` and the recomputed ones.
-    vjp_steps : int
-        Reverse sweeps of the step (one per step).
+
+    The properties :attr:`memory_bytes` (``(states_stored + WORK_STATES) * state_bytes + params_bytes``),
+    :attr:`recomputed_steps` and :attr:`vjp_steps` derive from these.
 
     Examples
     --------

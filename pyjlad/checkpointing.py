@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 from numba.core.errors import TypingError
 
+from .activity import Activity
 from .checkpoint_schedule import Schedule, plan
 from .errors import ArgumentError, ArgumentTypeError
 from .export import describe_function
@@ -136,7 +137,7 @@ class CheckpointedLoop:
         kern = _kernels(self.step, self.loss, p.ndim > 0)
         run = _Run(kern, schedule, state, p)
         final = run.forward()
-        value, lam = value_and_grad(self.loss)(final)
+        value, lam = value_and_grad(self.loss, engine="embedded")(final)
         lam = np.ascontiguousarray(lam, dtype=state.dtype).reshape(state.shape)
         d_state0 = run.reverse(lam)
         self.last_schedule = Schedule(schedule.n_steps, schedule.strides, schedule.state_bytes,
@@ -262,7 +263,7 @@ class _Kernels:
             for i in range(of.size):
                 of[i] = yf[i]
 
-        sweep = raw_sweep(writer, Sweep("ad", "reverse", ("diff", "diff", "diff", "const")))
+        sweep = raw_sweep(writer, Sweep("ad", "reverse", (Activity.DIFF, Activity.DIFF, Activity.DIFF, Activity.CONST)))
 
         @njit
         def advance(s, p, k0, nsteps, every, snaps):  # nsteps steps from s, keeping every every-th state
