@@ -83,6 +83,42 @@ def energy(u):
     return np.sum(u * u)
 
 
+VJP = pyjlad.vjp_fn(rk4)
+
+
+@njit
+def reverse_with_vjp_fn(buf, rho, n, lam):
+    """The leaf's reverse loop written with ``pyjlad.vjp_fn(rk4)`` (allocates its cotangents per step)."""
+    acc = 0.0
+    for j in range(n - 1, -1, -1):
+        _, cts = VJP((buf[j], rho, j), lam)
+        lam = cts[0]
+        acc += cts[1]
+    return lam, acc
+
+
+def vjp_forms(n: int) -> dict:
+    """Nanoseconds per step: the step, the checkpointed loop's leaf (raw sweep), a loop of vjp_fn calls."""
+    from pyjlad.checkpointing import _kernels
+
+    s0, rho = np.array([1.0, 1.5, 20.0]), 28.0
+    kern = _kernels(rk4, first, False)
+    buf = np.empty((n, 3))
+    lam = np.array([1.0, 0.0, 0.0])
+    forms = {
+        "step": lambda m: kern.advance(s0, rho, 0, m, 1, buf, 0, m),
+        "raw sweep": lambda m: kern.leaf(buf, 0, rho, 0, m, lam.copy(), np.zeros(3), np.zeros(3), np.zeros(())),
+        "vjp_fn": lambda m: reverse_with_vjp_fn(buf, rho, m, lam.copy()),
+    }
+    out = {}
+    for name, f in forms.items():
+        f(2)
+        start = time.perf_counter()
+        f(n)
+        out[name] = (time.perf_counter() - start) / n * 1e9
+    return out
+
+
 def _memory() -> tuple[float, float]:
     """(VmRSS, VmHWM) of this process in MiB."""
     fields = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
@@ -102,6 +138,8 @@ def _measure(run, warm) -> dict:
 
 
 def case(name: str, n: int) -> dict:
+    if name == "vjp-forms":
+        return vjp_forms(n)
     if name.startswith("lorenz"):
         s0, rho = np.array([1.0, 1.5, 20.0]), 28.0
         if name == "lorenz-function":
@@ -181,6 +219,11 @@ def main() -> None:
     print(_row(f"heat {GRID}x{GRID}, {nh:,} steps: function", base, base))
     print(_row(f"heat: checkpointed gradient (max_memory {HEAT_CAP >> 20} MiB)", _subprocess("heat-checkpointed", nh),
                base))
+    forms = _subprocess("vjp-forms", 10**6)
+    if "error" not in forms:
+        print(f"\nPer step of RK4 Lorenz (10^6 steps, one run): the step, storing its state, {forms['step']:.0f} ns; its reverse sweep "
+              f"as the checkpointed loop calls it (a raw sweep, preallocated adjoints) {forms['raw sweep']:.0f} ns; "
+              f"the same loop written with `pyjlad.vjp_fn(step)` inside `@njit` {forms['vjp_fn']:.0f} ns.")
     print("\nThe schedule's memory is what `checkpointed_loop` allocates for snapshots and working states; the "
           "step's own temporaries (and, for the whole-loop gradient, Enzyme's tape) come on top.")
     if "error" not in plain and npl < nl:

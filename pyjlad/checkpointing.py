@@ -8,8 +8,8 @@ from ``@njit`` code), and the states those sweeps need are recomputed from
 snapshots kept by the multi-level periodic schedule of
 :mod:`pyjlad.checkpoint_schedule`, sized to ``max_memory``. The loops over
 steps (the forward sweeps storing snapshots, the recomputations, the reverse
-sweeps of a leaf chunk) are ``@njit`` functions built once per ``step``;
-Python drives only the chunks of the levels. ``docs/checkpointing.md``
+sweeps of a leaf chunk, and the walk over the levels) are ``@njit`` functions
+built once per ``step``: no Python runs per step or per chunk. ``docs/checkpointing.md``
 describes the schedule and its costs.
 """
 
@@ -196,57 +196,36 @@ def _as_params(params: Any) -> np.ndarray:
 
 
 class _Run:
-    """One gradient: the snapshot buffers of ``schedule`` and the recursion over its levels."""
+    """One gradient: the snapshot buffer of ``schedule`` (every level's rows, one after the other)."""
 
     def __init__(self, kern: Any, schedule: Schedule, state: np.ndarray, p: Any) -> None:
         self.kern, self.schedule, self.state0, self.p = kern, schedule, state, p
-        self.chunks = (schedule.n_steps, *schedule.strides)
-        self.buffers = [np.empty((rows, *state.shape), state.dtype) for rows in schedule.buffer_rows()] \
-            if schedule.n_steps else []
+        rows = schedule.buffer_rows() if schedule.n_steps else (0,)
+        self.offsets = np.cumsum((0, *rows[:-1])).astype(np.int64)
+        self.chunks = np.array((schedule.n_steps, *schedule.strides), dtype=np.int64)
+        self.rows = rows
+        self.buffer = np.empty((sum(rows), *state.shape), state.dtype)
         self.forward_steps = 0
         self.dp_scalar = 0.0
         self.dp = np.zeros(np.shape(p), getattr(p, "dtype", np.float64))
-        self.lam = self.tmp = self.out = np.empty(0)
 
     def forward(self) -> np.ndarray:
         """The first sweep: all ``n`` steps, keeping the top level's snapshots; the final state."""
         n = self.schedule.n_steps
         if n == 0:
             return self.state0.copy()
-        every = self.chunks[1] if len(self.chunks) > 1 else 1
+        every = int(self.chunks[1]) if len(self.chunks) > 1 else 1
         self.forward_steps += n
-        return self.kern.advance(self.state0, self.p, 0, n, every, self.buffers[0])
+        return self.kern.advance(self.state0, self.p, 0, n, every, self.buffer, 0, self.rows[0])
 
     def reverse(self, lam: np.ndarray) -> np.ndarray:
         """The adjoint of ``state0`` from ``lam``, the adjoint of the final state."""
         if self.schedule.n_steps == 0:
             return lam
-        self.lam, self.tmp, self.out = lam, np.zeros_like(lam), np.zeros_like(lam)
-        self._segment(0, 0, self.schedule.n_steps)
-        return self.lam
-
-    def _segment(self, level: int, k0: int, length: int) -> None:
-        """Reverse the steps ``k0 .. k0 + length - 1``, whose start is the first row of ``buffers[level]``
-        (its other rows filled here, the top level's by :meth:`forward`)."""
-        leaf = level == len(self.chunks) - 1
-        buf = self.buffers[level]
-        if leaf:
-            if level:
-                self.forward_steps += length - 1
-                self.kern.advance(buf[0], self.p, k0, length - 1, 1, buf)
-            self.lam, self.tmp, dp = self.kern.reverse(buf, self.p, k0, length, self.lam, self.tmp, self.out,
-                                                       self.dp)
-            self.dp_scalar += dp
-            return
-        chunk = self.chunks[level + 1]
-        pieces = -(-length // chunk)
-        if level:
-            self.forward_steps += (pieces - 1) * chunk
-            self.kern.advance(buf[0], self.p, k0, (pieces - 1) * chunk, chunk, buf)
-        below = self.buffers[level + 1]
-        for j in range(pieces - 1, -1, -1):
-            below[0] = buf[j]
-            self._segment(level + 1, k0 + j * chunk, min(chunk, length - j * chunk))
+        lam, _, self.dp_scalar, recomputed = self.kern.backward(
+            self.buffer, self.offsets, self.chunks, self.p, lam, np.zeros_like(lam), np.zeros_like(lam), self.dp)
+        self.forward_steps += recomputed
+        return lam
 
 
 class _Kernels:
@@ -266,31 +245,71 @@ class _Kernels:
         sweep = raw_sweep(writer, Sweep("ad", "reverse", (Activity.DIFF, Activity.DIFF, Activity.DIFF, Activity.CONST)))
 
         @njit
-        def advance(s, p, k0, nsteps, every, snaps):  # nsteps steps from s, keeping every every-th state
-            nsnap = snaps.shape[0]
+        def advance(s, p, k0, nsteps, every, buf, off, nsnap):
+            """``nsteps`` steps from ``s``; every ``every``-th state (``nsnap`` of them) into ``buf[off:]``."""
             for i in range(nsteps + 1):
                 if i % every == 0 and i // every < nsnap:
-                    snaps[i // every] = s
+                    buf[off + i // every] = s
                 if i < nsteps:
                     s = step(s, p, k0 + i)
             return s
 
         if array_params:
             @njit
-            def reverse(states, p, k0, length, lam, tmp, out, dp):  # lam: the adjoint after step k0 + length - 1
+            def leaf(buf, off, p, k0, length, lam, tmp, out, dp):
+                """Back through the steps ``k0 .. k0 + length - 1`` from their states ``buf[off:]``."""
                 for j in range(length - 1, -1, -1):
-                    sweep((out, states[j], p, k0 + j), (lam, tmp, dp), 0.0)
+                    sweep((out, buf[off + j], p, k0 + j), (lam, tmp, dp), 0.0)
                     lam, tmp = tmp, lam   # the sweep zeroes the seed it reads (out's shadow)
                 return lam, tmp, 0.0
         else:
             @njit
-            def reverse(states, p, k0, length, lam, tmp, out, dp):
+            def leaf(buf, off, p, k0, length, lam, tmp, out, dp):
                 acc = 0.0
                 for j in range(length - 1, -1, -1):
-                    _, _, adj = sweep((out, states[j], p, k0 + j), (lam, tmp), 0.0)
+                    _, _, adj = sweep((out, buf[off + j], p, k0 + j), (lam, tmp), 0.0)
                     acc += adj[0]
                     lam, tmp = tmp, lam
                 return lam, tmp, acc
+
+        @njit
+        def backward(buf, offs, chunks, p, lam, tmp, out, dp):
+            """The schedule's reverse sweep, levels walked depth first (the top's snapshots already in ``buf``):
+            ``(adjoint of state0, spare buffer, scalar params' adjoint, primal steps recomputed)``."""
+            m = chunks.shape[0]
+            if m == 1:
+                lam, tmp, acc = leaf(buf, 0, p, 0, chunks[0], lam, tmp, out, dp)
+                return lam, tmp, acc, 0
+            acc, recomputed = 0.0, 0
+            k0, ln, j = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64)
+            ln[0] = chunks[0]
+            j[0] = (chunks[0] + chunks[1] - 1) // chunks[1] - 1
+            lvl = 0
+            while lvl >= 0:
+                if j[lvl] < 0:   # this segment is done: on to the previous piece of its parent
+                    lvl -= 1
+                    if lvl >= 0:
+                        j[lvl] -= 1
+                    continue
+                c = chunks[lvl + 1]
+                start = k0[lvl] + j[lvl] * c
+                length = min(c, ln[lvl] - j[lvl] * c)
+                child = lvl + 1
+                buf[offs[child]] = buf[offs[lvl] + j[lvl]]
+                if child == m - 1:
+                    advance(buf[offs[child]], p, start, length - 1, 1, buf, offs[child], length)
+                    recomputed += length - 1
+                    lam, tmp, a = leaf(buf, offs[child], p, start, length, lam, tmp, out, dp)
+                    acc += a
+                    j[lvl] -= 1
+                else:
+                    cc = chunks[child + 1]
+                    pieces = (length + cc - 1) // cc
+                    advance(buf[offs[child]], p, start, (pieces - 1) * cc, cc, buf, offs[child], pieces)
+                    recomputed += (pieces - 1) * cc
+                    k0[child], ln[child], j[child] = start, length, pieces - 1
+                    lvl = child
+            return lam, tmp, acc, recomputed
 
         @njit
         def run(s, p, n):
@@ -298,7 +317,7 @@ class _Kernels:
                 s = step(s, p, k)
             return loss(s)
 
-        self.advance, self.reverse, self.run = advance, reverse, run
+        self.advance, self.leaf, self.backward, self.run = advance, leaf, backward, run
 
 
 def _kernels(step: Any, loss: Any, array_params: bool) -> _Kernels:
