@@ -291,11 +291,12 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
             raise ArgumentTypeError(f"wrt must name arguments 0..{len(args) - 1}, got {wrt!r}")
         if not differentiable(args[index]):
             raise ArgumentTypeError(f"argument {index} is not a float or float array: it has no derivative")
-    width = check_chunk(chunk)
+    vector = jacobian_vector(f, args, indices, mode, check_chunk(chunk), engine)
+    if vector is not None:
+        return vector[0] if single else tuple(vector)
     out_shape, out_dtype = _output_shape(f, args)
-    vector = jacobian_vector(f, args, indices, mode, out_shape, out_dtype, width, engine)
-    results = vector or []
-    for index in indices if vector is None else ():
+    results = []
+    for index in indices:
         x = args[index]
         in_shape, x_dtype = np.shape(x), np.asarray(x).dtype
         jac = np.zeros(out_shape + in_shape, dtype=np.result_type(out_dtype, x_dtype))
