@@ -28,7 +28,7 @@ from numba import njit
 
 import pyjlad
 
-CHUNKS = (1, 4, 8, 16)
+CHUNKS = (1, 4, 8, 16, 32)
 
 
 @njit

@@ -25,7 +25,7 @@ from numba import types as nbtypes
 from .abi import ArrayArg
 from .activity import Activity
 from .engines import compiled_sweep, default_engine_name
-from .errors import ArgumentError, ArgumentTypeError, EnzymeError, UnsupportedFunctionError
+from .errors import ArgumentError, ArgumentTypeError, EnzymeError, PyjladError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
 from .memo import cached_for
 from .outputs import output_layout, output_wrapper
@@ -44,8 +44,8 @@ DEFAULT_CHUNK = 16
 Chunks = Callable[[int, int, int], list[Any]]
 
 
-class _Refused(Exception):
-    """Vector mode does not apply here: sweep one direction at a time instead."""
+class _Refused(PyjladError):
+    """Vector mode does not apply here: sweep one direction at a time instead (never reaches the user)."""
 
 
 def check_chunk(chunk: int | None) -> int:
