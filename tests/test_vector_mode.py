@@ -8,13 +8,21 @@ the fallback where vector mode does not apply (BLAS calls) give the same results
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from numba import njit
 
 import pyjlad
 from pyjlad.errors import ArgumentError, ArgumentTypeError
-from pyjlad.vector_products import forward_directions, hessian_columns, reverse_directions, unit_chunks
+from pyjlad.vector_products import (
+    forward_directions,
+    hessian_columns,
+    jacobian_vector,
+    reverse_directions,
+    unit_chunks,
+)
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -87,6 +95,48 @@ def blas_fn(x, y):
 
 def blas_fn_jax(x, y):
     return jnp.tanh(x) * jnp.dot(x, y)
+
+
+@njit
+def temps(x, c):
+    y = np.sin(x) * x + c[0] * x * x
+    return np.sum(np.exp(-y) * y) + x[0] * x[-1]
+
+
+def temps_jax(x, c):
+    y = jnp.sin(x) * x + c[0] * x * x
+    return jnp.sum(jnp.exp(-y) * y) + x[0] * x[-1]
+
+
+@njit
+def array_temps(x):
+    return np.tanh(np.cumsum(x * x)) * x[::-1]
+
+
+def array_temps_jax(x):
+    return jnp.tanh(jnp.cumsum(x * x)) * x[::-1]
+
+
+# A custom rule that differs from the function (f(x) = x^2, the rule claims 1.5 x^2): vector mode
+# does not apply, and the one-direction fallback must use the rule (hand-derived oracle).
+@pyjlad.custom_derivative
+@njit
+def ruled_square(x):
+    return x * x
+
+
+@ruled_square.defvjp
+@njit
+def _ruled_square_vjp(x, g):
+    return 3.0 * x * g
+
+
+@njit
+def ruled_sum(x):
+    acc = 0.0
+    for i in range(x.shape[0]):
+        acc += ruled_square(x[i]) + math.sin(x[i])
+    return acc
 
 
 def _copies(*arrays):
@@ -165,6 +215,16 @@ def test_hessian_matches_jax(chunk, shape):
     np.testing.assert_array_equal(c, c0)
 
 
+def test_functions_allocating_temporaries():
+    x0, c0 = RNG.normal(size=13), np.array([0.3])
+    assert hessian_columns(temps, (x0, c0), 0, 4, None) is not None
+    np.testing.assert_allclose(pyjlad.hessian(temps, x0.copy(), c0, chunk=4),
+                               np.asarray(jax.hessian(temps_jax)(x0, c0)), rtol=1e-11, atol=1e-12)
+    for mode in ("forward", "reverse"):
+        np.testing.assert_allclose(pyjlad.jacobian(array_temps, x0.copy(), mode=mode, chunk=4),
+                                   np.asarray(jax.jacfwd(array_temps_jax)(x0)), rtol=1e-12, atol=1e-13)
+
+
 def test_hessian_float32():
     x0 = RNG.normal(size=6).astype(np.float32)
     c0 = np.array([5.0], np.float32)
@@ -226,6 +286,16 @@ def test_fallback_for_blas_calls(mode):
     np.testing.assert_allclose(tangents, np.asarray(want[0])[:, :2].T, rtol=1e-12, atol=1e-13)
     np.testing.assert_array_equal(x, X)
     np.testing.assert_array_equal(y, y0)
+
+
+def test_fallback_for_custom_rules():
+    x = RNG.normal(size=6)
+    x0 = x.copy()
+    assert jacobian_vector(ruled_sum, (x,), (0,), "reverse", 4, None) is None
+    np.testing.assert_allclose(pyjlad.jacobian(ruled_sum, x, chunk=4), 3.0 * x0 + np.cos(x0), rtol=1e-13)
+    np.testing.assert_allclose(pyjlad.hessian(ruled_sum, x, chunk=4), np.diag(3.0 - np.sin(x0)), rtol=1e-12,
+                               atol=1e-14)
+    np.testing.assert_array_equal(x, x0)
 
 
 def test_bad_input_is_refused_clearly():
