@@ -163,7 +163,7 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     ``active[i]``: argument ``i`` gets tangents from ``make``. ``None`` where vector mode
     does not apply (the caller then sweeps one direction at a time). ``plan``: :func:`_plan`'s, if known.
     """
-    if width < 2 or not _vector_engine(engine):
+    if width < 2 or count == 0 or not _vector_engine(engine):
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
@@ -203,7 +203,7 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     stacked ``(count, *shape)`` (``None`` for the others). ``None`` where vector mode does not apply.
     ``plan``: :func:`_plan`'s, if known.
     """
-    if width < 2 or not _vector_engine(engine):
+    if width < 2 or count == 0 or not _vector_engine(engine):
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
