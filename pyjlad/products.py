@@ -35,7 +35,8 @@ from .product_args import (
 )
 from .pytrees import flatten_call, flattened_function, has_container, tangent_leaves
 from .sweep import Sweep, compact_overlapping, shadow_like
-from .vector_products import check_chunk, hessian_columns, jacobian_vector, jvp_batched, vjp_batched
+from .vector_batched import jvp_batched, vjp_batched
+from .vector_products import check_chunk, hessian_columns, jacobian_vector
 
 __all__ = ["jvp", "vjp", "jacobian", "hessian", "hvp"]
 
@@ -59,7 +60,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
         Each tangent has a leading axis of directions (shape ``(k, *x.shape)``;
         JAX users write ``vmap`` of ``jvp``); output tangents come back stacked
         the same way. Runs ``chunk`` directions per sweep in Enzyme's vector
-        mode (:mod:`pyjlad.vector_products`), on copies of the arguments (the
+        mode (:mod:`pyjlad.vector_batched`), on copies of the arguments (the
         caller's arrays are never written). Array and float arguments only.
     chunk : int, optional
         Directions per sweep when ``batched`` (default
