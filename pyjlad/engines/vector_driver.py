@@ -22,6 +22,7 @@ stacked.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..abi import ArrayArg, FunctionABI
 from ..activity import Activity
@@ -234,7 +235,7 @@ def vector_hvp_driver(abi: FunctionABI, wrt: int, width: int, *, noalias: bool =
                   entry=abi.entry)
 
 
-def vector_sweep_driver(exported, sweep, activities: Sequence[Activity], noalias: bool) -> Driver:
+def vector_sweep_driver(exported: Any, sweep: Any, activities: Sequence[Activity], noalias: bool) -> Driver:
     """The vector driver for ``sweep`` (a :class:`~pyjlad.sweep.Sweep` with ``width > 1``) of ``exported``.
 
     Refused (:class:`~pyjlad.errors.UnsupportedFunctionError`; the products then sweep one
