@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 from numba import types as nbtypes
 
@@ -158,7 +157,7 @@ def _plan(f: Any, primals: tuple[Any, ...]) -> tuple[str, Any, Any, Any, Any, tu
         raise _Refused
     layout = output_layout(value, describe_function(f))
     wrapper = output_wrapper(f, len(primals), layout)
-    writes = _writes(wrapper, (numba.typeof(value), *argtypes))[1:]
+    writes = _writes(wrapper, (*_argtypes((value,)), *argtypes))[1:]
     return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
 
 
@@ -178,9 +177,10 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
             acts = [Activity.DUP, *acts]
         run = _sweeper(g, Sweep("ad", "forward", tuple(acts), width=width), engine)
         result, value = None, None
+        unwritten = None if any(writes) else _fresh(primals, writes)  # the same arrays for every chunk
         for start in range(0, count, width):
             stop = min(count, start + width)
-            args = _fresh(primals, writes)
+            args = unwritten if unwritten is not None else _fresh(primals, writes)
             tangents = make(start, stop, width)
             shadows = [t if t is not None else _stack(x, width)
                        for x, t, act in zip(args, tangents, acts[-len(args):]) if act is Activity.DUP]
@@ -218,9 +218,10 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
                        engine)
         results: list[Any] = [None] * len(primals)
         value = None
+        unwritten = None if any(writes) else _fresh(primals, writes)
         for start in range(0, count, width):
             stop = min(count, start + width)
-            args = _fresh(primals, writes)
+            args = unwritten if unwritten is not None else _fresh(primals, writes)
             seed = np.asarray(seeds(start, stop, width), dtype=np.asarray(out_like).dtype)
             if seed.shape[1:] != np.shape(out_like):
                 raise ArgumentError(f"the cotangents have shape {seed.shape[1:]}; the output has {np.shape(out_like)}")
