@@ -66,7 +66,7 @@ def _fresh(primals: tuple[Any, ...], writes: tuple[bool, ...] | None = None) -> 
     """The arguments for one sweep, arrays C-contiguous (the layout the vector drivers address):
     a fresh copy of each array the function writes (``writes``; every array when not given), the
     array itself when it is C-contiguous and not written."""
-    return tuple(np.array(x, copy=True, order="C") if writes is None or writes[i] else np.ascontiguousarray(x)
+    return tuple((np.array(x, copy=True, order="C") if writes is None or writes[i] else np.ascontiguousarray(x))
                  if isinstance(x, np.ndarray) else x for i, x in enumerate(primals))
 
 

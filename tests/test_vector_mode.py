@@ -298,6 +298,30 @@ def test_fallback_for_custom_rules():
     np.testing.assert_array_equal(x, x0)
 
 
+@njit
+def pooled(x, width):
+    out = np.empty(x.shape[0] // width)
+    for i in range(out.shape[0]):
+        out[i] = np.sin(x[i * width]) * width
+        for k in range(1, width):
+            out[i] += x[i * width + k] ** 2
+    return out
+
+
+def pooled_jax(x, width):
+    v = x.reshape(-1, width)
+    return jnp.sin(v[:, 0]) * width + jnp.sum(v[:, 1:] ** 2, axis=1)
+
+
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_integer_argument(mode):
+    x = RNG.normal(size=12)
+    x0 = x.copy()
+    got = pyjlad.jacobian(pooled, x, 3, mode=mode, chunk=4)
+    np.testing.assert_allclose(got, np.asarray(jax.jacfwd(pooled_jax)(x0, 3)), rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(x, x0)
+
+
 def test_bad_input_is_refused_clearly():
     with pytest.raises(ArgumentTypeError, match="chunk"):
         pyjlad.jacobian(layer, W, X, B, S, chunk=0)
