@@ -30,6 +30,9 @@ SECTIONS: dict[str, list[list[str]]] = {
     "checkpointing": [
         ["checkpointing.py", "--lorenz-steps", "10000000", "--heat-steps", "100000", "--plain-steps", "1000000"],
     ],
+    "vector-mode": [
+        ["vector_mode.py", "--n", "64"],
+    ],
 }
 
 

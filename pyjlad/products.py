@@ -35,12 +35,15 @@ from .product_args import (
 )
 from .pytrees import flatten_call, flattened_function, has_container, tangent_leaves
 from .sweep import Sweep, compact_overlapping, shadow_like
+from .vector_batched import jvp_batched, vjp_batched
+from .vector_products import check_chunk, hessian_columns, jacobian_vector
 
 __all__ = ["jvp", "vjp", "jacobian", "hessian", "hvp"]
 
 
-def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str | None = None) -> tuple[Any, Any]:
-    """Jacobian-vector product by one forward-mode sweep.
+def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str | None = None,
+        batched: bool = False, chunk: int | None = None) -> tuple[Any, Any]:
+    """Jacobian-vector product by one forward-mode sweep (or several, ``batched``).
 
     Parameters
     ----------
@@ -53,6 +56,15 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
         One tangent per argument (same shape as the argument; for a tuple
         argument a tuple of the same structure), or ``None`` for an argument
         (or entry) held constant (always ``None`` for ints and bools).
+    batched : bool
+        Each tangent has a leading axis of directions (shape ``(k, *x.shape)``;
+        JAX users write ``vmap`` of ``jvp``); output tangents come back stacked
+        the same way. Runs ``chunk`` directions per sweep in Enzyme's vector
+        mode (:mod:`pyjlad.vector_batched`), on copies of the arguments (the
+        caller's arrays are never written). Array and float arguments only.
+    chunk : int, optional
+        Directions per sweep when ``batched`` (default
+        :data:`~pyjlad.vector_products.DEFAULT_CHUNK`; 1: one sweep each).
 
     Returns
     -------
@@ -68,10 +80,14 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     >>> value, tangent = pyjlad.jvp(lambda x: x * x, (np.array([1.0, 2.0]),), (np.array([1.0, 1.0]),))
     >>> tangent.tolist()
     [2.0, 4.0]
+    >>> pyjlad.jvp(lambda x: x * x, (np.array([1.0, 2.0]),), (np.eye(2),), batched=True)[1].tolist()
+    [[2.0, 0.0], [0.0, 4.0]]
     """
     primals, tangents = as_tuple(primals, "primals", "jvp"), as_tuple(tangents, "tangents", "jvp")
     if len(tangents) != len(primals):
         raise ArgumentError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
+    if batched:
+        return jvp_batched(f, primals, tangents, check_chunk(chunk), engine)
     if has_container(primals):
         return _jvp_flattened(f, primals, tangents, engine)
     for index, (x, t) in enumerate(zip(primals, tangents)):
@@ -106,8 +122,9 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     return value, layout.unpack(out_shadows)
 
 
-def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = None) -> tuple[Any, tuple[Any, ...]]:
-    """Vector-Jacobian product by one reverse-mode sweep.
+def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = None, batched: bool = False,
+        chunk: int | None = None) -> tuple[Any, tuple[Any, ...]]:
+    """Vector-Jacobian product by one reverse-mode sweep (or several, ``batched``).
 
     Parameters
     ----------
@@ -119,6 +136,11 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     cotangent : float, ndarray or tuple
         With the structure of ``f``'s output. For a function that returns
         nothing, it seeds the first array argument the function writes.
+    batched : bool
+        The cotangent has a leading axis of directions (``(k, *output.shape)``);
+        the input cotangents come back stacked the same way. As for :func:`jvp`.
+    chunk : int, optional
+        Directions per sweep when ``batched`` (as for :func:`jvp`).
 
     Returns
     -------
@@ -135,6 +157,8 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     [2.0, 40.0]
     """
     primals = as_tuple(primals, "primals", "vjp")
+    if batched:
+        return vjp_batched(f, primals, cotangent, check_chunk(chunk), engine)
     if has_container(primals):
         return _vjp_flattened(f, primals, cotangent, engine)
     for part in cotangent if isinstance(cotangent, tuple) else (cotangent,):
@@ -227,7 +251,7 @@ def _output_shape(f: Any, primals: tuple[Any, ...]) -> tuple[tuple[int, ...], An
 
 
 def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "reverse",
-             engine: str | None = None) -> Any:
+             engine: str | None = None, chunk: int | None = None) -> Any:
     """The Jacobian of ``f`` with respect to argument(s) ``wrt``.
 
     Parameters
@@ -240,7 +264,12 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     wrt : int or tuple of int
         Argument position(s).
     mode : {"reverse", "forward"}
-        One reverse sweep per output element, or one forward sweep per input element.
+        Reverse sweeps over output elements, or forward sweeps over input elements.
+    chunk : int, optional
+        Elements per sweep (Enzyme's vector mode; default
+        :data:`~pyjlad.vector_products.DEFAULT_CHUNK`). 1, and functions vector
+        mode does not apply to (see :mod:`pyjlad.vector_products`), sweep one
+        element at a time.
 
     Returns
     -------
@@ -263,6 +292,9 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
             raise ArgumentTypeError(f"wrt must name arguments 0..{len(args) - 1}, got {wrt!r}")
         if not differentiable(args[index]):
             raise ArgumentTypeError(f"argument {index} is not a float or float array: it has no derivative")
+    vector = jacobian_vector(f, args, indices, mode, check_chunk(chunk), engine)
+    if vector is not None:
+        return vector[0] if single else tuple(vector)
     out_shape, out_dtype = _output_shape(f, args)
     results = []
     for index in indices:
@@ -333,10 +365,13 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     return float(result[0])
 
 
-def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None) -> Any:
+def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: int | None = None) -> Any:
     """The Hessian of the scalar function ``f`` with respect to argument ``wrt``.
 
-    Computed column by column with :func:`hvp` (reverse over forward).
+    ``chunk`` columns per sweep (default :data:`~pyjlad.vector_products.DEFAULT_CHUNK`):
+    forward over reverse, the forward sweep in Enzyme's vector mode. With ``chunk=1``,
+    and where vector mode does not apply (see :mod:`pyjlad.vector_products`), column
+    by column with :func:`hvp` (reverse over forward).
 
     Returns
     -------
@@ -355,6 +390,9 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None) -> Any:
     x = args[wrt]
     if not isinstance(x, np.ndarray):
         return hvp(f, args, 1.0, wrt, engine=engine)
+    vector = hessian_columns(f, args, wrt, check_chunk(chunk), engine)
+    if vector is not None:
+        return vector
     hess = np.zeros(x.shape + x.shape, dtype=x.dtype)
     for idx in np.ndindex(x.shape):
         hess[(Ellipsis, *idx)] = hvp(f, args, unit_vector(x.shape, idx, x.dtype), wrt, engine=engine)

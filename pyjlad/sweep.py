@@ -42,6 +42,10 @@ class Sweep:
     scalar_result : bool
         Whether the function must return a float (gradients): a function that
         returns nothing is refused instead of giving zeros.
+    width : int
+        Directions per sweep (Enzyme's vector mode, embedded engine; see
+        :mod:`pyjlad.engines.vector_driver`): with ``width > 1`` every shadow is one
+        buffer of ``width`` stacked slices.
 
     Examples
     --------
@@ -57,6 +61,7 @@ class Sweep:
     activities: tuple[Activity, ...] = ()
     wrt: int = -1
     scalar_result: bool = False
+    width: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "activities", as_activities(self.activities))

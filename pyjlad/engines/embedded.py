@@ -65,11 +65,11 @@ from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
 from .hvp_driver import hvp_driver
 from .objects import load_library as _load_library
 from .pool import failed_bytes
+from .vector_driver import vector_sweep_driver
 
 __all__ = [
     "EmbeddedEngine", "ReverseGradient", "Compiled", "Sweep", "shadow_like", "resolve_activities",
-    "reraise_from_function", "compact_overlapping", "overlaps_itself",
-]
+    "reraise_from_function", "compact_overlapping", "overlaps_itself"]
 
 NAME = "embedded"
 def _register_runtime_symbols() -> None:
@@ -116,7 +116,9 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     activities = resolve_activities(exported, sweep)  # first: an int named in wrt is the clearer error
     check_result(exported, sweep)
     noalias = not any(is_rule_symbol(name) for name in exported.module.external_functions)  # see the driver
-    if sweep.kind == "hvp":
+    if sweep.width > 1:  # vector mode (pyjlad.engines.vector_driver)
+        driver, nested = vector_sweep_driver(exported, sweep, activities, noalias), None
+    elif sweep.kind == "hvp":
         driver, nested = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text), None
     else:
         driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
