@@ -14,7 +14,15 @@ import ctypes.util
 import functools
 import os
 
-__all__ = ["CANDIDATES", "libomp_path", "load_libomp"]
+__all__ = ["CANDIDATES", "JIT_SYMBOLS", "libomp_path", "load_libomp"]
+
+#: The runtime's functions a parallel derivative calls (the pass's and Enzyme's), bound to LLVM's library
+#: explicitly: GNU's ``libgomp``, loaded by Numba's ``omp`` threading layer, exports the ``omp_*`` ones too,
+#: and its ``omp_get_thread_num`` knows nothing of LLVM's threads (every thread would be thread 0).
+JIT_SYMBOLS = (
+    "__kmpc_fork_call", "__kmpc_for_static_init_8", "__kmpc_for_static_fini", "__kmpc_global_thread_num",
+    "omp_get_thread_num", "omp_get_max_threads", "omp_get_num_threads", "omp_set_num_threads",
+)
 
 #: Where Debian's ``libomp5-15`` (first) and any ``libomp5`` put LLVM's OpenMP runtime.
 CANDIDATES = (
@@ -58,5 +66,7 @@ def load_libomp() -> str | None:
         llvm.load_library_permanently(path)
     except RuntimeError:
         return None
-    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    for name in JIT_SYMBOLS:  # ahead of GNU's libgomp (Numba's "omp" threading layer) exporting the same omp_*
+        llvm.add_symbol(name, ctypes.cast(getattr(library, name), ctypes.c_void_p).value)
     return path

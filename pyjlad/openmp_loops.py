@@ -9,9 +9,8 @@ replaces each such call by ``__kmpc_fork_call`` of a task that runs the same row
 static schedule (``__kmpc_for_static_init_8``), which Enzyme v0.0.289 differentiates into a
 parallel reverse loop. Numba's ``get_thread_id`` (the slot of a ``prange`` reduction) becomes
 ``omp_get_thread_num``; the GIL release around the call is dropped (a derivative runs without
-Python). Numba's schedule (``allocate_sched``) becomes a ``malloc`` Enzyme knows, so its
-``deallocate_sched`` becomes a ``free`` that Enzyme keeps alive until the reverse sweep has read
-the schedule. The runtime is LLVM's OpenMP library (:mod:`pyjlad.openmp`).
+Python). Numba's schedule (``allocate_sched``) is allocated as pyjlad's runtime allocates arrays,
+so Enzyme keeps it alive until the reverse sweep has read it. The runtime is LLVM's OpenMP library (:mod:`pyjlad.openmp`).
 
 A call this pass does not recognize (a gufunc called through a pointer, counts that are not
 constants) is left alone and reported, so the caller can fall back to the serial derivative.
@@ -30,6 +29,7 @@ from __future__ import annotations
 __all__ = ["EXAMPLE", "openmp_parallel_loops", "parallel_call_count", "unrecognized_parallel_calls"]
 
 _CALL = "call void @numba_parallel_for("
+_FAILED = "@pyjlad.omp.failed"
 _GIL_CALLS = ("@numba_gil_ensure(", "@numba_gil_release(", "@PyEval_SaveThread(", "@PyEval_RestoreThread(")
 
 #: A minimal module in the shape Numba emits (used by the doctests and the tests).
@@ -38,7 +38,7 @@ entry:
   ret void
 }
 
-define void @caller(ptr %a, ptr %d, ptr %s) {
+define i32 @caller(ptr %a, ptr %d, ptr %s) {
 entry:
   %g = alloca i32, align 4
   call void @numba_gil_ensure(ptr %g)
@@ -47,7 +47,7 @@ entry:
   call void @numba_parallel_for(ptr nonnull @kernel, ptr %a, ptr %d, ptr %s, ptr null, i64 2, i64 2, i64 %n)
   call void @PyEval_RestoreThread(ptr %t)
   call void @numba_gil_release(ptr %g)
-  ret void
+  ret i32 0
 }
 
 declare i64 @get_num_threads()
@@ -60,6 +60,7 @@ declare void @PyEval_RestoreThread(ptr)
 
 _DECLARATIONS = """
 %pyjlad.omp.ident = type { i32, i32, i32, i32, ptr }
+@pyjlad.omp.failed = internal global i32 0, align 4
 @pyjlad.omp.where = private unnamed_addr constant [23 x i8] c";unknown;unknown;0;0;;\\00", align 1
 @pyjlad.omp.loc = private unnamed_addr constant %pyjlad.omp.ident { i32 0, i32 2, i32 0, i32 22, ptr @pyjlad.omp.where }, align 8
 declare void @__kmpc_fork_call(ptr, i32, ptr, ...)
@@ -67,8 +68,8 @@ declare void @__kmpc_for_static_init_8(ptr, i32, i32, ptr, ptr, ptr, ptr, i64, i
 declare void @__kmpc_for_static_fini(ptr, i32)
 declare void @omp_set_num_threads(i32)
 declare i32 @omp_get_thread_num()
-declare noalias ptr @malloc(i64)
-declare void @free(ptr)
+declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)
+declare void @NRT_decref(ptr)
 """
 
 
@@ -185,21 +186,25 @@ def openmp_parallel_loops(text: str) -> str:
     Unchanged if it holds no such call. Calls of unrecognized shape are left as they were
     (:func:`unrecognized_parallel_calls` counts them).
 
-    >>> caller = openmp_parallel_loops(EXAMPLE).split("define void @caller")[1].split("}")[0]
+    >>> caller = openmp_parallel_loops(EXAMPLE).split("define i32 @caller")[1].split("}")[0]
     >>> print(caller.strip())
     (ptr %a, ptr %d, ptr %s) {
     entry:
+      store atomic i32 0, ptr @pyjlad.omp.failed monotonic, align 4
       %g = alloca i32, align 4
       %n = call i64 @get_num_threads()
       %pyjlad.omp.threads.0 = trunc i64 %n to i32
       call void @omp_set_num_threads(i32 %pyjlad.omp.threads.0)
       call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr @pyjlad.omp.task.0, ptr %a, ptr %d, ptr %s, ptr null)
-      ret void
+      %pyjlad.omp.failed.13.7 = load atomic i32, ptr @pyjlad.omp.failed monotonic, align 4
+      %pyjlad.omp.status.13.7 = or i32 0, %pyjlad.omp.failed.13.7
+      ret i32 %pyjlad.omp.status.13.7
     """
     if _CALL not in text:
         return text
     out: list[str] = []
     tasks: list[str] = []
+    schedules: set[str] = set()
     for line in text.split("\n"):
         if _CALL in line:
             rewritten = _rewrite_call(line, len(tasks))
@@ -209,13 +214,51 @@ def openmp_parallel_loops(text: str) -> str:
                 continue
         elif any(g in line for g in _GIL_CALLS) and " call " in f" {line.strip()} ":
             continue  # the GIL release around Numba's threading layer: a derivative runs without Python
-        out.append(_threads_and_schedule(line))
+        elif "call void @numba_do_raise(" in line:  # an exception in a loop's body: reported by the status
+            out.append(f"  store atomic i32 1, ptr {_FAILED} monotonic, align 4")
+            continue
+        edited = _threads_and_schedule(line, schedules)
+        if edited is None:
+            return text
+        out.append(edited)
     if not tasks:
         return text
-    body = "\n".join(out)
+    reported = _report_failures("\n".join(out).split("\n"))
+    if reported is None:
+        return text
+    body = "\n".join(reported)
     declared = [d for d in _DECLARATIONS.strip().split("\n")
                 if not (d.startswith("declare") and d.split("(")[0].split()[-1] in _defined_or_declared(body))]
     return body.rstrip("\n") + "\n\n" + "\n".join(tasks) + "\n" + "\n".join(declared) + "\n"
+
+
+def _report_failures(lines: list[str]) -> list[str] | None:
+    """``lines`` with each function that runs a parallel loop clearing the failure flag on entry and
+    returning its status or'ed with it (an exception raised in a loop's body, which Numba's gufunc
+    wrapper raises in Python instead of returning, makes the status 1: pyjlad then calls the function
+    itself for the exception). None if such a function does not return Numba's ``i32`` status."""
+    out: list[str] = []
+    start = 0
+    for k, line in enumerate(lines):
+        if line.startswith("define "):
+            start = len(out)
+        out.append(line)
+        if line != "}" or not any("@__kmpc_fork_call(ptr @pyjlad.omp.loc" in x for x in out[start:]):
+            continue
+        header = out[start]
+        if "@" not in header or not header[:header.index("@")].endswith(" i32 ") or not header.rstrip().endswith("{"):
+            return None
+        body = out[start + 1:]
+        first = 1 if body and body[0].strip().endswith(":") else 0
+        edited = [*body[:first], f"  store atomic i32 0, ptr {_FAILED} monotonic, align 4", *body[first:]]
+        for j, item in enumerate(edited):
+            words = item.split(", !")[0].split()
+            if words[:2] == ["ret", "i32"] and len(words) == 3:
+                edited[j] = (f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {_FAILED} monotonic, align 4\n"
+                             f"  %pyjlad.omp.status.{k}.{j} = or i32 {words[2]}, %pyjlad.omp.failed.{k}.{j}\n"
+                             f"  ret i32 %pyjlad.omp.status.{k}.{j}")
+        out[start + 1:] = edited
+    return out
 
 
 def _defined_or_declared(text: str) -> set[str]:
@@ -227,19 +270,34 @@ def _defined_or_declared(text: str) -> set[str]:
     return names
 
 
-def _threads_and_schedule(line: str) -> str:
-    """``line`` with Numba's thread id made OpenMP's and its schedule buffer made ``malloc``/``free``."""
-    if "@get_thread_id()" in line and line.lstrip().startswith("%"):
-        name = line.split("=")[0].strip()
-        indent = line[: len(line) - len(line.lstrip())]
+def _threads_and_schedule(line: str, schedules: set[str]) -> str | None:
+    """``line`` with Numba's thread id made OpenMP's and its schedule buffer made a Numba array's memory.
+
+    The schedule is allocated as pyjlad's runtime allocates arrays (``NRT_MemInfo_alloc_aligned``)
+    and released by ``NRT_decref``, so Enzyme keeps it alive until the reverse sweep has read the
+    row bounds the gufunc recomputes there (released with ``free`` right after the loop, the reverse
+    sweep read freed memory and the gradient came out zero). None if a ``deallocate_sched`` names a
+    schedule not allocated here (the module is then left alone).
+    """
+    stripped = line.strip().split(", !")[0]  # metadata attachments (``, !noalias !27``) dropped
+    indent = line[: len(line) - len(line.lstrip())]
+    if "@get_thread_id()" in line and stripped.startswith("%") and stripped.endswith("@get_thread_id()"):
+        name = stripped.split("=")[0].strip()
         return (f"{indent}{name}.omp = call i32 @omp_get_thread_num()\n"
                 f"{indent}{name} = sext i32 {name}.omp to i64")
-    if " call ptr @allocate_sched(i64 " in line and line.lstrip().startswith("%") and line.rstrip().endswith(")"):
-        name = line.split("=")[0].strip()
-        entries = line.split("@allocate_sched(i64 ")[1].rstrip()[:-1].strip()
-        indent = line[: len(line) - len(line.lstrip())]
+    if " call ptr @allocate_sched(i64 " in line and stripped.startswith("%") and stripped.endswith(")"):
+        name = stripped.split("=")[0].strip()
+        entries = stripped.split("@allocate_sched(i64 ")[1][:-1].strip()
+        schedules.add(name)
         return (f"{indent}{name}.bytes = shl i64 {entries}, 3\n"
-                f"{indent}{name} = call ptr @malloc(i64 {name}.bytes)")
-    if "call void @deallocate_sched(" in line:
-        return line.replace("call void @deallocate_sched(", "call void @free(")
+                f"{indent}{name}.mi = call ptr @NRT_MemInfo_alloc_aligned(i64 {name}.bytes, i32 32)\n"
+                f"{indent}{name}.field = getelementptr i8, ptr {name}.mi, i64 24\n"
+                f"{indent}{name} = load ptr, ptr {name}.field, align 8")
+    if "call void @deallocate_sched(ptr " in line:
+        name = stripped.split("@deallocate_sched(ptr ")[1].rstrip(")").strip()
+        if name not in schedules:
+            return None
+        return f"{indent}call void @NRT_decref(ptr {name}.mi)"
+    if "@get_thread_id(" in line or "@allocate_sched(" in line:
+        return None if not stripped.startswith("declare") else line
     return line
