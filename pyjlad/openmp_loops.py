@@ -205,7 +205,10 @@ def openmp_parallel_loops(text: str) -> str:
     out: list[str] = []
     tasks: list[str] = []
     schedules: set[str] = set()
+    function = ""
     for line in text.split("\n"):
+        if line.startswith("define "):
+            function = line.split("@", 1)[1].split("(")[0] if "@" in line else ""
         if _CALL in line:
             rewritten = _rewrite_call(line, len(tasks))
             if rewritten is not None:
@@ -214,7 +217,10 @@ def openmp_parallel_loops(text: str) -> str:
                 continue
         elif any(g in line for g in _GIL_CALLS) and " call " in f" {line.strip()} ":
             continue  # the GIL release around Numba's threading layer: a derivative runs without Python
-        elif "call void @numba_do_raise(" in line:  # an exception in a loop's body: reported by the status
+        elif "call void @numba_do_raise(" in line or (function.startswith("__gufunc__") and
+                                                       line.strip() == "call void @PyErr_Clear()"):
+            # an exception in a loop's body (Numba's gufunc wrapper clears Python's error, then builds and
+            # raises the exception): reported through the status instead
             out.append(f"  store atomic i32 1, ptr {_FAILED} monotonic, align 4")
             continue
         edited = _threads_and_schedule(line, schedules)
