@@ -62,6 +62,10 @@ def load_libomp() -> str | None:
         return None
     import llvmlite.binding as llvm
 
+    # LLVM's runtime keeps idle workers spinning for 200 ms after each parallel loop, taking the cores
+    # from Numba's own threads (GNU's runtime) and from the user's code: park them at once, unless the
+    # user chose otherwise. Read when the runtime starts (its first parallel loop).
+    os.environ.setdefault("KMP_BLOCKTIME", "0")
     try:
         llvm.load_library_permanently(path)
     except RuntimeError:
