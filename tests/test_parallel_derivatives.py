@@ -236,3 +236,28 @@ def test_exception_in_a_parallel_loop_is_raised(parallel_on) -> None:
         assert "negative input" in repr(info.value) + repr(info.value.__context__) + repr(info.value.__cause__)
         y = np.abs(x) + 1.0  # the next call starts with no failure recorded
         np.testing.assert_allclose(pyjlad.gradient(checked, y), 0.5 / np.sqrt(y), rtol=1e-14)
+
+
+@njit(parallel=True)
+def field(x, w):
+    y = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        y[i] = np.tanh(w * x[i])
+    return y
+
+
+def test_vjp_and_jacobian_of_an_array_valued_prange_function(parallel_on) -> None:
+    numba.set_num_threads(2)
+    x, w, c = np.linspace(-1.0, 1.0, 50), 0.7, np.cos(np.arange(50.0))
+    x0 = x.copy()
+    jx, jw = jax.vjp(lambda a, b: jnp.tanh(b * a), jnp.asarray(x0), w)[1](jnp.asarray(c))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        value, (cx, cw) = pyjlad.vjp(field, (x, w), c)
+        jac = pyjlad.jacobian(field, x, w, wrt=0)
+    np.testing.assert_allclose(value, np.tanh(w * x0), rtol=1e-15)
+    np.testing.assert_allclose(cx, np.asarray(jx), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(cw, float(jw), rtol=1e-13)
+    np.testing.assert_allclose(jac, np.asarray(jax.jacobian(lambda a: jnp.tanh(w * a))(jnp.asarray(x0))),
+                               rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(x, x0)
