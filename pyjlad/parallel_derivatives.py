@@ -25,7 +25,7 @@ from numba import types as nbtypes
 from numba.core.dispatcher import Dispatcher
 
 from . import config
-from .errors import EnzymeError, ParallelFallbackWarning, UnsupportedFunctionError
+from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionError
 from .export_ir import compile_before_codegen
 from .openmp import load_libomp
 from .openmp_loops import openmp_parallel_loops, parallel_call_count, unrecognized_parallel_calls
@@ -63,7 +63,10 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     rewritten = openmp_parallel_loops(text)
     if unrecognized_parallel_calls(rewritten):
         return None, "one of its parallel loops has a form the OpenMP rewrite does not recognize"
-    module = make_portable(rewritten, cres.fndesc.mangled_name, name=entry, dump_as="enzyme-parallel")
+    try:
+        module = make_portable(rewritten, cres.fndesc.mangled_name, name=entry, dump_as="enzyme-parallel")
+    except PyjladError as exc:
+        return None, f"its parallel copy could not be exported ({type(exc).__name__}: {str(exc)[:200]})"
     if "numba_parallel_for" in module.text or "@__kmpc_fork_call(" not in module.text:
         return None, "the OpenMP rewrite of its parallel loops did not survive the portable pipeline"
     return module, ""
@@ -111,7 +114,7 @@ def with_parallel_fallback(exported: Any, sweep: Any, load: Callable[[Callable[[
         return load(source)
     except _NotParallel as exc:
         _fallback(exported.name, str(exc))
-    except (EnzymeError, RuntimeError) as exc:
+    except (PyjladError, RuntimeError) as exc:  # EnzymeError, ToolchainError, a module that does not load
         last = (str(exc).strip().splitlines() or [""])[0][:200]
         _fallback(exported.name, f"Enzyme or the JIT failed on its parallel loops ({last})")
     return load(None)
