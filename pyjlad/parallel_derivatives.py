@@ -78,6 +78,12 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     False, silently, for a function that is not ``parallel=True`` or with the setting off (today's
     behaviour); False with a :class:`~pyjlad.errors.ParallelFallbackWarning` where the setting is on
     but the parallel derivative is not available (forward mode, Hessians, no runtime).
+
+    Examples
+    --------
+    >>> from pyjlad.sweep import Sweep
+    >>> parallel_wanted(object(), Sweep("ad", "reverse", ("diff",)))  # not a parallel=True function
+    False
     """
     if getattr(exported, "make_parallel_module", None) is None or not config.parallel_derivatives():
         return False
