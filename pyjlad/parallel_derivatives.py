@@ -81,8 +81,9 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
 
     Examples
     --------
+    >>> from pyjlad.activity import Activity
     >>> from pyjlad.sweep import Sweep
-    >>> parallel_wanted(object(), Sweep("ad", "reverse", ("diff",)))  # not a parallel=True function
+    >>> parallel_wanted(object(), Sweep("ad", "reverse", (Activity.DIFF,)))  # not a parallel=True function
     False
     """
     if getattr(exported, "make_parallel_module", None) is None or not config.parallel_derivatives():
