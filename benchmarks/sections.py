@@ -27,6 +27,9 @@ SECTIONS: dict[str, list[list[str]]] = {
         ["numba_call_overhead.py"],
         ["per_sample_gradients.py", "--n", "100000", "--d", "16"],
     ],
+    "parallel": [
+        ["parallel_gradients.py", "--voxels", "20000", "--pairs", "2000", "--cells", "1000000", "--repeat", "3"],
+    ],
     "checkpointing": [
         ["checkpointing.py", "--lorenz-steps", "10000000", "--heat-steps", "100000", "--plain-steps", "1000000"],
     ],

@@ -30,6 +30,7 @@ from .errors import (
     EnzymeError,
     ExportError,
     OutOfMemoryError,
+    ParallelFallbackWarning,
     PortabilityError,
     PyjladError,
     SettingError,
@@ -54,7 +55,7 @@ __all__ = [
     "custom_derivative", "CustomDerivative",
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
-    "ToolchainError", "EnzymeError", "EngineUnavailableError", "CacheWarning", "CacheLockTimeout",
+    "ToolchainError", "EnzymeError", "EngineUnavailableError", "CacheWarning", "ParallelFallbackWarning", "CacheLockTimeout",
     "SettingError", "ArgumentError", "ArgumentTypeError", "OutOfMemoryError", "DifferentiatedFunctionError",
     "__version__",
 ]

@@ -42,6 +42,7 @@ __all__ = [
     "byte_count", "seconds", "flag",
     "engine_name", "julia_allow_install",
     "cache_dir_override", "gradient_cache_dir_override", "disk_cache_disabled", "cache_max_bytes",
+    "parallel_derivatives",
     "lock_timeout_s", "pool_bytes", "stack_bytes", "opt_timeout_s", "opt_override", "enzyme_plugin_override",
     "DEFAULT_ENGINE", "DEFAULT_CACHE_MAX_BYTES", "DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_POOL_BYTES",
     "DEFAULT_STACK_BYTES", "DEFAULT_OPT_TIMEOUT_S",
@@ -181,6 +182,19 @@ def disk_cache_disabled() -> bool:
         If the value is not a switch word.
     """
     return flag("PYJLAD_DISABLE_DISK_CACHE")
+
+
+def parallel_derivatives() -> bool:
+    """``PYJLAD_PARALLEL_DERIVATIVES``: a switch (:func:`flag`), default off, that makes reverse-mode
+    derivatives of ``parallel=True`` functions run their ``prange`` loops in parallel (OpenMP;
+    :mod:`pyjlad.parallel_derivatives`) instead of through a serial copy.
+
+    Raises
+    ------
+    SettingError
+        If the value is not a switch word.
+    """
+    return flag("PYJLAD_PARALLEL_DERIVATIVES")
 
 
 def cache_max_bytes() -> int:

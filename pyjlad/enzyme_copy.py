@@ -129,7 +129,8 @@ def _substitute(value: Any, building: dict[int, Dispatcher]) -> Any:
     return value
 
 
-def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | None = None) -> Dispatcher:
+def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | None = None, *,
+                      keep_parallel: bool = False) -> Dispatcher:
     """A fresh ``@njit`` copy of ``dispatcher`` whose ``@njit`` callees are such copies too (one per function).
 
     Compile it under :func:`branch_preserving_compile`. Callees are found by
@@ -142,6 +143,9 @@ def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | 
         The function.
     building : dict, optional
         The copies being built by the calls up the stack (recursive functions).
+    keep_parallel : bool
+        Keep the function's own ``parallel=True`` (its callees' copies are serial): the copy
+        :mod:`pyjlad.parallel_derivatives` differentiates.
 
     Returns
     -------
@@ -158,7 +162,8 @@ def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | 
         cells = py.__closure__
         clone = pytypes.FunctionType(py.__code__, namespace, py.__name__, py.__defaults__, cells)
         clone.__qualname__ = py.__qualname__
-        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in _DROPPED_OPTIONS}
+        dropped = tuple(o for o in _DROPPED_OPTIONS if not (keep_parallel and o == "parallel"))
+        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in dropped}
         copy = numba.njit(**options)(clone)
         building[id(dispatcher)] = copy
         for name in py.__code__.co_names:
@@ -173,7 +178,7 @@ def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | 
             building[id(dispatcher)] = copy
         return copy
 
-    return cached_for(dispatcher, _COPY_KEY, build)
+    return cached_for(dispatcher, (*_COPY_KEY, "parallel") if keep_parallel else _COPY_KEY, build)
 
 
 def _filled(cell: Any) -> bool:

@@ -161,3 +161,12 @@ class CacheWarning(UserWarning):
     only; or an entry was ignored (damaged, not signed by this user, invalid
     contents) and is built again.
     """
+
+
+class ParallelFallbackWarning(UserWarning):
+    """A derivative of a ``parallel=True`` function runs serially although parallel derivatives are on.
+
+    Issued with ``PYJLAD_PARALLEL_DERIVATIVES=1`` where the parallel derivative cannot be built (forward
+    mode and Hessian-vector products, LLVM's OpenMP runtime missing, a parallel loop of a shape pyjlad
+    does not recognize); the message says which. The gradient is today's serial one, still exact.
+    """

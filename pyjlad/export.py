@@ -42,6 +42,7 @@ from .ir.analysis import numba_entry
 from .ir.names import c_identifier
 from .log import get_logger, timed
 from .memo import cached_for
+from .parallel_derivatives import parallel_module
 from .portable import PortableModule
 from .portable_pipeline import make_portable
 
@@ -70,6 +71,9 @@ class ExportedFunction:
         The function's Python name.
     make_enzyme_module : callable, optional
         Builds :attr:`enzyme_module`.
+    make_parallel_module : callable, optional
+        For a ``parallel=True`` function: ``(module, "")`` of its copy with parallel loops Enzyme
+        differentiates in parallel, or ``(None, why not)`` (:mod:`pyjlad.parallel_derivatives`).
     """
 
     module: PortableModule
@@ -79,6 +83,8 @@ class ExportedFunction:
     run: Callable[..., Any]
     name: str
     make_enzyme_module: Callable[[], PortableModule] | None = field(default=None, repr=False, compare=False)
+    make_parallel_module: Callable[[], tuple[PortableModule | None, str]] | None = field(
+        default=None, repr=False, compare=False)
 
     @functools.cached_property
     def enzyme_module(self) -> PortableModule:
@@ -140,6 +146,7 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
     target = as_numba_function(func)
     name = describe_function(target)
     enzyme_module: Callable[[], PortableModule] | None = None
+    parallel: Callable[[], tuple[PortableModule | None, str]] | None = None
     if isinstance(target, CFunc):
         sig = target._sig
         argtypes = tuple(sig.args)
@@ -164,6 +171,10 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
                 return module
             return make_portable(fresh[1], fresh[0].fndesc.mangled_name, name=entry, dump_as="enzyme-copy")
 
+        if target.targetoptions.get("parallel"):
+            def parallel() -> tuple[PortableModule | None, str]:
+                return cached_for(target, ("parallel-module", argtypes), lambda: parallel_module(target, argtypes, entry))
+
     args_abi = [arg_abi(i, t) for i, t in enumerate(argtypes)]
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):
         raise UnsupportedFunctionError(
@@ -187,4 +198,4 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
     abi = FunctionABI(entry=entry, args=tuple(filled_args(args_abi, decls, aliased)), result=result_abi(restype),
                       param_types=tuple(p.type for p in decls))
     return ExportedFunction(module=module, abi=abi, argtypes=argtypes, restype=restype, run=run, name=name,
-                            make_enzyme_module=enzyme_module)
+                            make_enzyme_module=enzyme_module, make_parallel_module=parallel)

@@ -90,7 +90,13 @@ def kind_specific_calls(line: str, links: set[tuple[str, str]]) -> str:
 # Numba runtime helpers that only compute integers (shapes, strides) from their
 # arguments: their declarations are marked so that Enzyme treats calls to them as
 # inactive and knows they free nothing.
-INACTIVE_HELPERS = frozenset({"numba_attempt_nocopy_reshape", "numba_fatal_error"})
+# Numba's threading-layer helpers (thread counts, the parfor schedule) and OpenMP's thread
+# count/number, which only a parallel derivative (pyjlad.openmp_loops) calls, are of that kind too.
+INACTIVE_HELPERS = frozenset({
+    "numba_attempt_nocopy_reshape", "numba_fatal_error",
+    "get_num_threads", "get_parallel_chunksize", "set_parallel_chunksize", "get_sched_size",
+    "do_scheduling_signed", "do_scheduling_unsigned", "omp_set_num_threads", "omp_get_thread_num",
+})
 
 
 #: The libm functions ``down-level`` calls for LLVM 22 math intrinsics (double; float adds ``f``).

@@ -28,6 +28,8 @@ __all__ = ["ERROR_PATH_STUBS", "EXCINFO_UNWRAP", "STRING_CODE", "clean_global", 
 ERROR_PATH_STUBS = frozenset({
     "PyUnicode_FromKindAndData", "PyUnicode_FromString", "PyTuple_Pack", "PyObject_Hash",
     "PyErr_SetString", "PyErr_SetNone", "PyErr_Clear", "Py_DecRef", "Py_IncRef",
+    # the error path of a parfor's gufunc wrapper (only a parallel derivative keeps one: pyjlad.openmp_loops)
+    "PyBytes_FromStringAndSize", "numba_unpickle", "numba_runtime_build_excinfo_struct",
 })
 _ZERO = {"ptr": "null", "void": "", "float": "0.0", "double": "0.0"}
 

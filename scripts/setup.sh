@@ -9,10 +9,12 @@ venv="${PYJLAD_VENV:-$root/.venv}"
 want_tests=0
 [ "${1:-}" = "--tests" ] && want_tests=1
 
-# System packages: LLVM 15's opt (Enzyme's host) and patchelf; for the tests also
+# System packages: LLVM 15's opt (Enzyme's host), its OpenMP runtime and patchelf; for the tests also
 # llvm-as 16/19/22, which check that exported IR is portable across LLVM versions.
 need=()
 command -v opt-15 >/dev/null || need+=(llvm-15)
+# LLVM 15's OpenMP runtime (__kmpc_*), for parallel derivatives of prange code (pyjlad.openmp).
+[ -e /usr/lib/llvm-15/lib/libomp.so.5 ] || need+=(libomp5-15)
 command -v patchelf >/dev/null || need+=(patchelf)
 if [ "$want_tests" = 1 ]; then
   for v in 16 19 22; do command -v "llvm-as-$v" >/dev/null || need+=("llvm-$v"); done

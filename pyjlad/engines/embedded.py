@@ -45,7 +45,8 @@ from ..errors import EnzymeError, OutOfMemoryError, PyjladError, ToolchainError,
 from ..export import ExportedFunction, describe_function, export, numba_argtypes
 from ..memo import cached_for
 from ..nested import NestedSweep, cache_key_parts, remember
-from ..portable import RUNTIME_CALL_DTOR, has_recursion
+from ..parallel_derivatives import CACHE_TAG, with_parallel_fallback
+from ..portable import RUNTIME_CALL_DTOR, PortableModule, has_recursion
 from ..rules import is_rule_symbol
 from ..toolchain import locate, opt_route
 from . import native
@@ -128,16 +129,17 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
     # identified by their source (compiled only on a miss); rules by their IR.
-    key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
-                          toolchain.identity,
-                          exported.module.text, driver.text, *custom_rule_modules(exported),
-                          *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
-                          *cache_key_parts(exported.module.external_functions))
-    try:
-        library = _load_library(
-            key, lambda: native.drop_invariant_groups(_run_enzyme(exported, driver.module(exported.enzyme_module.text))),
-            driver.symbol,
+    def load(source: Callable[[], PortableModule] | None) -> Any:  # the parallel copy (pyjlad.parallel_derivatives)
+        key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
+                              toolchain.identity, *([CACHE_TAG] if source else []),
+                              exported.module.text, driver.text, *custom_rule_modules(exported),
+                              *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
+                              *cache_key_parts(exported.module.external_functions))
+        return _load_library(key, lambda: native.drop_invariant_groups(_run_enzyme(
+            exported, driver.module((source() if source else exported.enzyme_module).text))), driver.symbol,
             _derivative_name(exported, sweep))
+    try:
+        library = with_parallel_fallback(exported, sweep, load)
     except (EnzymeError, ToolchainError):
         raise  # Enzyme's own failure (diagnostics kept), or the toolchain's, already in words
     except RuntimeError as exc:

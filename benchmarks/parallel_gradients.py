@@ -1,0 +1,156 @@
+"""Parallel reverse-mode gradients of ``prange`` code (issue 17): time at 1 and 2 threads.
+
+For each kernel: the primal (Numba, ``parallel=True``), pyjlad's gradient with
+``PYJLAD_PARALLEL_DERIVATIVES=1`` (OpenMP loops, ``numba.set_num_threads``), today's serial
+gradient (the setting off) and ``jax.jit(jax.grad)`` of a ``jax.numpy`` twin. Best of ``--repeat``
+wall-clock times, and the process CPU time per thread over the same calls (the machine is shared, so
+wall-clock speedups are noisy; CPU per thread shows the work split). Prints markdown.
+
+Run: ``python benchmarks/parallel_gradients.py`` (``--quick`` for small sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+import warnings
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+import pyjlad
+
+
+@njit(parallel=True)
+def remote_loss(mse, v, b):
+    """Seed 003's ``remote_stats`` (Coinstac), the squared t-statistics summed in the same function."""
+    n, k = b.shape
+    ts = np.zeros((n, k))
+    for voxel in prange(n):
+        var_covar_beta_global = mse[voxel] * np.linalg.inv(v)
+        se_beta_global = np.sqrt(np.diag(var_covar_beta_global))
+        ts[voxel, :] = b[voxel, :] / se_beta_global
+    return np.sum(ts ** 2)
+
+
+@njit(parallel=True)
+def pairwise(x):
+    e = 0.0
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[0]):
+            d = x[i] - x[j]
+            e += 1.0 / (1.0 + d * d)
+    return e
+
+
+@njit(parallel=True)
+def stencil(u, k):
+    n = u.shape[0]
+    out = np.zeros(n)
+    for i in prange(1, n - 1):
+        out[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+    s = 0.0
+    for i in range(n):
+        s += out[i] * out[i]
+    return s
+
+
+def _serial_twin(f):
+    """The same kernel as a separate dispatcher, so its derivative is built with the setting off."""
+    return njit(parallel=True)(f.py_func)
+
+
+def _jax_twins():
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+
+    def remote(mse, v, b):
+        se = jnp.sqrt(mse[:, None] * jnp.diag(jnp.linalg.inv(v))[None, :])
+        return jnp.sum((b / se) ** 2)
+
+    def pair(x):
+        return jnp.sum(1.0 / (1.0 + (x[:, None] - x[None, :]) ** 2))
+
+    def sten(u, k):
+        inner = u[1:-1] + k * (u[:-2] - 2 * u[1:-1] + u[2:])
+        return jnp.sum(inner ** 2)
+
+    return jax, {"remote_stats": (remote, (0, 1, 2)), "pairwise": (pair, 0), "stencil": (sten, 0)}
+
+
+def _time(call, repeat: int, threads: int) -> tuple[float, float]:
+    """Best wall-clock seconds of ``repeat`` calls, and CPU seconds per thread per call."""
+    call()
+    best = float("inf")
+    cpu0 = time.process_time()
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return best, (time.process_time() - cpu0) / repeat / threads
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--voxels", type=int, default=20000)
+    parser.add_argument("--pairs", type=int, default=2000)
+    parser.add_argument("--cells", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    ns = parser.parse_args()
+    if ns.quick:
+        ns.voxels, ns.pairs, ns.cells, ns.repeat = 2000, 400, 100_000, 3
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 8))
+    cases = {
+        "remote_stats": (remote_loss, (rng.uniform(0.5, 1.5, ns.voxels), x.T @ x, rng.normal(size=(ns.voxels, 8))),
+                         (0, 1, 2), f"{ns.voxels} voxels, 8x8"),
+        "pairwise": (pairwise, (rng.uniform(-2, 2, ns.pairs),), (0,), f"n = {ns.pairs} (O(n^2))"),
+        "stencil": (stencil, (rng.normal(size=ns.cells), 0.2), (0,), f"{ns.cells} cells, one step"),
+    }
+    jax, twins = _jax_twins()
+    warnings.simplefilter("ignore", numba.NumbaPerformanceWarning)
+    rows = []
+    for name, (f, args, wrt, size) in cases.items():
+        serial = _serial_twin(f)
+        os.environ.pop("PYJLAD_PARALLEL_DERIVATIVES", None)
+        serial_grad = pyjlad.grad(serial, wrt=wrt)
+        os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
+        parallel_grad = pyjlad.grad(f, wrt=wrt)
+        twin, argnums = twins[name]
+        jargs = [jax.numpy.asarray(a) for a in args]
+        jgrad = jax.jit(jax.grad(twin, argnums=argnums))
+        times = {}
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            times[threads] = (
+                _time(lambda f=f, a=args: f(*a), ns.repeat, threads),
+                _time(lambda g=parallel_grad, a=args: g(*a), ns.repeat, threads),
+                _time(lambda g=serial_grad, a=args: g(*a), ns.repeat, threads),
+            )
+        jax_t = _time(lambda g=jgrad, a=jargs: jax.block_until_ready(g(*a)), ns.repeat, 1)
+        rows.append((name, size, times, jax_t))
+    print("### Parallel gradients of `prange` code (issue 17)\n")
+    print(f"`python benchmarks/parallel_gradients.py` on {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores (shared, noisy); numba {numba.__version__} (threading layer "
+          f"{numba.threading_layer()}), jax {jax.__version__}, pyjlad {pyjlad.__version__}. Best of {ns.repeat}; "
+          "CPU = process CPU seconds per call per thread. `parallel` = `PYJLAD_PARALLEL_DERIVATIVES=1`, "
+          "`serial` = today's derivative (setting off).\n")
+    print("| kernel | size | threads | primal ms | parallel grad ms | CPU/thread ms | serial grad ms | "
+          "grad/primal | speedup 1->2 | jax.jit(grad) ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, size, times, jax_t in rows:
+        for threads in (1, 2):
+            (p, _), (g, cpu), (s, _) = times[threads]
+            speed = f"{times[1][1][0] / g:.2f}x" if threads == 2 else ""
+            print(f"| {name} | {size} | {threads} | {p * 1e3:.2f} | {g * 1e3:.2f} | {cpu * 1e3:.2f} | "
+                  f"{s * 1e3:.2f} | {g / p:.1f} | {speed} | {jax_t[0] * 1e3:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Where LLVM's OpenMP runtime is, for derivatives of Numba's parallel loops (:mod:`pyjlad.openmp_loops`).
+
+Enzyme differentiates OpenMP parallel loops written against LLVM's runtime interface
+(``__kmpc_fork_call``, ``__kmpc_for_static_init_8``). Numba's own OpenMP threading layer links GNU's
+``libgomp``, which does not export those, so the derivative needs LLVM's ``libomp``: Debian's
+``libomp5-15`` (installed by ``scripts/setup.sh``), found without configuration by
+:func:`libomp_path` and loaded into the process, for the JIT to resolve, by :func:`load_libomp`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+
+__all__ = ["CANDIDATES", "JIT_SYMBOLS", "libomp_path", "load_libomp"]
+
+#: The runtime's functions a parallel derivative calls (the pass's and Enzyme's), bound to LLVM's library
+#: explicitly: GNU's ``libgomp``, loaded by Numba's ``omp`` threading layer, exports the ``omp_*`` ones too,
+#: and its ``omp_get_thread_num`` knows nothing of LLVM's threads (every thread would be thread 0).
+JIT_SYMBOLS = (
+    "__kmpc_fork_call", "__kmpc_for_static_init_8", "__kmpc_for_static_fini", "__kmpc_global_thread_num",
+    "omp_get_thread_num", "omp_get_max_threads", "omp_get_num_threads", "omp_set_num_threads",
+)
+
+#: Where Debian's ``libomp5-15`` (first) and any ``libomp5`` put LLVM's OpenMP runtime.
+CANDIDATES = (
+    "/usr/lib/llvm-15/lib/libomp.so.5",
+    "/usr/lib/x86_64-linux-gnu/libomp.so.5",
+    "/usr/lib/aarch64-linux-gnu/libomp.so.5",
+)
+
+
+def libomp_path() -> str | None:
+    """The path of LLVM's OpenMP runtime, or None if none is installed.
+
+    Examples
+    --------
+    >>> path = libomp_path()
+    >>> path is None or "libomp" in path
+    True
+    """
+    for path in CANDIDATES:
+        if os.path.exists(path):
+            return path
+    found = ctypes.util.find_library("omp")
+    return found or None
+
+
+@functools.cache
+def load_libomp() -> str | None:
+    """Load LLVM's OpenMP runtime into the process for the JIT (once); its path, or None if it is missing.
+
+    Examples
+    --------
+    >>> load_libomp() == load_libomp()
+    True
+    """
+    path = libomp_path()
+    if path is None:
+        return None
+    import llvmlite.binding as llvm
+
+    # LLVM's runtime keeps idle workers spinning for 200 ms after each parallel loop, taking the cores
+    # from Numba's own threads (GNU's runtime) and from the user's code: park them at once, unless the
+    # user chose otherwise. Read when the runtime starts (its first parallel loop).
+    os.environ.setdefault("KMP_BLOCKTIME", "0")
+    try:
+        llvm.load_library_permanently(path)
+    except RuntimeError:
+        return None
+    library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    for name in JIT_SYMBOLS:  # ahead of GNU's libgomp (Numba's "omp" threading layer) exporting the same omp_*
+        llvm.add_symbol(name, ctypes.cast(getattr(library, name), ctypes.c_void_p).value)
+    return path

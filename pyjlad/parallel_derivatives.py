@@ -1,0 +1,132 @@
+"""Reverse-mode derivatives of ``parallel=True`` functions whose ``prange`` loops run in parallel (issue 17).
+
+Off unless ``PYJLAD_PARALLEL_DERIVATIVES`` is on (:func:`pyjlad.config.parallel_derivatives`); then,
+for a reverse sweep of a function compiled with ``parallel=True``, Enzyme differentiates a copy of
+the function that keeps Numba's parallel loops, each rewritten as an OpenMP parallel loop
+(:mod:`pyjlad.openmp_loops`) running on ``numba.get_num_threads()`` threads of LLVM's OpenMP runtime
+(:mod:`pyjlad.openmp`). The reverse of each loop is a parallel loop over the same static schedule;
+adjoints of inputs shared between iterations are accumulated with atomic adds (so they may differ
+from run to run in the last bits), those of per-iteration elements are written by one thread each
+(identical run to run). The function's ``@njit`` callees run serially inside it.
+
+Everything else is today's serial derivative (:func:`pyjlad.export_compile.serial_dispatcher`),
+with a :class:`~pyjlad.errors.ParallelFallbackWarning` saying why where the setting asked for a
+parallel one: forward mode and Hessian-vector products, a missing runtime, a loop the rewrite does
+not recognize, a copy Numba cannot compile.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from numba import types as nbtypes
+from numba.core.dispatcher import Dispatcher
+
+from . import config
+from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionError
+from .export_ir import compile_before_codegen
+from .openmp import load_libomp
+from .openmp_loops import openmp_parallel_loops, parallel_call_count, unrecognized_parallel_calls
+from .portable import PortableModule
+
+__all__ = ["CACHE_TAG", "parallel_module", "parallel_wanted", "with_parallel_fallback"]
+
+T = TypeVar("T")
+
+#: Part of the cache key of a parallel derivative (a serial one has none).
+CACHE_TAG = "openmp-parallel-loops/1"
+
+
+def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
+                    entry: str) -> tuple[PortableModule | None, str]:
+    """The portable module of ``dispatcher``'s parallel copy with its loops made OpenMP loops, or why not.
+
+    Returns ``(module, "")``, or ``(None, reason)`` in the user's terms.
+    """
+    from .enzyme_copy import branch_preserving_compile, unvectorized_copy
+    from .nested import calls_kept
+    from .portable_pipeline import make_portable
+
+    copy = unvectorized_copy(dispatcher, keep_parallel=True)
+    with branch_preserving_compile(), calls_kept():
+        try:
+            fresh = compile_before_codegen(copy, argtypes)
+        except Exception as exc:  # noqa: BLE001 - any failure of the copy means the serial derivative
+            return None, f"Numba could not compile its parallel copy ({type(exc).__name__})"
+    if fresh is None:
+        return None, "Numba could not compile its parallel copy"
+    cres, text = fresh
+    if parallel_call_count(text) == 0:
+        return None, "Numba made no parallel loop of it for these argument types"
+    rewritten = openmp_parallel_loops(text)
+    if unrecognized_parallel_calls(rewritten):
+        return None, "one of its parallel loops has a form the OpenMP rewrite does not recognize"
+    try:
+        module = make_portable(rewritten, cres.fndesc.mangled_name, name=entry, dump_as="enzyme-parallel")
+    except PyjladError as exc:
+        return None, f"its parallel copy could not be exported ({type(exc).__name__}: {str(exc)[:200]})"
+    if "numba_parallel_for" in module.text or "@__kmpc_fork_call(" not in module.text:
+        return None, "the OpenMP rewrite of its parallel loops did not survive the portable pipeline"
+    return module, ""
+
+
+def parallel_wanted(exported: Any, sweep: Any) -> bool:
+    """Whether to try the parallel derivative for ``sweep`` of ``exported``.
+
+    False, silently, for a function that is not ``parallel=True`` or with the setting off (today's
+    behaviour); False with a :class:`~pyjlad.errors.ParallelFallbackWarning` where the setting is on
+    but the parallel derivative is not available (forward mode, Hessians, no runtime).
+
+    Examples
+    --------
+    >>> from pyjlad.activity import Activity
+    >>> from pyjlad.sweep import Sweep
+    >>> parallel_wanted(object(), Sweep("ad", "reverse", (Activity.DIFF,)))  # not a parallel=True function
+    False
+    """
+    if getattr(exported, "make_parallel_module", None) is None or not config.parallel_derivatives():
+        return False
+    if sweep.kind != "ad" or sweep.mode != "reverse":
+        what = "Hessian-vector products" if sweep.kind == "hvp" else "forward-mode derivatives"
+        return _fallback(exported.name, f"{what} of parallel loops are not parallel yet (only reverse mode is)")
+    if load_libomp() is None:
+        return _fallback(exported.name, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
+    return True
+
+
+class _NotParallel(UnsupportedFunctionError):
+    """The parallel copy cannot be built (its reason is the message); the serial derivative is used."""
+
+
+def with_parallel_fallback(exported: Any, sweep: Any, load: Callable[[Callable[[], PortableModule] | None], T]) -> T:
+    """``load(source)`` of the parallel module where wanted and possible, else ``load(None)`` (the serial one).
+
+    ``load`` builds (or finds in the cache) the derivative of ``source()``, the module Enzyme
+    differentiates, or of the serial copy for None. A parallel module that cannot be built, or that
+    Enzyme or the JIT fails on, gives the serial derivative with a
+    :class:`~pyjlad.errors.ParallelFallbackWarning` saying why.
+    """
+    if not parallel_wanted(exported, sweep):
+        return load(None)
+
+    def source() -> PortableModule:
+        module, why = exported.make_parallel_module()
+        if module is None:
+            raise _NotParallel(why)
+        return module
+
+    try:
+        return load(source)
+    except _NotParallel as exc:
+        _fallback(exported.name, str(exc))
+    except (PyjladError, RuntimeError) as exc:  # EnzymeError, ToolchainError, a module that does not load
+        last = (str(exc).strip().splitlines() or [""])[0][:200]
+        _fallback(exported.name, f"Enzyme or the JIT failed on its parallel loops ({last})")
+    return load(None)
+
+
+def _fallback(name: str, why: str) -> bool:
+    warnings.warn(f"the derivative of {name} runs serially: {why}", ParallelFallbackWarning, stacklevel=5)
+    return False

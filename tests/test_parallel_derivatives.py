@@ -1,0 +1,264 @@
+"""Parallel reverse-mode derivatives of ``prange`` code (issue 17), behind ``PYJLAD_PARALLEL_DERIVATIVES``.
+
+Oracles: JAX float64 on a ``jax.numpy`` twin of each kernel (and the closed form of seed 003's
+``remote_stats`` loss), computed from copies taken before the call. Each gradient at 1 and 2 threads
+(``numba.set_num_threads``); repeated runs: per-element adjoints identical, adjoints of inputs shared
+between iterations (atomic adds) within 1e-13 relative. The parallel module is checked to be the one
+differentiated (no fallback warning, ``__kmpc_fork_call`` in it); forward mode and Hessian-vector
+products fall back to the serial derivative with a ``ParallelFallbackWarning``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numba
+import numpy as np
+import pytest
+from numba import njit, prange
+
+import pyjlad
+from pyjlad.errors import ParallelFallbackWarning
+from pyjlad.export import export, numba_argtypes
+from pyjlad.openmp import libomp_path
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+jax.config.update("jax_enable_x64", True)
+
+pytestmark = pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed")
+rng = np.random.default_rng(17)
+THREADS = (1, 2)
+
+
+@pytest.fixture
+def parallel_on(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
+    before = numba.get_num_threads()
+    yield
+    numba.set_num_threads(before)
+
+
+@njit(parallel=True)
+def reduction(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += np.sin(x[i]) * x[i]
+    return s
+
+
+@njit(parallel=True)
+def mapped(x):
+    y = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        y[i] = np.exp(-x[i] * x[i]) * x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += y[i] * (i + 1.0)
+    return s
+
+
+@njit(parallel=True)
+def shared_tanh(w, v):
+    s = 0.0
+    for i in prange(w.shape[0]):
+        acc = 0.0
+        for j in range(w.shape[1]):
+            acc += w[i, j] * v[j]
+        s += np.tanh(acc)
+    return s
+
+
+@njit(parallel=True)
+def pairwise(x):
+    e = 0.0
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[0]):
+            d = x[i] - x[j]
+            e += 1.0 / (1.0 + d * d)
+    return e
+
+
+@njit(parallel=True)
+def stencil(u, k):
+    n = u.shape[0]
+    out = np.zeros(n)
+    for i in prange(1, n - 1):
+        out[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+    s = 0.0
+    for i in range(n):
+        s += out[i] * out[i]
+    return s
+
+
+@njit(parallel=True)
+def remote_loss(mse, v, b):
+    """Seed 003's ``remote_stats`` with the sum of the squared t-statistics taken in the same function."""
+    n, k = b.shape
+    ts = np.zeros((n, k))
+    for voxel in prange(n):
+        var_covar_beta_global = mse[voxel] * np.linalg.inv(v)
+        se_beta_global = np.sqrt(np.diag(var_covar_beta_global))
+        ts[voxel, :] = b[voxel, :] / se_beta_global
+    return np.sum(ts ** 2)
+
+
+def _jax_grad(f, args, wrt):
+    return [np.asarray(g) for g in jax.grad(f, argnums=wrt)(*[jnp.asarray(a) for a in args])]
+
+
+def _x(n):
+    return rng.uniform(-1.5, 1.5, n)
+
+
+CASES = {
+    "reduction": (reduction, lambda: (_x(1000),), (0,), lambda x: jnp.sum(jnp.sin(x) * x)),
+    "map": (mapped, lambda: (_x(1000),), (0,),
+            lambda x: jnp.sum(jnp.exp(-x * x) * x * jnp.arange(1.0, x.shape[0] + 1.0))),
+    "shared input tanh(W@v)": (shared_tanh, lambda: (rng.normal(size=(64, 16)), rng.normal(size=16) / 4), (0, 1),
+                               lambda w, v: jnp.sum(jnp.tanh(w @ v))),
+    "pairwise O(n^2)": (pairwise, lambda: (_x(200),), (0,),
+                        lambda x: jnp.sum(1.0 / (1.0 + (x[:, None] - x[None, :]) ** 2))),
+    "stencil": (stencil, lambda: (_x(500), 0.2), (0,),
+                lambda u, k: jnp.sum(jnp.concatenate([jnp.zeros(1), u[1:-1] + k * (u[:-2] - 2 * u[1:-1] + u[2:]),
+                                                      jnp.zeros(1)]) ** 2)),
+}
+
+
+def _differentiated_in_parallel(f, args):
+    module, why = export(f, numba_argtypes(args)).make_parallel_module()
+    assert module is not None, why
+    assert "@__kmpc_fork_call(" in module.text and "numba_parallel_for" not in module.text
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gradient_matches_jax_at_one_and_two_threads(parallel_on, name: str) -> None:
+    f, make, wrt, twin = CASES[name]
+    args = make()
+    copies = [np.copy(a) for a in args]
+    expected = _jax_grad(twin, copies, wrt)
+    _differentiated_in_parallel(f, args)
+    for threads in THREADS:
+        numba.set_num_threads(threads)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ParallelFallbackWarning)
+            got = pyjlad.gradient(f, *args, wrt=wrt)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12 * np.abs(e).max())
+        for a, c in zip(args, copies):
+            np.testing.assert_array_equal(a, c)
+
+
+def test_remote_stats_closed_form(parallel_on) -> None:
+    mse = rng.uniform(0.5, 1.5, 300)
+    x = rng.normal(size=(40, 8))
+    v = x.T @ x
+    b = rng.normal(size=(300, 8))
+    copies = (mse.copy(), v.copy(), b.copy())
+    # loss = sum_{voxel,k} b^2 / (mse_voxel * d_k), d = diag(inv(v)); dd_k/dv = -inv(v)^T e_k e_k^T inv(v)^T
+    vi = np.linalg.inv(copies[1])
+    d = np.diag(vi)
+    g_mse = -np.sum(copies[2] ** 2 / d, axis=1) / copies[0] ** 2
+    g_d = -np.sum(copies[2] ** 2 / copies[0][:, None], axis=0) / d ** 2
+    g_v = -vi.T @ np.diag(g_d) @ vi.T
+    g_b = 2 * copies[2] / (copies[0][:, None] * d)
+    _differentiated_in_parallel(remote_loss, (mse, v, b))
+    for threads in THREADS:
+        numba.set_num_threads(threads)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ParallelFallbackWarning)
+            got = pyjlad.gradient(remote_loss, mse, v, b, wrt=(0, 1, 2))
+        for g, e in zip(got, (g_mse, g_v, g_b)):
+            np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12 * np.abs(e).max())
+        for a, c in zip((mse, v, b), copies):
+            np.testing.assert_array_equal(a, c)
+
+
+def test_repeated_runs_identical_or_within_rounding(parallel_on) -> None:
+    numba.set_num_threads(2)
+    x = _x(2000)
+    first = pyjlad.gradient(reduction, x)
+    w, v = rng.normal(size=(64, 16)), rng.normal(size=16) / 4
+    gw0, gv0 = pyjlad.gradient(shared_tanh, w, v, wrt=(0, 1))
+    for _ in range(15):
+        np.testing.assert_array_equal(pyjlad.gradient(reduction, x), first)  # one writer per element
+        gw, gv = pyjlad.gradient(shared_tanh, w, v, wrt=(0, 1))
+        np.testing.assert_array_equal(gw, gw0)
+        np.testing.assert_allclose(gv, gv0, rtol=1e-13, atol=0)  # shared input: atomic adds in any order
+
+
+def test_forward_mode_and_hvp_fall_back_with_a_warning(parallel_on) -> None:
+    numba.set_num_threads(2)
+    x = _x(300)
+    t = rng.normal(size=300)
+    with pytest.warns(ParallelFallbackWarning, match="forward-mode derivatives of parallel loops"):
+        value, tangent = pyjlad.jvp(reduction, (x,), (t,))
+    np.testing.assert_allclose(tangent, np.dot(np.cos(x) * x + np.sin(x), t), rtol=1e-12)
+    with pytest.warns(ParallelFallbackWarning, match="Hessian-vector products"):
+        hv = pyjlad.hvp(reduction, (x,), t)
+    np.testing.assert_allclose(hv, (2 * np.cos(x) - x * np.sin(x)) * t, rtol=1e-12, atol=1e-14)
+
+
+def test_setting_off_is_todays_serial_derivative(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYJLAD_PARALLEL_DERIVATIVES", raising=False)
+    twin = njit(parallel=True)(reduction.py_func)  # its derivative is built here, with the setting off
+    x = _x(300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        g = pyjlad.gradient(twin, x)
+    np.testing.assert_allclose(g, np.cos(x) * x + np.sin(x), rtol=1e-13, atol=1e-15)
+
+
+@njit
+def checked_sqrt(v):
+    if v < 0.0:
+        raise ValueError("negative input")
+    return np.sqrt(v)
+
+
+@njit(parallel=True)
+def checked(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += checked_sqrt(x[i])  # raises inside the loop's body (the loop itself has one exit)
+    return s
+
+
+def test_exception_in_a_parallel_loop_is_raised(parallel_on) -> None:
+    numba.set_num_threads(2)
+    x = np.linspace(-1.0, 1.0, 100)
+    _differentiated_in_parallel(checked, (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        # pyjlad re-runs the function for its exception: Numba's own parallel loop raises a SystemError
+        # whose context is the ValueError (the serial derivative raises the same)
+        with pytest.raises((ValueError, SystemError)) as info:
+            pyjlad.gradient(checked, x)
+        assert "negative input" in repr(info.value) + repr(info.value.__context__) + repr(info.value.__cause__)
+        y = np.abs(x) + 1.0  # the next call starts with no failure recorded
+        np.testing.assert_allclose(pyjlad.gradient(checked, y), 0.5 / np.sqrt(y), rtol=1e-14)
+
+
+@njit(parallel=True)
+def field(x, w):
+    y = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        y[i] = np.tanh(w * x[i])
+    return y
+
+
+def test_vjp_and_jacobian_of_an_array_valued_prange_function(parallel_on) -> None:
+    numba.set_num_threads(2)
+    x, w, c = np.linspace(-1.0, 1.0, 50), 0.7, np.cos(np.arange(50.0))
+    x0 = x.copy()
+    jx, jw = jax.vjp(lambda a, b: jnp.tanh(b * a), jnp.asarray(x0), w)[1](jnp.asarray(c))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        value, (cx, cw) = pyjlad.vjp(field, (x, w), c)
+        jac = pyjlad.jacobian(field, x, w, wrt=0)
+    np.testing.assert_allclose(value, np.tanh(w * x0), rtol=1e-15)
+    np.testing.assert_allclose(cx, np.asarray(jx), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(cw, float(jw), rtol=1e-13)
+    np.testing.assert_allclose(jac, np.asarray(jax.jacobian(lambda a: jnp.tanh(w * a))(jnp.asarray(x0))),
+                               rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(x, x0)
