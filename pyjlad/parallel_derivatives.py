@@ -88,8 +88,9 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     """
     if getattr(exported, "make_parallel_module", None) is None or not config.parallel_derivatives():
         return False
-    if sweep.kind != "ad" or sweep.mode != "reverse":
-        what = "Hessian-vector products" if sweep.kind == "hvp" else "forward-mode derivatives"
+    if sweep.kind != "ad" or sweep.mode != "reverse" or sweep.width > 1:
+        what = ("Hessian-vector products" if sweep.kind == "hvp" else "forward-mode derivatives"
+                if sweep.mode != "reverse" else "vector-mode sweeps (several directions at once)")
         return _fallback(exported.name, f"{what} of parallel loops are not parallel yet (only reverse mode is)")
     if load_libomp() is None:
         return _fallback(exported.name, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
