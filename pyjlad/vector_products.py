@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from numba import types as nbtypes
 
+from . import config
 from .abi import ArrayArg
 from .activity import Activity
 from .engines import compiled_sweep, default_engine_name
@@ -91,6 +92,13 @@ def _sweeper(f: Any, sweep: Sweep, engine: str | None) -> Callable[[tuple[Any, .
         return value
 
     return run
+
+
+def _parallel_reverse(f: Any) -> bool:
+    """Whether reverse sweeps of ``f`` run its ``prange`` loops in parallel (a ``parallel=True`` function with
+    the parallel-derivatives setting on: :mod:`pyjlad.parallel_derivatives`); those take one sweep per
+    direction, each parallel, where a vector-mode sweep would run serially."""
+    return config.parallel_derivatives() and bool(getattr(f, "targetoptions", {}).get("parallel"))
 
 
 def _stack(x: Any, width: int) -> np.ndarray:
@@ -209,7 +217,7 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     stacked ``(count, *shape)`` (``None`` for the others). ``None`` where vector mode does not apply.
     ``plan``: :func:`_plan`'s, if known.
     """
-    if width < 2 or count == 0 or not _vector_engine(engine):
+    if width < 2 or count == 0 or not _vector_engine(engine) or _parallel_reverse(f):
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
