@@ -27,6 +27,9 @@ SECTIONS: dict[str, list[list[str]]] = {
         ["numba_call_overhead.py"],
         ["per_sample_gradients.py", "--n", "100000", "--d", "16"],
     ],
+    "tapes": [
+        ["tape_bytes.py"],
+    ],
 }
 
 
