@@ -36,6 +36,9 @@ SECTIONS: dict[str, list[list[str]]] = {
     "vector-mode": [
         ["vector_mode.py", "--n", "64"],
     ],
+    "tapes": [
+        ["tape_bytes.py"],
+    ],
 }
 
 

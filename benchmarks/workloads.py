@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -213,11 +213,21 @@ def _two_floats_vec(np_):
     return f
 
 
-def build(include_large: bool = True) -> list[Workload]:
-    """The workloads with their data (deterministic)."""
-    import autograd.numpy as anp
-    import jax.numpy as jnp
-    import torch
+class _NoPeer:
+    """Stands in for a peer's module when only the Numba functions are wanted: every peer version is None."""
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
+def build(include_large: bool = True, peers: bool = True) -> list[Workload]:
+    """The workloads with their data (deterministic); without the peers' versions if not ``peers``."""
+    if peers:
+        import autograd.numpy as anp
+        import jax.numpy as jnp
+        import torch
+    else:
+        anp = jnp = torch = _NoPeer()
 
     rng = np.random.default_rng(0)
     out = []
@@ -244,4 +254,6 @@ def build(include_large: bool = True) -> list[Workload]:
     out.append(Workload("two floats", two_floats, (0.3, 1.7), (0, 1),
                         jax_f=_two_floats_vec(jnp), torch_f=_two_floats_vec(torch),
                         autograd_f=_two_floats_vec(anp), fd_params=2))
+    if not peers:
+        out = [replace(w, jax_f=None, torch_f=None, autograd_f=None) for w in out]
     return out

@@ -26,7 +26,25 @@ pyjlad therefore compiles, for Enzyme only, a copy of the function
   the first got a zero reverse-mode derivative on an AMD Zen 3 host, while the
   rolled loops differentiate right), and each unrolled copy of a loop body
   caches its own values. The derivative is unrolled after Enzyme, by ``opt``'s
-  ``default<O2>`` and Numba's optimizer when it is loaded;
+  ``default<O2>`` and Numba's optimizer when it is loaded. Loops with a small
+  constant trip count (the two rounds of Numba's ``x ** 2``) are fully unrolled
+  by ``opt`` just before Enzyme (``loop-unroll-full`` in
+  :data:`pyjlad.engines.differentiate.PASSES`): left rolled, each became an
+  inner loop whose every value and branch Enzyme cached per round, 102 MiB of
+  tape for the loop Rosenbrock over 10^6 elements; unrolled, none;
+* without non-trivial loop unswitching (:data:`NO_UNSWITCHING`): O3 copies a
+  loop for each value of a branch condition that is invariant in it, such as
+  ``i > 0`` of a stencil's inner loop, and Enzyme then caches the values of
+  each copy in a tape of its own, each sized for every iteration of the
+  enclosing loops although only one copy runs per iteration: two Laplacians
+  per step for the heat stencil of the benchmarks (2 x 50 MiB) instead of one;
+* with the element indices of Numba's array expressions and ufunc loops
+  computed as ``select(shape > 1, loop index, 0)`` (:func:`_selected_indices`)
+  instead of kept in a variable that is updated only where the array is not
+  broadcast along that axis: the same numbers, but that update is a
+  loop-carried value Enzyme cannot recompute (O3 unswitched it away), so it
+  cached every index of every element, four per element of ``u * u`` for a
+  2-D ``u``; as a ``select`` of a loop-invariant condition it recomputes them;
 * with every ``@njit`` function it calls (by global name or closure, at any
   depth) replaced by such a copy, and with an empty cache of Numba's internal
   helpers (``context.compile_internal``): Numba links a function's callees
@@ -53,15 +71,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import llvmlite.binding as llvm
+import llvmlite.ir as llvmir
 import numba
 from numba.core import codegen, config
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
+from numba.np import npyimpl
 
 from .memo import cached_for
 
-__all__ = ["unvectorized_copy", "branch_preserving_compile", "NO_SPECULATION", "NO_SPECULATION_ARGS"]
+__all__ = ["unvectorized_copy", "branch_preserving_compile", "NO_SPECULATION", "NO_SPECULATION_ARGS", "NO_UNSWITCHING"]
 
 #: SimplifyCFG's speculation limits: (option, value for Enzyme's copy, LLVM's default).
 NO_SPECULATION = (
@@ -72,6 +92,9 @@ NO_SPECULATION = (
 #: The same limits as ``opt`` arguments: Enzyme's own pre-optimization (``-enzyme-preopt``) runs
 #: SimplifyCFG on the function before differentiating it, and would fold the branches back into selects.
 NO_SPECULATION_ARGS = tuple(f"-{name}={value}" for name, value, _ in NO_SPECULATION)
+#: Non-trivial loop unswitching (O3) off for Enzyme's copy: (option, value for the copy, LLVM's default).
+#: No candidate costs less than 1, so none is unswitched (0 trips an assertion of LLVM's).
+NO_UNSWITCHING = (("unswitch-threshold", "1", "50"),)
 _COPY_KEY = ("unvectorized",)
 #: Options a copy does not take: the disk cache (the copy never shares the user's), ``parallel``
 #: (pyjlad differentiates the serial function) and ``nopython`` (implied by ``njit``).
@@ -92,6 +115,23 @@ def _rolled_pass_builder(tm: Any, opt: int = 2, loop_vectorize: bool = False,
     return llvm.create_pass_builder(tm, options)
 
 
+def _selected_indices(self: Any, loop_indices: list[Any], name: str) -> None:
+    """``numba.np.npyimpl._ArrayIndexingHelper.update_indices`` for Enzyme's copy: a ``select`` per index.
+
+    Numba keeps each array operand's index in a stack slot that starts at 0 and is
+    set to the loop's index only where the operand's extent along that axis exceeds 1
+    (a broadcast axis keeps 0). The extent is the same throughout the loop nest, so
+    storing ``select(extent > 1, loop index, 0)`` every time leaves the same values in
+    the slot, without a value carried from one iteration to the next.
+    """
+    builder = self.array.builder
+    intp = self.array.context.get_value_type(numba.types.intp)
+    one, zero = llvmir.Constant(intp, 1), llvmir.Constant(intp, 0)
+    indices = loop_indices[len(loop_indices) - len(self.indices):]
+    for src, dst, extent in zip(indices, self.indices, self.array.shape, strict=False):
+        builder.store(builder.select(builder.icmp_unsigned(">", extent, one), src, zero), dst)
+
+
 def _set_llvm_options(values: dict[str, str]) -> None:
     for name, value in values.items():
         llvm.set_option("pyjlad", f"-{name}={value}")
@@ -99,7 +139,8 @@ def _set_llvm_options(values: dict[str, str]) -> None:
 
 @contextlib.contextmanager
 def branch_preserving_compile() -> Iterator[None]:
-    """Compile (inside the block) with no vectorizers, no loop unrolling, no speculation and no cached internal helpers.
+    """Compile (inside the block) with no vectorizers, no loop unrolling or unswitching, no speculation and no cached
+    internal helpers.
 
     Holds Numba's compiler lock for the block, so no other compile (the user's
     own, in another thread) sees these settings.
@@ -112,11 +153,14 @@ def branch_preserving_compile() -> Iterator[None]:
         context.cached_internal_func = {}
         builder = codegen.create_pass_builder
         codegen.create_pass_builder = _rolled_pass_builder
-        _set_llvm_options({name: value for name, value, _ in NO_SPECULATION})
+        update_indices = npyimpl._ArrayIndexingHelper.update_indices
+        npyimpl._ArrayIndexingHelper.update_indices = _selected_indices
+        _set_llvm_options({name: value for name, value, _ in (*NO_SPECULATION, *NO_UNSWITCHING)})
         try:
             yield
         finally:
-            _set_llvm_options({name: default for name, _, default in NO_SPECULATION})
+            _set_llvm_options({name: default for name, _, default in (*NO_SPECULATION, *NO_UNSWITCHING)})
+            npyimpl._ArrayIndexingHelper.update_indices = update_indices
             codegen.create_pass_builder = builder
             context.cached_internal_func = saved_internal
             config.LOOP_VECTORIZE, config.SLP_VECTORIZE = saved

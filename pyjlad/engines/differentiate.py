@@ -31,18 +31,25 @@ from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
 from .blas import BLAS_NAME
 
-__all__ = ["PASSES", "SCALARIZED_PASSES", "linked_modules", "run_enzyme", "unknown_externals"]
+__all__ = ["PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS", "linked_modules", "run_enzyme",
+           "unknown_externals"]
 
-#: opt pipeline: expand masked vector memory intrinsics (from Numba's vectorizer;
-#: Enzyme has no rules for them) into scalar code; read the custom derivative
+#: Before Enzyme: loops with a small constant trip count fully unrolled (Enzyme's copy of the function is
+#: compiled without unrolling; see :mod:`pyjlad.enzyme_copy`). Left a loop, such a loop inside another (the
+#: two rounds of Numba's ``x ** 2``) makes Enzyme cache each of its values and branches per round and per
+#: iteration of the outer loop; unrolled, they are straight-line code Enzyme recomputes.
+UNROLL_CONSTANT_LOOPS = "function(loop(loop-unroll-full))"
+#: opt pipeline: fully unroll constant-trip loops (above); expand masked vector memory intrinsics (from
+#: Numba's vectorizer; Enzyme has no rules for them) into scalar code; read the custom derivative
 #: registrations (``preserve-nvvm`` turns ``__enzyme_register_*`` globals into the
 #: metadata the ``enzyme`` pass looks for; see :mod:`pyjlad.rules`), differentiate,
 #: optimize the result.
-PASSES = "function(scalarize-masked-mem-intrin),preserve-nvvm,enzyme,preserve-nvvm-end,default<O2>"
+PASSES = (UNROLL_CONSTANT_LOOPS + ",function(scalarize-masked-mem-intrin),preserve-nvvm,enzyme,preserve-nvvm-end,"
+          "default<O2>")
 #: The last retry after a type-analysis failure: vector loads and stores split into
 #: scalar ones first (see :func:`_run_enzyme`).
-SCALARIZED_PASSES = ("function(scalarize-masked-mem-intrin,scalarizer),preserve-nvvm,enzyme,preserve-nvvm-end,"
-                     "default<O2>")
+SCALARIZED_PASSES = (UNROLL_CONSTANT_LOOPS + ",function(scalarize-masked-mem-intrin,scalarizer),preserve-nvvm,"
+                     "enzyme,preserve-nvvm-end,default<O2>")
 
 
 # External functions Enzyme differentiates by itself: libm, LLVM intrinsics and

@@ -88,8 +88,8 @@ _register_runtime_symbols()
 
 #: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
 #: 2: IR before code generation; 3: @njit callees and Numba's internal helpers copied too, no speculation.
-#: 4: no loop unrolling or interleaving.
-_ENZYME_INPUT = "unvectorized-copy/4 " + " ".join(NO_SPECULATION_ARGS)
+#: 4: no loop unrolling or interleaving. 5: no non-trivial loop unswitching.
+_ENZYME_INPUT = "unvectorized-copy/5 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
 class Built:
