@@ -60,8 +60,7 @@ from .base import (  # noqa: F401 - the contract, also importable from here
     resolve_activities,
     shadow_like,
 )
-from .differentiate import PASSES, _lapack_source_hash, _special_source_hash, custom_rule_modules
-from .differentiate import run_enzyme as _run_enzyme
+from .differentiate import PASSES, _lapack_source_hash, _special_source_hash, custom_rule_modules, run_enzyme
 from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
 from .hvp_driver import hvp_driver
 from .objects import load_library as _load_library
@@ -86,9 +85,8 @@ def _register_runtime_symbols() -> None:
 _register_runtime_symbols()
 
 
-#: What Enzyme is given for a function (part of the cache key): see ExportedFunction.enzyme_module.
-#: 2: IR before code generation; 3: @njit callees and Numba's internal helpers copied too, no speculation.
-#: 4: no loop unrolling or interleaving. 5: no non-trivial loop unswitching.
+#: What Enzyme is given (cache key; see ExportedFunction.enzyme_module). 2: IR before code generation; 3: @njit
+#: callees, Numba's helpers copied, no speculation; 4: no unrolling or interleaving; 5: no non-trivial unswitching.
 _ENZYME_INPUT = "unvectorized-copy/5 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
@@ -135,7 +133,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
                               exported.module.text, driver.text, *custom_rule_modules(exported),
                               *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
                               *cache_key_parts(exported.module.external_functions))
-        return _load_library(key, lambda: native.drop_invariant_groups(_run_enzyme(
+        return _load_library(key, lambda: native.drop_invariant_groups(run_enzyme(
             exported, driver.module((source() if source else exported.enzyme_module).text))), driver.symbol,
             _derivative_name(exported, sweep))
     try:
