@@ -77,10 +77,10 @@ def _vector_engine(engine: str | None) -> bool:
 def _sweeper(f: Any, sweep: Sweep, engine: str | None) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
     """``run(args, shadows) -> value``: one vector sweep; :class:`_Refused` (remembered for ``f`` and
     ``sweep``) where Enzyme or pyjlad cannot build it."""
-    refused = cached_for(f, ("vector-refused", sweep, engine), lambda: [False])
+    refused, compiled = cached_for(f, ("vector-sweep", sweep, engine),
+                                   lambda: ([False], compiled_sweep(f, sweep, engine)))
     if refused[0]:
         raise _Refused
-    compiled = compiled_sweep(f, sweep, engine)
 
     def run(args: tuple[Any, ...], shadows: tuple[Any, ...]) -> float:
         try:
@@ -152,13 +152,23 @@ def _plan(f: Any, primals: tuple[Any, ...]) -> tuple[str, Any, Any, Any, Any, tu
         return kind, f, None, None, dtype(0), writes
     if kind == "none":
         return kind, f, None, written, primals[written], writes
-    value = as_numba_function(f)(*_fresh(primals))
+    # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
+    # its wrapper's analysis; until then of every array).
+    known = cached_for(f, ("vector-known-writes", argtypes), lambda: [None])
+    value = as_numba_function(f)(*_fresh(primals, known[0]))
     if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
         raise _Refused
+    layout, wrapper, writes = cached_for(f, ("vector-output", argtypes, value.shape, value.dtype.str),
+                                         lambda: _output_plan(f, primals, argtypes, value))
+    known[0] = writes
+    return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
+
+
+def _output_plan(f: Any, primals: tuple[Any, ...], argtypes: tuple[Any, ...], value: np.ndarray) -> tuple:
+    """``(layout, wrapper, which arguments the wrapper writes)`` for ``f`` returning ``value``."""
     layout = output_layout(value, describe_function(f))
     wrapper = output_wrapper(f, len(primals), layout)
-    writes = _writes(wrapper, (*_argtypes((value,)), *argtypes))[1:]
-    return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
+    return layout, wrapper, _writes(wrapper, (*_argtypes((value,)), *argtypes))[1:]
 
 
 def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
@@ -176,25 +186,32 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
         if layout is not None:
             acts = [Activity.DUP, *acts]
         run = _sweeper(g, Sweep("ad", "forward", tuple(acts), width=width), engine)
-        result, value = None, None
+        value = None
         unwritten = None if any(writes) else _fresh(primals, writes)  # the same arrays for every chunk
+        # One zeroed result, padded to whole chunks: a chunk's output tangents are written into
+        # its rows (a C-contiguous view), no copy. (A written argument's tangents: copied out.)
+        padded = -(-count // width) * width
+        result = np.zeros((padded, *np.shape(out_like)), np.asarray(out_like).dtype) if kind != "none" else None
+        dup = [i for i, a in enumerate(acts[-len(primals):]) if a is Activity.DUP]
         for start in range(0, count, width):
             stop = min(count, start + width)
             args = unwritten if unwritten is not None else _fresh(primals, writes)
             tangents = make(start, stop, width)
-            shadows = [t if t is not None else _stack(x, width)
-                       for x, t, act in zip(args, tangents, acts[-len(args):]) if act is Activity.DUP]
-            out = _stack(out_like, width)
-            if layout is not None:
-                args, shadows = (np.empty_like(out_like), *args), [out, *shadows]
-            elif kind == "none":
-                out = shadows[[i for i, a in enumerate(acts) if a is Activity.DUP].index(written)]
+            shadows = [tangents[i] if tangents[i] is not None else _stack(args[i], width) for i in dup]
+            if kind == "none":
+                out = shadows[dup.index(written)]
+                if result is None:
+                    result = np.zeros((padded, *out.shape[1:]), out.dtype)
             else:
-                shadows.append(out)
+                out = result[start:start + width]
+                if layout is not None:
+                    args, shadows = (np.empty_like(out_like), *args), [out, *shadows]
+                else:
+                    shadows.append(out)
             value = run(args, tuple(shadows))
-            if result is None:
-                result = np.zeros((count, *out.shape[1:]), out.dtype)
-            result[start:stop] = out[:stop - start]
+            if kind == "none":
+                result[start:stop] = out[:stop - start]
+        result = result[:count]
         value = args[0] if layout is not None else (float(value) if kind == "scalar" else None)
         return value, result
     except _Refused:
@@ -219,13 +236,19 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
         results: list[Any] = [None] * len(primals)
         value = None
         unwritten = None if any(writes) else _fresh(primals, writes)
+        padded = -(-count // width) * width
+        # The active arguments' cotangents accumulate into rows of one zeroed array each (views).
+        whole = [np.zeros((padded, *np.shape(x)), _stack(x, 1).dtype) if active[i] and act is Activity.DIFF
+                 else None for i, (x, act) in enumerate(zip(primals, acts))]
+        out_dtype = np.asarray(out_like).dtype
         for start in range(0, count, width):
             stop = min(count, start + width)
             args = unwritten if unwritten is not None else _fresh(primals, writes)
-            seed = np.asarray(seeds(start, stop, width), dtype=np.asarray(out_like).dtype)
+            seed = np.asarray(seeds(start, stop, width), dtype=out_dtype)
             if seed.shape[1:] != np.shape(out_like):
                 raise ArgumentError(f"the cotangents have shape {seed.shape[1:]}; the output has {np.shape(out_like)}")
-            stacks = [_stack(x, width) if act is Activity.DIFF else None for x, act in zip(args, acts)]
+            stacks = [w[start:start + width] if w is not None else _stack(x, width) if act is Activity.DIFF else None
+                      for x, act, w in zip(args, acts, whole)]
             if kind == "none":
                 stacks[written][...] = seed
             shadows = [s for s in stacks if s is not None]
@@ -234,11 +257,7 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
             elif kind == "scalar":
                 shadows.append(seed)
             value = run(args, tuple(shadows))
-            for i, s in enumerate(stacks):
-                if s is not None and active[i]:
-                    if results[i] is None:
-                        results[i] = np.zeros((count, *s.shape[1:]), s.dtype)
-                    results[i][start:stop] = s[:stop - start]
+        results = [w[:count] if w is not None else None for w in whole]
         value = args[0] if layout is not None else (float(value) if kind == "scalar" else None)
         return value, results
     except _Refused:
@@ -253,41 +272,46 @@ def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine:
     if width < 2 or not _vector_engine(engine) or not isinstance(x, np.ndarray) or has_container(args):
         return None
     n = x.size
-    hess = np.zeros((n, n), x.dtype)
     try:
         run = _sweeper(f, Sweep("hvp", "reverse", (), wrt, width=width), engine)
         argtypes = _argtypes(args)
         writes = cached_for(f, ("vector-hvp-writes", argtypes), lambda: _writes(f, argtypes) if isinstance(
             result_type(f, argtypes), nbtypes.Float) else None)
+        padded = -(-n // width) * width
+        eye = _eye(padded, n, x.dtype)  # the directions: rows (zero past n), one block per sweep
+        columns = np.zeros((padded, n), x.dtype)  # H e_j in row j: the sweeps write into views
+        reuse = writes is not None and not any(writes)  # f writes no argument: the same ones for every sweep
+        shared = compact_overlapping(_fresh(args, writes), [wrt]) if reuse else None
         for start in range(0, n, width):
-            stop = min(n, start + width)
-            passed = compact_overlapping(_fresh(args, writes), [wrt])
-            v = np.zeros((width, n), x.dtype)
-            v[np.arange(stop - start), np.arange(start, stop)] = 1.0
-            hv = np.zeros((width, *x.shape), x.dtype)
-            run(passed, (v.reshape((width, *x.shape)), np.zeros(x.shape, x.dtype), hv))
-            hess[:, start:stop] = hv.reshape(width, n)[:stop - start].T
+            passed = shared if reuse else compact_overlapping(_fresh(args, writes), [wrt])
+            run(passed, (eye[start:start + width].reshape((width, *x.shape)), np.zeros(x.shape, x.dtype),
+                         columns[start:start + width].reshape((width, *x.shape))))
+        hess = columns[:n].T
     except _Refused:
         return None
-    return hess.reshape(x.shape + x.shape)
+    return np.ascontiguousarray(hess).reshape(x.shape + x.shape)
+
+
+def _eye(rows: int, size: int, dtype: Any) -> np.ndarray:
+    """``np.eye(rows, size, dtype=dtype)`` for ``rows >= size``, without its per-call overhead."""
+    eye = np.zeros((rows, size), dtype)
+    eye.reshape(-1)[:size * (size + 1):size + 1] = 1
+    return eye
 
 
 def unit_chunks(index: int, shape: tuple[int, ...], dtype: Any, nargs: int) -> Chunks:
     """Chunks of the unit directions of argument ``index`` (``shape``), in C order."""
     size = int(np.prod(shape, dtype=np.int64))
-
-    buffers: dict[int, np.ndarray] = {}
+    eyes: dict[int, np.ndarray] = {}
 
     def make(start: int, stop: int, width: int) -> list[Any]:
-        # One buffer per width, reused: a chunk is consumed before the next is made.
-        stacked = buffers.get(width)
-        if stacked is None:
-            stacked = buffers[width] = np.zeros((width, size), dtype)
-        else:
-            stacked.fill(0)
-        stacked[np.arange(stop - start), np.arange(start, stop)] = 1.0
+        # Rows of one identity, padded with zero rows to whole chunks: each chunk gets its own
+        # rows (a C-contiguous view), so a sweep that zeroes or writes them spoils no other chunk.
+        eye = eyes.get(width)
+        if eye is None:
+            eye = eyes[width] = _eye(-(-size // width) * width, size, dtype)
         out: list[Any] = [None] * nargs
-        out[index] = stacked.reshape((width, *shape))
+        out[index] = eye[start:start + width].reshape((width, *shape))  # rows past size: zero
         return out
 
     return make
