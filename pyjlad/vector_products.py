@@ -15,6 +15,7 @@ same results. Every sweep runs on fresh contiguous copies of the arguments.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -74,11 +75,12 @@ def _vector_engine(engine: str | None) -> bool:
     return (engine or default_engine_name()) in ("embedded", "llvm", "enzyme")
 
 
-def _sweeper(f: Any, sweep: Sweep, engine: str | None) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
-    """``run(args, shadows) -> value``: one vector sweep; :class:`_Refused` (remembered for ``f`` and
-    ``sweep``) where Enzyme or pyjlad cannot build it."""
-    refused, compiled = cached_for(f, ("vector-sweep", sweep, engine),
-                                   lambda: ([False], compiled_sweep(f, sweep, engine)))
+def _sweeper(f: Any, engine: str | None, kind: str, mode: str, acts: tuple[Activity, ...], wrt: int,
+             width: int) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
+    """``run(args, shadows) -> value``: one vector sweep (``Sweep(kind, mode, acts, wrt, width=width)``);
+    :class:`_Refused` (remembered for ``f`` and the sweep) where Enzyme or pyjlad cannot build it."""
+    refused, compiled = cached_for(f, ("vector-sweep", kind, mode, acts, wrt, width, engine), lambda: (
+        [False], compiled_sweep(f, Sweep(kind, mode, acts, wrt, width=width), engine)))
     if refused[0]:
         raise _Refused
 
@@ -182,10 +184,11 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
-        acts = [Activity.DUP if a or i == written else Activity.CONST for i, a in enumerate(active)]
+        acts = tuple(Activity.DUP if a or i == written else Activity.CONST for i, a in enumerate(active))
         if layout is not None:
-            acts = [Activity.DUP, *acts]
-        run = _sweeper(g, Sweep("ad", "forward", tuple(acts), width=width), engine)
+            acts = (Activity.DUP, *acts)
+        run = _sweeper(g, engine, "ad", "forward", acts, -1, width)
+        output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
         value = None
         unwritten = None if any(writes) else _fresh(primals, writes)  # the same arrays for every chunk
         # One zeroed result, padded to whole chunks: a chunk's output tangents are written into
@@ -205,7 +208,7 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
             else:
                 out = result[start:start + width]
                 if layout is not None:
-                    args, shadows = (np.empty_like(out_like), *args), [out, *shadows]
+                    args, shadows = (output, *args), [out, *shadows]
                 else:
                     shadows.append(out)
             value = run(args, tuple(shadows))
@@ -230,9 +233,9 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
-        acts = [Activity.DIFF if (a or i == written) else Activity.CONST for i, a in enumerate(active)]
-        run = _sweeper(g, Sweep("ad", "reverse", ((Activity.DUP,) if layout else ()) + tuple(acts), width=width),
-                       engine)
+        acts = tuple(Activity.DIFF if (a or i == written) else Activity.CONST for i, a in enumerate(active))
+        run = _sweeper(g, engine, "ad", "reverse", ((Activity.DUP,) if layout else ()) + acts, -1, width)
+        output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
         results: list[Any] = [None] * len(primals)
         value = None
         unwritten = None if any(writes) else _fresh(primals, writes)
@@ -253,7 +256,7 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
                 stacks[written][...] = seed
             shadows = [s for s in stacks if s is not None]
             if layout is not None:
-                args, shadows = (np.empty_like(out_like), *args), [seed, *shadows]
+                args, shadows = (output, *args), [seed, *shadows]
             elif kind == "scalar":
                 shadows.append(seed)
             value = run(args, tuple(shadows))
@@ -273,7 +276,7 @@ def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine:
         return None
     n = x.size
     try:
-        run = _sweeper(f, Sweep("hvp", "reverse", (), wrt, width=width), engine)
+        run = _sweeper(f, engine, "hvp", "reverse", (), wrt, width)
         argtypes = _argtypes(args)
         writes = cached_for(f, ("vector-hvp-writes", argtypes), lambda: _writes(f, argtypes) if isinstance(
             result_type(f, argtypes), nbtypes.Float) else None)
@@ -301,7 +304,7 @@ def _eye(rows: int, size: int, dtype: Any) -> np.ndarray:
 
 def unit_chunks(index: int, shape: tuple[int, ...], dtype: Any, nargs: int) -> Chunks:
     """Chunks of the unit directions of argument ``index`` (``shape``), in C order."""
-    size = int(np.prod(shape, dtype=np.int64))
+    size = math.prod(shape)
     eyes: dict[int, np.ndarray] = {}
 
     def make(start: int, stop: int, width: int) -> list[Any]:
@@ -334,7 +337,7 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
     except _Refused:
         return None
     out_shape, out_dtype = np.shape(plan[4]), np.asarray(plan[4]).dtype
-    out_size = int(np.prod(out_shape, dtype=np.int64))
+    out_size = math.prod(out_shape)
     shapes = {i: np.shape(args[i]) for i in indices}
     dtypes = {i: np.result_type(out_dtype, np.asarray(args[i]).dtype) for i in indices}
     if mode == "reverse":
@@ -346,7 +349,7 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
         return [got[1][i].reshape(out_shape + shapes[i]).astype(dtypes[i], copy=False) for i in indices]
     out = []
     for i in indices:
-        size = int(np.prod(shapes[i], dtype=np.int64))
+        size = math.prod(shapes[i])
         dtype = np.asarray(args[i]).dtype
         got = forward_directions(f, args, active_of(args, lambda j, i=i: j == i), size,
                                  unit_chunks(i, shapes[i], dtype, len(args)), width, engine, plan)
