@@ -103,9 +103,9 @@ def _stack(x: Any, width: int) -> np.ndarray:
 _TYPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
-def _argtypes(primals: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``numba_argtypes(primals)``, remembered by what decides Numba's types (dtype, ndim, layout and
-    flags of an array; the type of a float or bool; the size of an int)."""
+def _type_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What decides Numba's types of ``primals`` (dtype, ndim, layout and flags of an array; the type
+    of a float or bool; the size of an int), cheap to hash; the types themselves where that is not all."""
     key = []
     for x in primals:
         if isinstance(x, np.ndarray) and x.dtype.kind in "fiub":
@@ -117,9 +117,15 @@ def _argtypes(primals: tuple[Any, ...]) -> tuple[Any, ...]:
             key.append((int, x.bit_length() > 62))
         else:
             return tuple(numba_argtypes(primals))
-    found = _TYPES.get(tuple(key))
+    return tuple(key)
+
+
+def _argtypes(primals: tuple[Any, ...], key: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """``numba_argtypes(primals)``, remembered by :func:`_type_key` (``key``, if known)."""
+    key = _type_key(primals) if key is None else key
+    found = _TYPES.get(key)
     if found is None:
-        found = _TYPES[tuple(key)] = tuple(numba_argtypes(primals))
+        found = _TYPES[key] = tuple(numba_argtypes(primals))
     return found
 
 
@@ -148,19 +154,20 @@ def _plan(f: Any, primals: tuple[Any, ...]) -> tuple[str, Any, Any, Any, Any, tu
     f writes)``, or :class:`_Refused`."""
     if has_container(primals):
         raise _Refused
-    argtypes = _argtypes(primals)
-    kind, written, writes, dtype = cached_for(f, ("vector-plan", argtypes), lambda: _signature(f, argtypes))
+    key = _type_key(primals)  # (cheaper to hash than Numba's types)
+    argtypes = _argtypes(primals, key)
+    kind, written, writes, dtype = cached_for(f, ("vector-plan", key), lambda: _signature(f, argtypes))
     if kind == "scalar":
         return kind, f, None, None, dtype(0), writes
     if kind == "none":
         return kind, f, None, written, primals[written], writes
     # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
     # its wrapper's analysis; until then of every array).
-    known = cached_for(f, ("vector-known-writes", argtypes), lambda: [None])
+    known = cached_for(f, ("vector-known-writes", key), lambda: [None])
     value = as_numba_function(f)(*_fresh(primals, known[0]))
     if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
         raise _Refused
-    layout, wrapper, writes = cached_for(f, ("vector-output", argtypes, value.shape, value.dtype.str),
+    layout, wrapper, writes = cached_for(f, ("vector-output", key, value.shape, value.dtype.str),
                                          lambda: _output_plan(f, primals, argtypes, value))
     known[0] = writes
     return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
@@ -277,8 +284,9 @@ def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine:
     n = x.size
     try:
         run = _sweeper(f, engine, "hvp", "reverse", (), wrt, width)
-        argtypes = _argtypes(args)
-        writes = cached_for(f, ("vector-hvp-writes", argtypes), lambda: _writes(f, argtypes) if isinstance(
+        key = _type_key(args)
+        argtypes = _argtypes(args, key)
+        writes = cached_for(f, ("vector-hvp-writes", key), lambda: _writes(f, argtypes) if isinstance(
             result_type(f, argtypes), nbtypes.Float) else None)
         padded = -(-n // width) * width
         eye = _eye(padded, n, x.dtype)  # the directions: rows (zero past n), one block per sweep
