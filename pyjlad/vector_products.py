@@ -180,6 +180,13 @@ def _output_plan(f: Any, primals: tuple[Any, ...], argtypes: tuple[Any, ...], va
     return layout, wrapper, _writes(wrapper, (*_argtypes((value,)), *argtypes))[1:]
 
 
+def _shadowed(i: int, written: Any, writes: tuple[bool, ...], primals: tuple[Any, ...]) -> bool:
+    """Whether argument ``i`` gets a (zero) shadow though not differentiated: the written output, or a
+    float array ``f`` writes (a scratch buffer written from active values and read back would lose
+    their derivatives as constant memory)."""
+    return i == written or (bool(writes) and writes[i] and differentiable(primals[i]))
+
+
 def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
                        width: int, engine: str | None, plan: Any = None) -> tuple[Any, np.ndarray] | None:
     """``(value, tangents)``: the output tangents of ``count`` directions, stacked ``(count, *out_shape)``.
@@ -191,7 +198,8 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
-        acts = tuple(Activity.DUP if a or i == written else Activity.CONST for i, a in enumerate(active))
+        acts = tuple(Activity.DUP if a or _shadowed(i, written, writes, primals) else Activity.CONST
+                     for i, a in enumerate(active))
         if layout is not None:
             acts = (Activity.DUP, *acts)
         run = _sweeper(g, engine, "ad", "forward", acts, -1, width)
@@ -240,7 +248,8 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
-        acts = tuple(Activity.DIFF if (a or i == written) else Activity.CONST for i, a in enumerate(active))
+        acts = tuple(Activity.DIFF if a or _shadowed(i, written, writes, primals) else Activity.CONST
+                     for i, a in enumerate(active))
         run = _sweeper(g, engine, "ad", "reverse", ((Activity.DUP,) if layout else ()) + acts, -1, width)
         output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
         results: list[Any] = [None] * len(primals)
