@@ -15,6 +15,7 @@ same results. Every sweep runs on fresh contiguous copies of the arguments.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -75,13 +76,14 @@ def _vector_engine(engine: str | None) -> bool:
     return (engine or default_engine_name()) in ("embedded", "llvm", "enzyme")
 
 
-def _sweeper(f: Any, sweep: Sweep, engine: str | None) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
-    """``run(args, shadows) -> value``: one vector sweep; :class:`_Refused` (remembered for ``f`` and
-    ``sweep``) where Enzyme or pyjlad cannot build it."""
-    refused = cached_for(f, ("vector-refused", sweep, engine), lambda: [False])
+def _sweeper(f: Any, engine: str | None, kind: str, mode: str, acts: tuple[Activity, ...], wrt: int,
+             width: int) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
+    """``run(args, shadows) -> value``: one vector sweep (``Sweep(kind, mode, acts, wrt, width=width)``);
+    :class:`_Refused` (remembered for ``f`` and the sweep) where Enzyme or pyjlad cannot build it."""
+    refused, compiled = cached_for(f, ("vector-sweep", kind, mode, acts, wrt, width, engine), lambda: (
+        [False], compiled_sweep(f, Sweep(kind, mode, acts, wrt, width=width), engine)))
     if refused[0]:
         raise _Refused
-    compiled = compiled_sweep(f, sweep, engine)
 
     def run(args: tuple[Any, ...], shadows: tuple[Any, ...]) -> float:
         try:
@@ -109,9 +111,9 @@ def _stack(x: Any, width: int) -> np.ndarray:
 _TYPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
-def _argtypes(primals: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``numba_argtypes(primals)``, remembered by what decides Numba's types (dtype, ndim, layout and
-    flags of an array; the type of a float or bool; the size of an int)."""
+def _type_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What decides Numba's types of ``primals`` (dtype, ndim, layout and flags of an array; the type
+    of a float or bool; the size of an int), cheap to hash; the types themselves where that is not all."""
     key = []
     for x in primals:
         if isinstance(x, np.ndarray) and x.dtype.kind in "fiub":
@@ -123,9 +125,15 @@ def _argtypes(primals: tuple[Any, ...]) -> tuple[Any, ...]:
             key.append((int, x.bit_length() > 62))
         else:
             return tuple(numba_argtypes(primals))
-    found = _TYPES.get(tuple(key))
+    return tuple(key)
+
+
+def _argtypes(primals: tuple[Any, ...], key: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """``numba_argtypes(primals)``, remembered by :func:`_type_key` (``key``, if known)."""
+    key = _type_key(primals) if key is None else key
+    found = _TYPES.get(key)
     if found is None:
-        found = _TYPES[tuple(key)] = tuple(numba_argtypes(primals))
+        found = _TYPES[key] = tuple(numba_argtypes(primals))
     return found
 
 
@@ -154,19 +162,37 @@ def _plan(f: Any, primals: tuple[Any, ...]) -> tuple[str, Any, Any, Any, Any, tu
     f writes)``, or :class:`_Refused`."""
     if has_container(primals):
         raise _Refused
-    argtypes = _argtypes(primals)
-    kind, written, writes, dtype = cached_for(f, ("vector-plan", argtypes), lambda: _signature(f, argtypes))
+    key = _type_key(primals)  # (cheaper to hash than Numba's types)
+    argtypes = _argtypes(primals, key)
+    kind, written, writes, dtype = cached_for(f, ("vector-plan", key), lambda: _signature(f, argtypes))
     if kind == "scalar":
         return kind, f, None, None, dtype(0), writes
     if kind == "none":
         return kind, f, None, written, primals[written], writes
-    value = as_numba_function(f)(*_fresh(primals))
+    # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
+    # its wrapper's analysis; until then of every array).
+    known = cached_for(f, ("vector-known-writes", key), lambda: [None])
+    value = as_numba_function(f)(*_fresh(primals, known[0]))
     if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
         raise _Refused
+    layout, wrapper, writes = cached_for(f, ("vector-output", key, value.shape, value.dtype.str),
+                                         lambda: _output_plan(f, primals, argtypes, value))
+    known[0] = writes
+    return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
+
+
+def _output_plan(f: Any, primals: tuple[Any, ...], argtypes: tuple[Any, ...], value: np.ndarray) -> tuple:
+    """``(layout, wrapper, which arguments the wrapper writes)`` for ``f`` returning ``value``."""
     layout = output_layout(value, describe_function(f))
     wrapper = output_wrapper(f, len(primals), layout)
-    writes = _writes(wrapper, (*_argtypes((value,)), *argtypes))[1:]
-    return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
+    return layout, wrapper, _writes(wrapper, (*_argtypes((value,)), *argtypes))[1:]
+
+
+def _shadowed(i: int, written: Any, writes: tuple[bool, ...], primals: tuple[Any, ...]) -> bool:
+    """Whether argument ``i`` gets a (zero) shadow though not differentiated: the written output, or a
+    float array ``f`` writes (a scratch buffer written from active values and read back would lose
+    their derivatives as constant memory)."""
+    return i == written or (bool(writes) and writes[i] and differentiable(primals[i]))
 
 
 def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
@@ -180,29 +206,38 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
-        acts = [Activity.DUP if a or i == written else Activity.CONST for i, a in enumerate(active)]
+        acts = tuple(Activity.DUP if a or _shadowed(i, written, writes, primals) else Activity.CONST
+                     for i, a in enumerate(active))
         if layout is not None:
-            acts = [Activity.DUP, *acts]
-        run = _sweeper(g, Sweep("ad", "forward", tuple(acts), width=width), engine)
-        result, value = None, None
+            acts = (Activity.DUP, *acts)
+        run = _sweeper(g, engine, "ad", "forward", acts, -1, width)
+        output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
+        value = None
         unwritten = None if any(writes) else _fresh(primals, writes)  # the same arrays for every chunk
+        # One zeroed result, padded to whole chunks: a chunk's output tangents are written into
+        # its rows (a C-contiguous view), no copy. (A written argument's tangents: copied out.)
+        padded = -(-count // width) * width
+        result = np.zeros((padded, *np.shape(out_like)), np.asarray(out_like).dtype) if kind != "none" else None
+        dup = [i for i, a in enumerate(acts[-len(primals):]) if a is Activity.DUP]
         for start in range(0, count, width):
             stop = min(count, start + width)
             args = unwritten if unwritten is not None else _fresh(primals, writes)
             tangents = make(start, stop, width)
-            shadows = [t if t is not None else _stack(x, width)
-                       for x, t, act in zip(args, tangents, acts[-len(args):]) if act is Activity.DUP]
-            out = _stack(out_like, width)
-            if layout is not None:
-                args, shadows = (np.empty_like(out_like), *args), [out, *shadows]
-            elif kind == "none":
-                out = shadows[[i for i, a in enumerate(acts) if a is Activity.DUP].index(written)]
+            shadows = [tangents[i] if tangents[i] is not None else _stack(args[i], width) for i in dup]
+            if kind == "none":
+                out = shadows[dup.index(written)]
+                if result is None:
+                    result = np.zeros((padded, *out.shape[1:]), out.dtype)
             else:
-                shadows.append(out)
+                out = result[start:start + width]
+                if layout is not None:
+                    args, shadows = (output, *args), [out, *shadows]
+                else:
+                    shadows.append(out)
             value = run(args, tuple(shadows))
-            if result is None:
-                result = np.zeros((count, *out.shape[1:]), out.dtype)
-            result[start:stop] = out[:stop - start]
+            if kind == "none":
+                result[start:stop] = out[:stop - start]
+        result = result[:count]
         value = args[0] if layout is not None else (float(value) if kind == "scalar" else None)
         return value, result
     except _Refused:
@@ -221,32 +256,35 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
         return None
     try:
         kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
-        acts = [Activity.DIFF if (a or i == written) else Activity.CONST for i, a in enumerate(active)]
-        run = _sweeper(g, Sweep("ad", "reverse", ((Activity.DUP,) if layout else ()) + tuple(acts), width=width),
-                       engine)
+        acts = tuple(Activity.DIFF if a or _shadowed(i, written, writes, primals) else Activity.CONST
+                     for i, a in enumerate(active))
+        run = _sweeper(g, engine, "ad", "reverse", ((Activity.DUP,) if layout else ()) + acts, -1, width)
+        output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
         results: list[Any] = [None] * len(primals)
         value = None
         unwritten = None if any(writes) else _fresh(primals, writes)
+        padded = -(-count // width) * width
+        # The active arguments' cotangents accumulate into rows of one zeroed array each (views).
+        whole = [np.zeros((padded, *np.shape(x)), _stack(x, 1).dtype) if active[i] and act is Activity.DIFF
+                 else None for i, (x, act) in enumerate(zip(primals, acts))]
+        out_dtype = np.asarray(out_like).dtype
         for start in range(0, count, width):
             stop = min(count, start + width)
             args = unwritten if unwritten is not None else _fresh(primals, writes)
-            seed = np.asarray(seeds(start, stop, width), dtype=np.asarray(out_like).dtype)
+            seed = np.asarray(seeds(start, stop, width), dtype=out_dtype)
             if seed.shape[1:] != np.shape(out_like):
                 raise ArgumentError(f"the cotangents have shape {seed.shape[1:]}; the output has {np.shape(out_like)}")
-            stacks = [_stack(x, width) if act is Activity.DIFF else None for x, act in zip(args, acts)]
+            stacks = [w[start:start + width] if w is not None else _stack(x, width) if act is Activity.DIFF else None
+                      for x, act, w in zip(args, acts, whole)]
             if kind == "none":
                 stacks[written][...] = seed
             shadows = [s for s in stacks if s is not None]
             if layout is not None:
-                args, shadows = (np.empty_like(out_like), *args), [seed, *shadows]
+                args, shadows = (output, *args), [seed, *shadows]
             elif kind == "scalar":
                 shadows.append(seed)
             value = run(args, tuple(shadows))
-            for i, s in enumerate(stacks):
-                if s is not None and active[i]:
-                    if results[i] is None:
-                        results[i] = np.zeros((count, *s.shape[1:]), s.dtype)
-                    results[i][start:stop] = s[:stop - start]
+        results = [w[:count] if w is not None else None for w in whole]
         value = args[0] if layout is not None else (float(value) if kind == "scalar" else None)
         return value, results
     except _Refused:
@@ -261,41 +299,47 @@ def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine:
     if width < 2 or not _vector_engine(engine) or not isinstance(x, np.ndarray) or has_container(args):
         return None
     n = x.size
-    hess = np.zeros((n, n), x.dtype)
     try:
-        run = _sweeper(f, Sweep("hvp", "reverse", (), wrt, width=width), engine)
-        argtypes = _argtypes(args)
-        writes = cached_for(f, ("vector-hvp-writes", argtypes), lambda: _writes(f, argtypes) if isinstance(
+        run = _sweeper(f, engine, "hvp", "reverse", (), wrt, width)
+        key = _type_key(args)
+        argtypes = _argtypes(args, key)
+        writes = cached_for(f, ("vector-hvp-writes", key), lambda: _writes(f, argtypes) if isinstance(
             result_type(f, argtypes), nbtypes.Float) else None)
+        padded = -(-n // width) * width
+        eye = _eye(padded, n, x.dtype)  # the directions: rows (zero past n), one block per sweep
+        columns = np.zeros((padded, n), x.dtype)  # H e_j in row j: the sweeps write into views
+        reuse = writes is not None and not any(writes)  # f writes no argument: the same ones for every sweep
+        shared = compact_overlapping(_fresh(args, writes), [wrt]) if reuse else None
         for start in range(0, n, width):
-            stop = min(n, start + width)
-            passed = compact_overlapping(_fresh(args, writes), [wrt])
-            v = np.zeros((width, n), x.dtype)
-            v[np.arange(stop - start), np.arange(start, stop)] = 1.0
-            hv = np.zeros((width, *x.shape), x.dtype)
-            run(passed, (v.reshape((width, *x.shape)), np.zeros(x.shape, x.dtype), hv))
-            hess[:, start:stop] = hv.reshape(width, n)[:stop - start].T
+            passed = shared if reuse else compact_overlapping(_fresh(args, writes), [wrt])
+            run(passed, (eye[start:start + width].reshape((width, *x.shape)), np.zeros(x.shape, x.dtype),
+                         columns[start:start + width].reshape((width, *x.shape))))
+        hess = columns[:n].T
     except _Refused:
         return None
-    return hess.reshape(x.shape + x.shape)
+    return np.ascontiguousarray(hess).reshape(x.shape + x.shape)
+
+
+def _eye(rows: int, size: int, dtype: Any) -> np.ndarray:
+    """``np.eye(rows, size, dtype=dtype)`` for ``rows >= size``, without its per-call overhead."""
+    eye = np.zeros((rows, size), dtype)
+    eye.reshape(-1)[:size * (size + 1):size + 1] = 1
+    return eye
 
 
 def unit_chunks(index: int, shape: tuple[int, ...], dtype: Any, nargs: int) -> Chunks:
     """Chunks of the unit directions of argument ``index`` (``shape``), in C order."""
-    size = int(np.prod(shape, dtype=np.int64))
-
-    buffers: dict[int, np.ndarray] = {}
+    size = math.prod(shape)
+    eyes: dict[int, np.ndarray] = {}
 
     def make(start: int, stop: int, width: int) -> list[Any]:
-        # One buffer per width, reused: a chunk is consumed before the next is made.
-        stacked = buffers.get(width)
-        if stacked is None:
-            stacked = buffers[width] = np.zeros((width, size), dtype)
-        else:
-            stacked.fill(0)
-        stacked[np.arange(stop - start), np.arange(start, stop)] = 1.0
+        # Rows of one identity, padded with zero rows to whole chunks: each chunk gets its own
+        # rows (a C-contiguous view), so a sweep that zeroes or writes them spoils no other chunk.
+        eye = eyes.get(width)
+        if eye is None:
+            eye = eyes[width] = _eye(-(-size // width) * width, size, dtype)
         out: list[Any] = [None] * nargs
-        out[index] = stacked.reshape((width, *shape))
+        out[index] = eye[start:start + width].reshape((width, *shape))  # rows past size: zero
         return out
 
     return make
@@ -318,7 +362,7 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
     except _Refused:
         return None
     out_shape, out_dtype = np.shape(plan[4]), np.asarray(plan[4]).dtype
-    out_size = int(np.prod(out_shape, dtype=np.int64))
+    out_size = math.prod(out_shape)
     shapes = {i: np.shape(args[i]) for i in indices}
     dtypes = {i: np.result_type(out_dtype, np.asarray(args[i]).dtype) for i in indices}
     if mode == "reverse":
@@ -330,7 +374,7 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
         return [got[1][i].reshape(out_shape + shapes[i]).astype(dtypes[i], copy=False) for i in indices]
     out = []
     for i in indices:
-        size = int(np.prod(shapes[i], dtype=np.int64))
+        size = math.prod(shapes[i])
         dtype = np.asarray(args[i]).dtype
         got = forward_directions(f, args, active_of(args, lambda j, i=i: j == i), size,
                                  unit_chunks(i, shapes[i], dtype, len(args)), width, engine, plan)

@@ -333,3 +333,28 @@ def test_bad_input_is_refused_clearly():
         pyjlad.jvp(layer, (W, X, B, S), (None, np.ones((2, 5)), None, np.ones(3)), batched=True)
     with pytest.raises(ArgumentError, match="shape"):
         pyjlad.vjp(layer, (W, X, B, S), np.ones((2, 6)), batched=True)
+
+
+@njit
+def scratch_layer(x, scratch):  # returns an array and writes its second argument
+    for i in range(x.size):
+        scratch[i] = 2.0 * x[i]
+    return np.tanh(scratch) * x
+
+
+def scratch_layer_jax(x):
+    return jnp.tanh(2.0 * x) * x
+
+
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_array_result_and_written_argument_repeated_calls(mode):
+    # Vector mode shadows the written scratch array (else its derivatives are lost); the second and
+    # third calls reuse the cached plan (which arguments f writes): the caller's
+    # arrays must still be left alone, and every chunk's result must be right.
+    want = np.asarray(jax.jacfwd(scratch_layer_jax)(X))
+    for _ in range(3):
+        x, scratch = X.copy(), np.full(X.shape, 7.0)
+        got = pyjlad.jacobian(scratch_layer, x, scratch, mode=mode, chunk=4)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        np.testing.assert_array_equal(x, X)
+        np.testing.assert_array_equal(scratch, np.full(X.shape, 7.0))
