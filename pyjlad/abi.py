@@ -91,6 +91,17 @@ class ArrayArg:
         return self.dtype in FLOAT_LLVM_TYPES
 
     @property
+    def shadowed_when_constant(self) -> bool:
+        """Whether a constant (not differentiated) array still needs a zeroed shadow.
+
+        Enzyme assumes a constant argument's memory holds no derivative. That is false for a
+        float array the function writes (a scratch buffer filled from active values and read
+        back: its derivative would be lost) and for one whose data pointer Numba merges with
+        other memory (:attr:`aliased`: Enzyme would write adjoints into it).
+        """
+        return self.aliased or (self.writes and self.differentiable)
+
+    @property
     def param_roles(self) -> tuple[str, ...]:
         """The role of each LLVM parameter this argument expands to."""
         return (

@@ -230,9 +230,9 @@ def _digest(*parts: object) -> str:
 
 
 def _zero_shadowed(abi: FunctionABI, activities: Sequence[Activity | str]) -> tuple[int, ...]:
-    """Constant arrays that need a shadow all the same (see :attr:`ArrayArg.aliased`)."""
-    return tuple(i for i, arg in enumerate(abi.args)
-                 if isinstance(arg, ArrayArg) and arg.aliased and Activity(activities[i]) is Activity.CONST)
+    """Constant arrays that need a shadow all the same (see :attr:`ArrayArg.shadowed_when_constant`)."""
+    return tuple(i for i, arg in enumerate(abi.args) if isinstance(arg, ArrayArg) and arg.shadowed_when_constant
+                 and Activity(activities[i]) is Activity.CONST)
 
 
 def _span_lines(var: str, sizes: dict, index: int, ndim: int) -> list[str]:

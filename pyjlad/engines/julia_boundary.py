@@ -106,7 +106,7 @@ def array_spec(x: np.ndarray) -> tuple[int, int, str, int, tuple[int, ...], tupl
 
 def zero_shadow_constants(abi: FunctionABI, activities: tuple[Activity | str, ...], args: tuple[Any, ...],
                           shadows: tuple[Any, ...]) -> tuple[tuple[Activity, ...], tuple[Any, ...]]:
-    """Activities and shadows with every constant ``aliased`` array made ``Duplicated`` with a zero shadow.
+    """Activities and shadows with every constant array that needs one (``ArrayArg.shadowed_when_constant``) made ``Duplicated`` with a zero shadow.
 
     Enzyme.jl, like Enzyme, would shadow such an array with itself (see
     :mod:`pyjlad.aliasing`); the embedded engine's driver does the same in LLVM.
@@ -115,7 +115,7 @@ def zero_shadow_constants(abi: FunctionABI, activities: tuple[Activity | str, ..
     new_activities: list[Activity] = []
     new_shadows: list[Any] = []
     for index, (act, arg) in enumerate(zip(as_activities(activities), abi.args)):
-        if act is Activity.CONST and isinstance(arg, ArrayArg) and arg.aliased:
+        if act is Activity.CONST and isinstance(arg, ArrayArg) and arg.shadowed_when_constant:
             new_activities.append(Activity.DUP)
             new_shadows.append(shadow_like(args[index]))
             continue
