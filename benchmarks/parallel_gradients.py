@@ -120,8 +120,10 @@ def main() -> None:
         serial = _serial_twin(f)
         os.environ.pop("PYJLAD_PARALLEL_DERIVATIVES", None)
         serial_grad = pyjlad.grad(serial, wrt=wrt)
+        serial_grad(*args)  # built now, with the setting off (a derivative is built on its first call)
         os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
         parallel_grad = pyjlad.grad(f, wrt=wrt)
+        parallel_grad(*args)
         twin, argnums = twins[name]
         jargs = [jax.numpy.asarray(a) for a in args]
         jgrad = jax.jit(jax.grad(twin, argnums=argnums))

@@ -11,6 +11,30 @@ the helpers' C signatures. Enzyme then differentiates straight through them.
 
 They are O(n^3) scalar loops: fine for the small and medium matrices of
 statistics and physics code, slower than LAPACK for large ones.
+
+Written for Enzyme's tape (each value a reverse sweep needs and cannot
+recompute is cached, in an allocation per loop nest and call):
+
+* compiled like the code Enzyme gets (:func:`pyjlad.enzyme_copy.unvectorized_copy`):
+  no unrolling, peeling or vectorizing, each of which multiplies the cached values
+  and their allocations;
+* every inner loop runs over a whole dimension (``range(n)``) and picks its
+  triangle with a test (``if k < i``), never ``range(i)`` or ``range(j + 1, m)``:
+  Enzyme sizes a loop nest's cache in one allocation when the inner trip counts
+  do not depend on the outer index, and makes one ``malloc`` per outer iteration
+  when they do;
+* the inverse and the solves write each value once (the factors copied before
+  the output overwrites them, forward and back substitution into arrays of their
+  own), so Enzyme reads them back instead of caching every load.
+
+An 8x8 inverse per voxel of seed 003's ``remote_stats`` had made about 1,000
+allocations per voxel, and the gradient spent most of its time in the C
+library's allocator: 1,910 ms over 20,000 voxels before, see
+``benchmarks/RESULTS.md`` (section ``parallel``) for after. The tests skip about
+half the iterations of each nest: cheap next to those allocations for the small
+matrices these loops are for. LU keeps its in-place elimination: a version writing
+each elimination step into a stage of its own was slower (Enzyme cannot tell the
+stages apart within one array and cached them all the same).
 """
 
 from __future__ import annotations
@@ -18,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit, types
 
+from .enzyme_copy import branch_preserving_compile, unvectorized_copy
 from .memo import cached_for
 from .portable_pipeline import make_portable
 
@@ -34,8 +59,8 @@ def _getrf(m, n, a_ptr, lda, ipiv_ptr):
     for j in range(min(m, n)):
         p = j
         best = abs(a[j, j])
-        for i in range(j + 1, m):
-            if abs(a[j, i]) > best:
+        for i in range(m):
+            if i > j and abs(a[j, i]) > best:
                 best = abs(a[j, i])
                 p = i
         ipiv[j] = p + 1
@@ -45,44 +70,70 @@ def _getrf(m, n, a_ptr, lda, ipiv_ptr):
                     t = a[k, j]
                     a[k, j] = a[k, p]
                     a[k, p] = t
-            for i in range(j + 1, m):
-                a[j, i] = a[j, i] / a[j, j]
+            pivot = a[j, j]
+            for i in range(m):
+                if i > j:
+                    a[j, i] = a[j, i] / pivot
         elif info == 0:
             info = j + 1
-        for k in range(j + 1, n):
-            f = a[k, j]
-            for i in range(j + 1, m):
-                a[k, i] -= a[j, i] * f
+        for k in range(n):
+            if k > j:
+                f = a[k, j]
+                for i in range(m):
+                    if i > j:
+                        a[k, i] -= a[j, i] * f
     return info
 
 
-@njit(**_OPTIONS)
-def _lu_solve(a, n, ipiv, b):
-    """Solve with the LU factors of ``a`` (column-major view) into vector ``b`` in place."""
+@njit(inline="always", **_OPTIONS)
+def _row_order(n, ipiv):
+    """Row ``r`` of the matrix after ``ipiv``'s interchanges (applied in order) is row ``order[r]`` before."""
+    order = np.arange(n)
     for i in range(n):
         p = ipiv[i] - 1
-        if p != i:
-            t = b[i]
-            b[i] = b[p]
-            b[p] = t
-    for i in range(n):
-        for k in range(i):
-            b[i] -= a[k, i] * b[k]
-    for i in range(n - 1, -1, -1):
-        for k in range(i + 1, n):
-            b[i] -= a[k, i] * b[k]
-        b[i] = b[i] / a[i, i]
+        t = order[i]
+        order[i] = order[p]
+        order[p] = t
+    return order
+
+
+@njit(inline="always", **_OPTIONS)
+def _lu_solve(lu, n, order, rhs, nrhs, identity):
+    """``x[c]`` solving ``L U x[c] = P^T rhs[c]`` for each of ``nrhs`` columns, into a new array.
+
+    ``lu`` holds the factors and ``rhs`` the right-hand sides as column-major views (``[column, row]``);
+    both are only read, and each value is written once. With ``identity``, ``rhs`` is not read: the
+    right-hand sides are the columns of the identity (the inverse).
+    """
+    y = np.empty((nrhs, n), dtype=lu.dtype)  # y[c] solves L y = P^T rhs[c]
+    for c in range(nrhs):
+        for i in range(n):
+            s = (1.0 if order[i] == c else 0.0) if identity else rhs[c, order[i]]
+            for k in range(n):
+                if k < i:
+                    s -= lu[k, i] * y[c, k]
+            y[c, i] = s
+    x = np.empty((nrhs, n), dtype=lu.dtype)  # x[c] solves U x = y[c]
+    for c in range(nrhs):
+        for r in range(n):
+            i = n - 1 - r
+            s = y[c, i]
+            for k in range(n):
+                if k > i:
+                    s -= lu[k, i] * x[c, k]
+            x[c, i] = s / lu[i, i]
+    return x
 
 
 @njit(**_OPTIONS)
 def _getri(n, a_ptr, lda, ipiv_ptr):
     a = carray(a_ptr, (n, lda))
     ipiv = carray(ipiv_ptr, (n,))
-    x = np.zeros((n, n), dtype=a.dtype)
-    for col in range(n):
-        b = x[col]
-        b[col] = 1.0
-        _lu_solve(a, n, ipiv, b)
+    lu = np.empty((n, n), dtype=a.dtype)  # the factors, read after ``a`` is overwritten by the inverse
+    for j in range(n):
+        for i in range(n):
+            lu[j, i] = a[j, i]
+    x = _lu_solve(lu, n, _row_order(n, ipiv), lu, n, True)
     for j in range(n):
         for i in range(n):
             a[j, i] = x[j, i]
@@ -97,8 +148,10 @@ def _gesv(n, nrhs, a_ptr, lda, ipiv_ptr, b_ptr, ldb):
     a = carray(a_ptr, (n, lda))
     ipiv = carray(ipiv_ptr, (n,))
     b = carray(b_ptr, (nrhs, ldb))
-    for col in range(nrhs):
-        _lu_solve(a, n, ipiv, b[col])
+    x = _lu_solve(a, n, _row_order(n, ipiv), b, nrhs, False)
+    for c in range(nrhs):
+        for i in range(n):
+            b[c, i] = x[c, i]
     return 0
 
 
@@ -108,20 +161,23 @@ def _potrf(uplo, n, a_ptr, lda):
     lower = uplo == 76 or uplo == 108  # 'L' / 'l'
     for j in range(n):
         s = a[j, j]
-        for k in range(j):
-            s -= (a[k, j] if lower else a[j, k]) ** 2
+        for k in range(n):
+            if k < j:
+                s -= (a[k, j] if lower else a[j, k]) ** 2
         if s <= 0.0:
             return j + 1
         d = s ** 0.5
         a[j, j] = d
-        for i in range(j + 1, n):
-            t = a[j, i] if lower else a[i, j]
-            for k in range(j):
-                t -= (a[k, i] * a[k, j]) if lower else (a[i, k] * a[j, k])
-            if lower:
-                a[j, i] = t / d
-            else:
-                a[i, j] = t / d
+        for i in range(n):
+            if i > j:
+                t = a[j, i] if lower else a[i, j]
+                for k in range(n):
+                    if k < j:
+                        t -= (a[k, i] * a[k, j]) if lower else (a[i, k] * a[j, k])
+                if lower:
+                    a[j, i] = t / d
+                else:
+                    a[i, j] = t / d
     return 0
 
 
@@ -154,7 +210,11 @@ def lapack_module(helper: str, kind: str) -> str:
 def _build(helper: str, kind: str) -> str:
     impl, params, argtypes = _HELPERS[helper]
     sig = argtypes(_KINDS[kind])
-    impl.compile(sig)
+    # Compiled as the code Enzyme gets is (see pyjlad.enzyme_copy): no unrolling, peeling or vectorizing,
+    # each of which gives Enzyme more values to cache, each in an allocation of its own.
+    impl = unvectorized_copy(impl)
+    with branch_preserving_compile():
+        impl.compile(sig)
     cres = impl.overloads[sig]
     entry = f"pyjlad_lapack_{helper}_{kind}"
     module = make_portable(cres.library.get_llvm_str(), cres.fndesc.mangled_name, name=entry)

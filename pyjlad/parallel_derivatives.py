@@ -12,7 +12,10 @@ from run to run in the last bits), those of per-iteration elements are written b
 Everything else is today's serial derivative (:func:`pyjlad.export_compile.serial_dispatcher`),
 with a :class:`~pyjlad.errors.ParallelFallbackWarning` saying why where the setting asked for a
 parallel one: forward mode and Hessian-vector products, a missing runtime, a loop the rewrite does
-not recognize, a copy Numba cannot compile.
+not recognize, a copy Numba cannot compile. Forward mode is not tried: Enzyme v0.0.289 stops on the
+OpenMP call in forward mode (an assertion in ``AdjointGenerator::visitOMPCall``, which looks up the
+call in the overwritten-arguments map only reverse mode fills; checked 2026-11-28 on the O(n^2)
+pairwise kernel of ``benchmarks/parallel_gradients.py``).
 """
 
 from __future__ import annotations

@@ -407,6 +407,25 @@ def test_gradient_dumps_every_step_from_numbas_module_to_the_derivative(monkeypa
     assert "define" in derivative and "diffe" in derivative  # Enzyme's generated function
 
 
+def test_dumps_of_a_gradient_that_links_modules_leave_the_gradient_right(monkeypatch, tmp_path) -> None:
+    """Enzyme's input is linked IR text when the function calls LAPACK (``np.linalg.inv``): dumped as text.
+
+    Before the fix the dump read that text as bitcode and the gradient failed ("Invalid bitcode signature").
+    """
+    @numba.njit
+    def dumped_inverse_trace(a):
+        return np.trace(np.linalg.inv(a))
+
+    monkeypatch.setenv(DUMP_VARIABLE, str(tmp_path))
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    a = np.array([[4.0, 1.0, 0.5], [0.2, 3.0, 0.1], [0.3, 0.4, 5.0]])
+    inverse = np.linalg.inv(a)
+    expected = -(inverse @ inverse).T          # d tr(A^-1) / dA = -(A^-2)^T
+    np.testing.assert_allclose(pyjlad.gradient(dumped_inverse_trace, a.copy()), expected, rtol=1e-12)
+    enzyme_input = next((tmp_path / "pyjlad_dumped_inverse_trace").glob("*-enzyme.input.ll")).read_text()
+    assert "define" in enzyme_input and "numba_ez_xxgetri" in enzyme_input
+
+
 # ------------------------------------------------------------------ target pipelines: NVPTX and Julia's llvmcall
 DEVICE_IR = HEADER + """
 define double @f(double %x, i32 %n) {

@@ -212,7 +212,14 @@ def dump(label: str, stage: str, module: str | bytes) -> Path | None:
     return path
 
 
-def _bitcode_text(bitcode: bytes) -> str:
+#: The first bytes of an LLVM bitcode file (a wrapper-less one, as the toolchain writes).
+_BITCODE_MAGIC = b"BC\xc0\xde"
+
+
+def _bitcode_text(module: bytes) -> str:
+    """LLVM's text of ``module``: bitcode parsed by llvmlite, or IR text the toolchain returned as bytes."""
+    if not module.startswith(_BITCODE_MAGIC):
+        return module.decode("utf-8")
     import llvmlite.binding as llvm
 
-    return str(llvm.parse_bitcode(bitcode, context=llvm.create_context()))
+    return str(llvm.parse_bitcode(module, context=llvm.create_context()))
