@@ -97,7 +97,28 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
         return _fallback(exported.name, f"{what} of parallel loops are not parallel yet (only reverse mode is)")
     if load_libomp() is None:
         return _fallback(exported.name, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
+    why = _numba_threading_layer()
+    if why:
+        return _fallback(exported.name, why)
     return True
+
+
+def _numba_threading_layer() -> str:
+    """Start Numba's threading layer in this process (once); ``""``, or why it could not be started.
+
+    The parallel derivative calls Numba's schedule helpers (``do_scheduling_signed`` ...), which
+    Numba adds to the JIT's symbols when it starts its threading layer: on its first parallel
+    compile or run in the process. A derivative from the disk cache can be the first parallel code
+    a process loads; without them the JIT stopped the whole process ("LLVM ERROR: Symbol not
+    found: do_scheduling_unsigned").
+    """
+    try:
+        from numba.np.ufunc.parallel import _launch_threads
+
+        _launch_threads()
+    except Exception as exc:  # noqa: BLE001 - any failure means the serial derivative
+        return f"Numba's threading layer could not be started ({type(exc).__name__}: {str(exc)[:200]})"
+    return ""
 
 
 class _NotParallel(UnsupportedFunctionError):

@@ -10,6 +10,9 @@ products fall back to the serial derivative with a ``ParallelFallbackWarning``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import numba
@@ -262,3 +265,44 @@ def test_vjp_and_jacobian_of_an_array_valued_prange_function(parallel_on) -> Non
     np.testing.assert_allclose(jac, np.asarray(jax.jacobian(lambda a: jnp.tanh(w * a))(jnp.asarray(x0))),
                                rtol=1e-13, atol=1e-15)
     np.testing.assert_array_equal(x, x0)
+
+
+_FRESH_PROCESS = """
+import os, warnings
+import numpy as np
+from numba import njit, prange
+os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
+import pyjlad
+
+@njit(parallel=True)
+def pairwise(x):
+    e = 0.0
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[0]):
+            d = x[i] - x[j]
+            e += 1.0 / (1.0 + d * d)
+    return e
+
+warnings.simplefilter("error", pyjlad.ParallelFallbackWarning)
+x = np.linspace(-1.0, 1.0, 60)
+print(repr(pyjlad.gradient(pairwise, x).tolist()))
+"""
+
+
+def test_a_cached_parallel_derivative_is_the_first_parallel_code_of_a_fresh_process(tmp_path) -> None:
+    """The second process loads the derivative from the disk cache before Numba ran any parallel code.
+
+    It used to die in the JIT ("LLVM ERROR: Symbol not found: do_scheduling_signed"): Numba adds its
+    schedule helpers to the JIT's symbols only when its threading layer starts.
+    """
+    env = {**os.environ, "PYJLAD_GRADIENT_CACHE_DIR": str(tmp_path), "PYJLAD_PARALLEL_DERIVATIVES": "1"}
+    runs = [subprocess.run([sys.executable, "-c", _FRESH_PROCESS], env=env, capture_output=True, text=True,
+                           timeout=900) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    assert any(tmp_path.rglob("*")), "the first process cached nothing: the second did not load from the cache"
+    x = np.linspace(-1.0, 1.0, 60)
+    d = x[:, None] - x[None, :]
+    expected = 2 * np.sum(-2 * d / (1 + d * d) ** 2, axis=1)  # d/dx_k of sum_ij 1 / (1 + (x_i - x_j)^2)
+    for run in runs:
+        np.testing.assert_allclose(eval(run.stdout), expected, rtol=1e-12, atol=1e-12)
