@@ -1,8 +1,9 @@
-"""Parallel reverse-mode gradients of ``prange`` code (issue 17): time at 1 and 2 threads.
+"""Parallel gradients and forward-mode derivatives of ``prange`` code (issue 17): time at 1 and 2 threads.
 
 For each kernel: the primal (Numba, ``parallel=True``), pyjlad's gradient with
 ``PYJLAD_PARALLEL_DERIVATIVES=1`` (OpenMP loops, ``numba.set_num_threads``), today's serial
-gradient (the setting off) and ``jax.jit(jax.grad)`` of a ``jax.numpy`` twin. Best of ``--repeat``
+gradient (the setting off) and ``jax.jit(jax.grad)`` of a ``jax.numpy`` twin; then ``pyjlad.jvp``
+(forward mode) with the setting on and off. Best of ``--repeat``
 wall-clock times, and the process CPU time per thread over the same calls (the machine is shared, so
 wall-clock speedups are noisy; CPU per thread shows the work split). Prints markdown.
 
@@ -124,6 +125,11 @@ def main() -> None:
         os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
         parallel_grad = pyjlad.grad(f, wrt=wrt)
         parallel_grad(*args)
+        tangents = tuple(rng.normal(size=np.shape(a)) if isinstance(a, np.ndarray) else 0.0 for a in args)
+        os.environ.pop("PYJLAD_PARALLEL_DERIVATIVES")
+        pyjlad.jvp(serial, args, tangents)  # the serial forward derivative, built with the setting off
+        os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
+        pyjlad.jvp(f, args, tangents)
         twin, argnums = twins[name]
         jargs = [jax.numpy.asarray(a) for a in args]
         jgrad = jax.jit(jax.grad(twin, argnums=argnums))
@@ -134,6 +140,8 @@ def main() -> None:
                 _time(lambda f=f, a=args: f(*a), ns.repeat, threads),
                 _time(lambda g=parallel_grad, a=args: g(*a), ns.repeat, threads),
                 _time(lambda g=serial_grad, a=args: g(*a), ns.repeat, threads),
+                _time(lambda h=f, a=args, t=tangents: pyjlad.jvp(h, a, t), ns.repeat, threads),
+                _time(lambda h=serial, a=args, t=tangents: pyjlad.jvp(h, a, t), ns.repeat, threads),
             )
         jax_t = _time(lambda g=jgrad, a=jargs: jax.block_until_ready(g(*a)), ns.repeat, 1)
         rows.append((name, size, times, jax_t))
@@ -148,10 +156,18 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, size, times, jax_t in rows:
         for threads in (1, 2):
-            (p, _), (g, cpu), (s, _) = times[threads]
+            (p, _), (g, cpu), (s, _), _, _ = times[threads]
             speed = f"{times[1][1][0] / g:.2f}x" if threads == 2 else ""
             print(f"| {name} | {size} | {threads} | {p * 1e3:.2f} | {g * 1e3:.2f} | {cpu * 1e3:.2f} | "
                   f"{s * 1e3:.2f} | {g / p:.1f} | {speed} | {jax_t[0] * 1e3:.2f} |")
+    print("\nForward mode: `pyjlad.jvp` with one random tangent per argument (the setting on and off).\n")
+    print("| kernel | threads | parallel jvp ms | CPU/thread ms | serial jvp ms | jvp/primal | speedup 1->2 |")
+    print("|---|---|---|---|---|---|---|")
+    for name, _, times, _ in rows:
+        for threads in (1, 2):
+            (p, _), _, _, (j, cpu), (s, _) = times[threads]
+            speed = f"{times[1][3][0] / j:.2f}x" if threads == 2 else ""
+            print(f"| {name} | {threads} | {j * 1e3:.2f} | {cpu * 1e3:.2f} | {s * 1e3:.2f} | {j / p:.1f} | {speed} |")
 
 
 if __name__ == "__main__":

@@ -166,7 +166,8 @@ class CacheWarning(UserWarning):
 class ParallelFallbackWarning(UserWarning):
     """A derivative of a ``parallel=True`` function runs serially although parallel derivatives are on.
 
-    Issued with ``PYJLAD_PARALLEL_DERIVATIVES=1`` where the parallel derivative cannot be built (forward
-    mode and Hessian-vector products, LLVM's OpenMP runtime missing, a parallel loop of a shape pyjlad
-    does not recognize); the message says which. The gradient is today's serial one, still exact.
+    Issued with ``PYJLAD_PARALLEL_DERIVATIVES=1`` where the parallel derivative cannot be built
+    (Hessian-vector products, vector-mode sweeps, LLVM's OpenMP runtime missing, a parallel loop of a
+    shape pyjlad does not recognize); the message says which. The derivative is today's serial one,
+    still exact.
     """

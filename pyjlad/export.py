@@ -83,7 +83,7 @@ class ExportedFunction:
     run: Callable[..., Any]
     name: str
     make_enzyme_module: Callable[[], PortableModule] | None = field(default=None, repr=False, compare=False)
-    make_parallel_module: Callable[[], tuple[PortableModule | None, str]] | None = field(
+    make_parallel_module: Callable[..., tuple[PortableModule | None, str]] | None = field(
         default=None, repr=False, compare=False)
 
     @functools.cached_property
@@ -172,8 +172,9 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
             return make_portable(fresh[1], fresh[0].fndesc.mangled_name, name=entry, dump_as="enzyme-copy")
 
         if target.targetoptions.get("parallel"):
-            def parallel() -> tuple[PortableModule | None, str]:
-                return cached_for(target, ("parallel-module", argtypes), lambda: parallel_module(target, argtypes, entry))
+            def parallel(forward: bool = False) -> tuple[PortableModule | None, str]:
+                return cached_for(target, ("parallel-module", argtypes, forward),
+                                  lambda: parallel_module(target, argtypes, entry, forward=forward))
 
     args_abi = [arg_abi(i, t) for i, t in enumerate(argtypes)]
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):

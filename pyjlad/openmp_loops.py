@@ -30,6 +30,8 @@ __all__ = ["EXAMPLE", "openmp_parallel_loops", "parallel_call_count", "unrecogni
 
 _CALL = "call void @numba_parallel_for("
 _FAILED = "@pyjlad.omp.failed"
+#: How a rewritten loop is called: the fork itself, or (forward mode) its wrapper.
+_FORK_MARKS = ("@__kmpc_fork_call(ptr @pyjlad.omp.loc", "call void @pyjlad.omp.fork.")
 _GIL_CALLS = ("@numba_gil_ensure(", "@numba_gil_release(", "@PyEval_SaveThread(", "@PyEval_RestoreThread(")
 
 #: A minimal module in the shape Numba emits (used by the doctests and the tests).
@@ -72,9 +74,21 @@ declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)
 declare void @NRT_decref(ptr)
 """
 
+_FORWARD_DECLARATIONS = """
+declare void @__enzyme_fwddiff_pyjlad_omp(...)
+declare void @__enzyme_integer(ptr nocapture readnone, i64) readnone nounwind willreturn
+@enzyme_dup = external global i32
+@enzyme_const = external global i32
+"""
 
-def _task(name: str, kernel: str, ndim: int, narrays: int) -> str:
-    """The OpenMP task running ``kernel`` over this thread's static share of the schedule's rows."""
+
+def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False) -> str:
+    """The OpenMP task running ``kernel`` over this thread's static share of the schedule's rows.
+
+    With ``shadows``, the forward-mode derivative of that task: it takes the shadow of the argument
+    array after the arguments (``%dargs``) and runs Enzyme's forward derivative of ``kernel`` on each
+    row, the rows' argument pointers duplicated (see :func:`_forward_fork`).
+    """
     count = [f"  %c{k} = getelementptr inbounds i64, ptr %count, i64 {k}\n"
              f"  %dp{k} = getelementptr inbounds i64, ptr %dims, i64 {k}\n"
              f"  %dv{k} = load i64, ptr %dp{k}, align 8\n"
@@ -87,12 +101,23 @@ def _task(name: str, kernel: str, ndim: int, narrays: int) -> str:
               f"  %nv{j} = getelementptr inbounds i8, ptr %av{j}, i64 %off{j}\n"
               f"  %np{j} = getelementptr inbounds ptr, ptr %rowargs, i64 {j}\n"
               f"  store ptr %nv{j}, ptr %np{j}, align 8\n" for j in range(narrays)]
+    if shadows:
+        arrays += [f"  %dap{j} = getelementptr inbounds ptr, ptr %dargs, i64 {j}\n"
+                   f"  %dav{j} = load ptr, ptr %dap{j}, align 8\n"
+                   f"  %dnv{j} = getelementptr inbounds i8, ptr %dav{j}, i64 %off{j}\n"
+                   f"  %dnp{j} = getelementptr inbounds ptr, ptr %rowdargs, i64 {j}\n"
+                   f"  store ptr %dnv{j}, ptr %dnp{j}, align 8\n" for j in range(narrays)]
+        call = (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {name}.body, ptr @enzyme_dup, ptr %rowargs, ptr %rowdargs, "
+                "ptr @enzyme_const, ptr %count, ptr @enzyme_const, ptr %steps, ptr @enzyme_const, ptr %data)\n")
+    else:
+        call = f"  call void {kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data)\n"
     return (
-        f"define internal void {name}(ptr noalias %gtid, ptr noalias %btid, ptr %args, ptr %dims, ptr %steps, "
-        "ptr %data) {\n"
+        f"define internal void {name}(ptr noalias %gtid, ptr noalias %btid, ptr %args, "
+        f"{'ptr %dargs, ' if shadows else ''}ptr %dims, ptr %steps, ptr %data) {{\n"
         "entry:\n"
         f"  %count = alloca [{ndim + 1} x i64], align 8\n"
         f"  %rowargs = alloca [{narrays} x ptr], align 8\n"
+        + (f"  %rowdargs = alloca [{narrays} x ptr], align 8\n" if shadows else "") +
         "  %lb = alloca i64, align 8\n  %ub = alloca i64, align 8\n  %st = alloca i64, align 8\n"
         "  %last = alloca i32, align 4\n"
         "  %rows = load i64, ptr %dims, align 8\n"
@@ -113,8 +138,7 @@ def _task(name: str, kernel: str, ndim: int, narrays: int) -> str:
         "  br i1 %go, label %row, label %fini\n"
         "row:\n"
         "  %r = phi i64 [ %lo, %init ], [ %next, %row ]\n"
-        + "".join(count) + "".join(arrays) +
-        f"  call void {kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data)\n"
+        + "".join(count) + "".join(arrays) + call +
         "  %next = add nsw i64 %r, 1\n"
         "  %more = icmp sle i64 %next, %hi\n"
         "  br i1 %more, label %row, label %fini\n"
@@ -124,6 +148,62 @@ def _task(name: str, kernel: str, ndim: int, narrays: int) -> str:
         "exit:\n"
         "  ret void\n"
         "}\n"
+        + (_typed_body(f"{name}.body", kernel, ndim) if shadows else "")
+    )
+
+
+def _typed_body(name: str, kernel: str, ndim: int) -> str:
+    """``kernel`` called through a function that tells Enzyme its first argument (the schedule) holds integers.
+
+    Enzyme's forward derivative of the body, called on its own, knows nothing of what the argument
+    array points to, and meets integer arithmetic on values loaded from the schedule.
+    """
+    return (
+        f"define internal void {name}(ptr %args, ptr %count, ptr %steps, ptr %data) {{\n"
+        "entry:\n"
+        "  %schedule = load ptr, ptr %args, align 8\n"
+        f"  call void @__enzyme_integer(ptr %schedule, i64 {16 * max(ndim, 1)})\n"
+        f"  call void {kernel}(ptr %args, ptr %count, ptr %steps, ptr %data)\n"
+        "  ret void\n"
+        "}\n"
+    )
+
+
+def _forward_fork(index: int, kernel: str, ndim: int, narrays: int) -> str:
+    """The fork of loop ``index`` as a function of its own, with its forward-mode derivative registered.
+
+    Enzyme v0.0.289 cannot differentiate ``__kmpc_fork_call`` in forward mode (an assertion in
+    ``AdjointGenerator::visitOMPCall``). Forward mode needs nothing of OpenMP's semantics: the
+    tangent of a parallel loop is the same loop over (value, tangent) pairs, each row's tangents
+    written by the thread that writes its values. So the forward derivative of the fork
+    (``__enzyme_register_derivative_``) forks a task running Enzyme's forward derivative of the
+    loop's body on each row, the argument array's shadow passed along with it. The fork's operands
+    reach it packed behind one pointer: Enzyme v0.0.289 uses a registered forward derivative only
+    where every pointer argument of the call is active, and the loop's shape and steps are not.
+    The registration is ``weak_odr``: ``llvm-link`` (a module linked with LAPACK's) drops unreferenced
+    internal globals.
+    """
+    fork, task = f"@pyjlad.omp.fork.{index}", f"@pyjlad.omp.task.{index}"
+    unpack = "".join(f"  %{name}.at = getelementptr inbounds ptr, ptr %pack, i64 {k}\n"
+                     f"  %{name} = load ptr, ptr %{name}.at, align 8\n"
+                     for k, name in enumerate(("args", "dims", "steps", "data")))
+    return (
+        f"define internal void {fork}(ptr %pack) noinline {{\n"
+        "entry:\n" + unpack +
+        f"  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr {task}, ptr %args, "
+        "ptr %dims, ptr %steps, ptr %data)\n"
+        "  ret void\n"
+        "}\n"
+        f"define internal void {fork}.fwd(ptr %pack, ptr %dpack) {{\n"
+        "entry:\n" + unpack +
+        "  %dargs = load ptr, ptr %dpack, align 8\n"
+        f"  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 5, ptr {task}.fwd, "
+        "ptr %args, ptr %dargs, ptr %dims, ptr %steps, ptr %data)\n"
+        "  ret void\n"
+        "}\n"
+        + _task(f"{task}.fwd", kernel, ndim, narrays, shadows=True)
+        + f"@__enzyme_register_derivative_pyjlad.omp.fork.{index} = weak_odr global [2 x ptr] "
+        f"[ptr {fork}, ptr {fork}.fwd]\n"
     )
 
 
@@ -132,7 +212,7 @@ def _split_arguments(text: str) -> list[str]:
     return [part.strip() for part in text.split(",")]
 
 
-def _rewrite_call(line: str, index: int) -> tuple[str, str] | None:
+def _rewrite_call(line: str, index: int, forward: bool = False) -> tuple[str, str] | None:
     """``(replacement lines, task definition)`` for one ``numba_parallel_for`` call, or None if unrecognized."""
     start = line.index(_CALL) + len(_CALL)
     end = line.rfind(")")
@@ -155,11 +235,19 @@ def _rewrite_call(line: str, index: int) -> tuple[str, str] | None:
     if "" in shared.split(", "):
         return None
     n32 = f"%pyjlad.omp.threads.{index}"
+    if forward:  # the fork's operands packed behind one pointer (see _forward_fork)
+        pack = f"%pyjlad.omp.pack.{index}"
+        fork = "".join(f"{indent}{pack}.{k} = getelementptr inbounds ptr, ptr {pack}, i64 {k}\n"
+                       f"{indent}store ptr {value.split()[-1]}, ptr {pack}.{k}, align 8\n"  # attributes dropped
+                       for k, value in enumerate(shared.split(", ")))
+        fork += f"{indent}call void @pyjlad.omp.fork.{index}(ptr {pack})"
+    else:
+        fork = f"{indent}call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr {task}, {shared})"
     replacement = (f"{indent}{n32} = trunc i64 {threads[1]} to i32\n"
                    f"{indent}call void @omp_set_num_threads(i32 {n32})\n"
-                   f"{indent}call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, "
-                   f"ptr {task}, {shared})")
-    return replacement, _task(task, kernel, ndim, narrays)
+                   f"{fork}")
+    tasks = _task(task, kernel, ndim, narrays)
+    return replacement, tasks + _forward_fork(index, kernel, ndim, narrays) if forward else tasks
 
 
 def parallel_call_count(text: str) -> int:
@@ -180,8 +268,11 @@ def unrecognized_parallel_calls(text: str) -> int:
     return parallel_call_count(text)
 
 
-def openmp_parallel_loops(text: str) -> str:
+def openmp_parallel_loops(text: str, forward: bool = False) -> str:
     """``text`` (a module's LLVM IR) with each recognized ``numba_parallel_for`` call made an OpenMP parallel loop.
+
+    ``forward``: for Enzyme's forward mode, each fork in a function of its own whose derivative
+    is registered (:func:`_forward_fork`).
 
     Unchanged if it holds no such call. Calls of unrecognized shape are left as they were
     (:func:`unrecognized_parallel_calls` counts them).
@@ -206,12 +297,18 @@ def openmp_parallel_loops(text: str) -> str:
     tasks: list[str] = []
     schedules: set[str] = set()
     function = ""
+    entry_at = 0  # where the current function's entry block starts in ``out`` (forward mode's packs go there)
     for line in text.split("\n"):
         if line.startswith("define "):
             function = line.split("@", 1)[1].split("(")[0] if "@" in line else ""
+            entry_at = len(out) + 1
+        elif entry_at == len(out) and line.endswith(":") and not line.startswith(" "):
+            entry_at += 1  # after the entry block's label
         if _CALL in line:
-            rewritten = _rewrite_call(line, len(tasks))
+            rewritten = _rewrite_call(line, len(tasks), forward)
             if rewritten is not None:
+                if forward:
+                    out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [4 x ptr], align 8")
                 out.append(rewritten[0])
                 tasks.append(rewritten[1])
                 continue
@@ -233,8 +330,9 @@ def openmp_parallel_loops(text: str) -> str:
     if reported is None:
         return text
     body = "\n".join(reported)
-    declared = [d for d in _DECLARATIONS.strip().split("\n")
-                if not (d.startswith("declare") and d.split("(")[0].split()[-1] in _defined_or_declared(body))]
+    wanted = _DECLARATIONS + (_FORWARD_DECLARATIONS if forward else "")
+    present = _defined_or_declared(body)
+    declared = [d for d in wanted.strip().split("\n") if d.strip() and _declared_name(d) not in present]
     return body.rstrip("\n") + "\n\n" + "\n".join(tasks) + "\n" + "\n".join(declared) + "\n"
 
 
@@ -249,7 +347,7 @@ def _report_failures(lines: list[str]) -> list[str] | None:
         if line.startswith("define "):
             start = len(out)
         out.append(line)
-        if line != "}" or not any("@__kmpc_fork_call(ptr @pyjlad.omp.loc" in x for x in out[start:]):
+        if line != "}" or not any(_FORK_MARKS[0] in x or _FORK_MARKS[1] in x for x in out[start:]):
             continue
         header = out[start]
         if "@" not in header or not header[:header.index("@")].endswith(" i32 ") or not header.rstrip().endswith("{"):
@@ -267,13 +365,18 @@ def _report_failures(lines: list[str]) -> list[str] | None:
     return out
 
 
+def _declared_name(line: str) -> str:
+    """The ``@`` symbol a ``declare`` line or a global's definition names (``""`` for other lines)."""
+    if line.startswith(("declare ", "define ")):
+        return line.split("(")[0].split()[-1]
+    if line.startswith("@"):
+        return line.split("=")[0].strip()
+    return ""
+
+
 def _defined_or_declared(text: str) -> set[str]:
-    """The ``@`` symbols ``text`` declares or defines."""
-    names = set()
-    for line in text.split("\n"):
-        if line.startswith(("declare ", "define ")):
-            names.add(line.split("(")[0].split()[-1])
-    return names
+    """The ``@`` symbols ``text`` declares or defines (functions and globals)."""
+    return {name for name in map(_declared_name, text.split("\n")) if name}
 
 
 def _threads_and_schedule(line: str, schedules: set[str]) -> str | None:

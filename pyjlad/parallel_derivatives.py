@@ -1,21 +1,29 @@
-"""Reverse-mode derivatives of ``parallel=True`` functions whose ``prange`` loops run in parallel (issue 17).
+"""Derivatives of ``parallel=True`` functions whose ``prange`` loops run in parallel (issue 17).
 
 Off unless ``PYJLAD_PARALLEL_DERIVATIVES`` is on (:func:`pyjlad.config.parallel_derivatives`); then,
-for a reverse sweep of a function compiled with ``parallel=True``, Enzyme differentiates a copy of
-the function that keeps Numba's parallel loops, each rewritten as an OpenMP parallel loop
+for a reverse or forward sweep of a function compiled with ``parallel=True``, Enzyme differentiates a
+copy of the function that keeps Numba's parallel loops, each rewritten as an OpenMP parallel loop
 (:mod:`pyjlad.openmp_loops`) running on ``numba.get_num_threads()`` threads of LLVM's OpenMP runtime
-(:mod:`pyjlad.openmp`). The reverse of each loop is a parallel loop over the same static schedule;
-adjoints of inputs shared between iterations are accumulated with atomic adds (so they may differ
-from run to run in the last bits), those of per-iteration elements are written by one thread each
-(identical run to run). The function's ``@njit`` callees run serially inside it.
+(:mod:`pyjlad.openmp`).
 
-Everything else is today's serial derivative (:func:`pyjlad.export_compile.serial_dispatcher`),
-with a :class:`~pyjlad.errors.ParallelFallbackWarning` saying why where the setting asked for a
-parallel one: forward mode and Hessian-vector products, a missing runtime, a loop the rewrite does
-not recognize, a copy Numba cannot compile. Forward mode is not tried: Enzyme v0.0.289 stops on the
-OpenMP call in forward mode (an assertion in ``AdjointGenerator::visitOMPCall``, which looks up the
-call in the overwritten-arguments map only reverse mode fills; checked 2026-11-28 on the O(n^2)
-pairwise kernel of ``benchmarks/parallel_gradients.py``).
+* Reverse mode: the reverse of each loop is a parallel loop over the same static schedule (Enzyme's
+  own OpenMP support); adjoints of inputs shared between iterations are accumulated with atomic
+  adds (so they may differ from run to run in the last bits), those of per-iteration elements are
+  written by one thread each (identical run to run).
+* Forward mode: Enzyme v0.0.289 stops on the OpenMP call in forward mode (an assertion in
+  ``AdjointGenerator::visitOMPCall``, which looks up the call in the overwritten-arguments map only
+  reverse mode fills), so the fork gets a registered forward derivative of pyjlad's: the same fork
+  of a task running Enzyme's forward derivative of the loop body on each row
+  (:func:`pyjlad.openmp_loops.openmp_parallel_loops` with ``forward=True``). Each tangent is written
+  by the thread that writes its value, and ``prange`` reductions combine their per-thread parts as
+  Numba does: identical run to run.
+
+The function's ``@njit`` callees run serially inside it. Everything else is today's serial
+derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
+:class:`~pyjlad.errors.ParallelFallbackWarning` saying why where the setting asked for a parallel
+one: Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``,
+``hessian``, batched products), a missing runtime, a loop the rewrite does not recognize, a copy
+Numba cannot compile.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ CACHE_TAG = "openmp-parallel-loops/1"
 
 
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
-                    entry: str) -> tuple[PortableModule | None, str]:
+                    entry: str, *, forward: bool = False) -> tuple[PortableModule | None, str]:
     """The portable module of ``dispatcher``'s parallel copy with its loops made OpenMP loops, or why not.
 
     Returns ``(module, "")``, or ``(None, reason)`` in the user's terms.
@@ -63,7 +71,7 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     cres, text = fresh
     if parallel_call_count(text) == 0:
         return None, "Numba made no parallel loop of it for these argument types"
-    rewritten = openmp_parallel_loops(text)
+    rewritten = openmp_parallel_loops(text, forward=forward)
     if unrecognized_parallel_calls(rewritten):
         return None, "one of its parallel loops has a form the OpenMP rewrite does not recognize"
     try:
@@ -91,10 +99,9 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     """
     if getattr(exported, "make_parallel_module", None) is None or not config.parallel_derivatives():
         return False
-    if sweep.kind != "ad" or sweep.mode != "reverse" or sweep.width > 1:
-        what = ("Hessian-vector products" if sweep.kind == "hvp" else "forward-mode derivatives"
-                if sweep.mode != "reverse" else "vector-mode sweeps (several directions at once)")
-        return _fallback(exported.name, f"{what} of parallel loops are not parallel yet (only reverse mode is)")
+    if sweep.kind != "ad" or sweep.width > 1:
+        what = "Hessian-vector products" if sweep.kind == "hvp" else "vector-mode sweeps (several directions at once)"
+        return _fallback(exported.name, f"{what} of parallel loops are not parallel yet (reverse and forward mode are)")
     if load_libomp() is None:
         return _fallback(exported.name, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
     why = _numba_threading_layer()
@@ -137,7 +144,7 @@ def with_parallel_fallback(exported: Any, sweep: Any, load: Callable[[Callable[[
         return load(None)
 
     def source() -> PortableModule:
-        module, why = exported.make_parallel_module()
+        module, why = exported.make_parallel_module(sweep.mode == "forward")
         if module is None:
             raise _NotParallel(why)
         return module

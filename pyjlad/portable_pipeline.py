@@ -125,6 +125,19 @@ def stable_names(module: Module, context: PortableContext) -> Module:
     return module
 
 
+_REGISTRATIONS = ("@__enzyme_register_derivative_", "@__enzyme_register_gradient_")
+
+
+def _registered_derivatives(items: dict[str, Item]) -> dict[str, set[str]]:
+    """``@f`` -> the ``@__enzyme_register_*_f`` globals of ``items`` (derivatives registered with Enzyme)."""
+    found: dict[str, set[str]] = {}
+    for symbol in items:
+        for prefix in _REGISTRATIONS:
+            if symbol.startswith(prefix):
+                found.setdefault("@" + symbol[len(prefix):], set()).add(symbol)
+    return found
+
+
 def _global_references(item: Item) -> set[str]:
     """The ``@`` symbols ``item`` mentions, other than its own (never inside ``c"..."`` data)."""
     return set(texts_of(item.render(), "global")) - {getattr(item, "symbol", None)}
@@ -177,6 +190,9 @@ def extract(module: Module, context: PortableContext) -> Module:
     groups = module.attribute_groups
     items: dict[str, Item] = {i.symbol: i for i in module.items if isinstance(i, (Function, GlobalVariable))}
     extra = {symbol: p._PORTABLE_RUNTIME_DEPS.get(symbol, set()) for symbol in p.PORTABLE_RUNTIME}
+    for symbol, registrations in _registered_derivatives(items).items():
+        if symbol in items and symbol not in extra:  # a reached function brings its Enzyme registration
+            extra[symbol] = _global_references(items[symbol]) | registrations
     sections: dict[str, list[Item]] = {"global": [], "define": [], "declare": []}
     for symbol in analysis.reachable(module, context.entry_symbol, extra=extra, references_of=_global_references):
         where, kept = _kept(symbol, items.get(symbol), groups, context)

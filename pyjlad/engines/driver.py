@@ -82,7 +82,11 @@ class Driver:
         """
         if self.entry:
             module_text = status_by_pointer(module_text, self.entry)
-        return module_text + "\n" + self.text
+        # Enzyme's markers the module declares already (its own Enzyme calls: pyjlad.openmp_loops)
+        present = {line.split("=")[0].strip() for line in module_text.split("\n") if line.startswith("@enzyme_")}
+        driver = "\n".join(line for line in self.text.split("\n")
+                            if not (line.startswith("@enzyme_") and line.split("=")[0].strip() in present))
+        return module_text + "\n" + driver
 
 
 def _names(abi: FunctionABI) -> tuple[list[tuple[int, str, str]], list[str]]:
