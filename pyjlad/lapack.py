@@ -27,9 +27,9 @@ recompute is cached, in an allocation per loop nest and call):
   the output overwrites them, forward and back substitution into arrays of their
   own), so Enzyme reads them back instead of caching every load.
 
-An 8x8 inverse per voxel of seed 003's ``remote_stats`` had made about 1,000
-allocations per voxel, and the gradient spent most of its time in the C
-library's allocator: 1,910 ms over 20,000 voxels before, see
+Before, an 8x8 inverse per voxel of seed 003's ``remote_stats`` made Enzyme
+allocate a cache per outer iteration of each loop nest (and per unrolled or
+peeled copy), and the gradient spent most of its time in the C library's allocator: 1,910 ms over 20,000 voxels before, see
 ``benchmarks/RESULTS.md`` (section ``parallel``) for after. The tests skip about
 half the iterations of each nest: cheap next to those allocations for the small
 matrices these loops are for. LU keeps its in-place elimination: a version writing

@@ -222,12 +222,15 @@ def test_remote_stats_forward_mode_closed_form_and_repeatable(parallel_on) -> No
     v = x.T @ x
     b = rng.normal(size=(300, 8))
     t_mse, t_v, t_b = rng.normal(size=300), rng.normal(size=(8, 8)), rng.normal(size=(300, 8))
-    vi = np.linalg.inv(v)
+    copies = [a.copy() for a in (mse, v, b, t_mse, t_v, t_b)]
+    c_mse, c_v, c_b, c_tmse, c_tv, c_tb = copies
+    vi = np.linalg.inv(c_v)
     d = np.diag(vi)
     # loss = sum b^2 / (mse d): its directional derivative from the closed-form partials
-    g_mse = -np.sum(b ** 2 / d, axis=1) / mse ** 2
-    g_d = -np.sum(b ** 2 / mse[:, None], axis=0) / d ** 2
-    expected = g_mse @ t_mse + np.sum((-vi.T @ np.diag(g_d) @ vi.T) * t_v) + np.sum(2 * b / (mse[:, None] * d) * t_b)
+    g_mse = -np.sum(c_b ** 2 / d, axis=1) / c_mse ** 2
+    g_d = -np.sum(c_b ** 2 / c_mse[:, None], axis=0) / d ** 2
+    expected = (g_mse @ c_tmse + np.sum((-vi.T @ np.diag(g_d) @ vi.T) * c_tv)
+                + np.sum(2 * c_b / (c_mse[:, None] * d) * c_tb))
     numba.set_num_threads(2)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ParallelFallbackWarning)
@@ -235,6 +238,8 @@ def test_remote_stats_forward_mode_closed_form_and_repeatable(parallel_on) -> No
         np.testing.assert_allclose(first, expected, rtol=1e-10)
         for _ in range(10):  # each tangent written by one thread; the reductions combined in a fixed order
             assert pyjlad.jvp(remote_loss, (mse, v, b), (t_mse, t_v, t_b))[1] == first
+    for a, c in zip((mse, v, b, t_mse, t_v, t_b), copies):
+        np.testing.assert_array_equal(a, c)
 
 
 def test_hvp_falls_back_with_a_warning(parallel_on) -> None:
