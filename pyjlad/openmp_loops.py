@@ -76,7 +76,6 @@ declare void @NRT_decref(ptr)
 
 _FORWARD_DECLARATIONS = """
 declare void @__enzyme_fwddiff_pyjlad_omp(...)
-declare void @__enzyme_integer(ptr nocapture readnone, i64) readnone nounwind willreturn
 @enzyme_dup = external global i32
 @enzyme_const = external global i32
 """
@@ -107,7 +106,7 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
                    f"  %dnv{j} = getelementptr inbounds i8, ptr %dav{j}, i64 %off{j}\n"
                    f"  %dnp{j} = getelementptr inbounds ptr, ptr %rowdargs, i64 {j}\n"
                    f"  store ptr %dnv{j}, ptr %dnp{j}, align 8\n" for j in range(narrays)]
-        call = (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {name}.body, ptr @enzyme_dup, ptr %rowargs, ptr %rowdargs, "
+        call = (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {kernel}, ptr @enzyme_dup, ptr %rowargs, ptr %rowdargs, "
                 "ptr @enzyme_const, ptr %count, ptr @enzyme_const, ptr %steps, ptr @enzyme_const, ptr %data)\n")
     else:
         call = f"  call void {kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data)\n"
@@ -146,24 +145,6 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
         "  call void @__kmpc_for_static_fini(ptr @pyjlad.omp.loc, i32 %tid)\n"
         "  br label %exit\n"
         "exit:\n"
-        "  ret void\n"
-        "}\n"
-        + (_typed_body(f"{name}.body", kernel, ndim) if shadows else "")
-    )
-
-
-def _typed_body(name: str, kernel: str, ndim: int) -> str:
-    """``kernel`` called through a function that tells Enzyme its first argument (the schedule) holds integers.
-
-    Enzyme's forward derivative of the body, called on its own, knows nothing of what the argument
-    array points to, and meets integer arithmetic on values loaded from the schedule.
-    """
-    return (
-        f"define internal void {name}(ptr %args, ptr %count, ptr %steps, ptr %data) {{\n"
-        "entry:\n"
-        "  %schedule = load ptr, ptr %args, align 8\n"
-        f"  call void @__enzyme_integer(ptr %schedule, i64 {16 * max(ndim, 1)})\n"
-        f"  call void {kernel}(ptr %args, ptr %count, ptr %steps, ptr %data)\n"
         "  ret void\n"
         "}\n"
     )

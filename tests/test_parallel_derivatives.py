@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -129,6 +130,26 @@ CASES = {
 }
 
 
+def _in_parallel(threads: int, call):
+    """``call()`` on ``threads`` of Numba's threads, a fallback to the serial derivative an error."""
+    numba.set_num_threads(threads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        return call()
+
+
+def _remote_stats_partials(mse, v, b):
+    """The closed-form partials of ``remote_loss`` = sum_{voxel,k} b^2 / (mse_voxel d_k), d = diag(inv(v)).
+
+    dd_k/dv = -inv(v)^T e_k e_k^T inv(v)^T.
+    """
+    vi = np.linalg.inv(v)
+    d = np.diag(vi)
+    g_mse = -np.sum(b ** 2 / d, axis=1) / mse ** 2
+    g_d = -np.sum(b ** 2 / mse[:, None], axis=0) / d ** 2
+    return g_mse, -vi.T @ np.diag(g_d) @ vi.T, 2 * b / (mse[:, None] * d)
+
+
 def _differentiated_in_parallel(f, args):
     module, why = export(f, numba_argtypes(args)).make_parallel_module()
     assert module is not None, why
@@ -143,10 +164,7 @@ def test_gradient_matches_jax_at_one_and_two_threads(parallel_on, name: str) -> 
     expected = _jax_grad(twin, copies, wrt)
     _differentiated_in_parallel(f, args)
     for threads in THREADS:
-        numba.set_num_threads(threads)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", ParallelFallbackWarning)
-            got = pyjlad.gradient(f, *args, wrt=wrt)
+        got = _in_parallel(threads, lambda: pyjlad.gradient(f, *args, wrt=wrt))
         for g, e in zip(got, expected):
             np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12 * np.abs(e).max())
         for a, c in zip(args, copies):
@@ -159,20 +177,11 @@ def test_remote_stats_closed_form(parallel_on) -> None:
     v = x.T @ x
     b = rng.normal(size=(300, 8))
     copies = (mse.copy(), v.copy(), b.copy())
-    # loss = sum_{voxel,k} b^2 / (mse_voxel * d_k), d = diag(inv(v)); dd_k/dv = -inv(v)^T e_k e_k^T inv(v)^T
-    vi = np.linalg.inv(copies[1])
-    d = np.diag(vi)
-    g_mse = -np.sum(copies[2] ** 2 / d, axis=1) / copies[0] ** 2
-    g_d = -np.sum(copies[2] ** 2 / copies[0][:, None], axis=0) / d ** 2
-    g_v = -vi.T @ np.diag(g_d) @ vi.T
-    g_b = 2 * copies[2] / (copies[0][:, None] * d)
+    partials = _remote_stats_partials(*copies)
     _differentiated_in_parallel(remote_loss, (mse, v, b))
     for threads in THREADS:
-        numba.set_num_threads(threads)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", ParallelFallbackWarning)
-            got = pyjlad.gradient(remote_loss, mse, v, b, wrt=(0, 1, 2))
-        for g, e in zip(got, (g_mse, g_v, g_b)):
+        got = _in_parallel(threads, lambda: pyjlad.gradient(remote_loss, mse, v, b, wrt=(0, 1, 2)))
+        for g, e in zip(got, partials):
             np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12 * np.abs(e).max())
         for a, c in zip((mse, v, b), copies):
             np.testing.assert_array_equal(a, c)
@@ -207,10 +216,7 @@ def test_forward_mode_matches_jax_at_one_and_two_threads(parallel_on, name: str)
     assert module is not None, why
     assert "@__kmpc_fork_call(" in module.text and "@pyjlad.omp.fork.0.fwd" in module.text
     for threads in THREADS:
-        numba.set_num_threads(threads)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", ParallelFallbackWarning)
-            _, tangent = pyjlad.jvp(f, args, tangents)
+        _, tangent = _in_parallel(threads, lambda: pyjlad.jvp(f, args, tangents))
         np.testing.assert_allclose(tangent, expected, rtol=1e-12)
         for a, c in zip((*args, *tangents), (*copies, *tangent_copies)):
             np.testing.assert_array_equal(a, c)
@@ -223,21 +229,16 @@ def test_remote_stats_forward_mode_closed_form_and_repeatable(parallel_on) -> No
     b = rng.normal(size=(300, 8))
     t_mse, t_v, t_b = rng.normal(size=300), rng.normal(size=(8, 8)), rng.normal(size=(300, 8))
     copies = [a.copy() for a in (mse, v, b, t_mse, t_v, t_b)]
-    c_mse, c_v, c_b, c_tmse, c_tv, c_tb = copies
-    vi = np.linalg.inv(c_v)
-    d = np.diag(vi)
-    # loss = sum b^2 / (mse d): its directional derivative from the closed-form partials
-    g_mse = -np.sum(c_b ** 2 / d, axis=1) / c_mse ** 2
-    g_d = -np.sum(c_b ** 2 / c_mse[:, None], axis=0) / d ** 2
-    expected = (g_mse @ c_tmse + np.sum((-vi.T @ np.diag(g_d) @ vi.T) * c_tv)
-                + np.sum(2 * c_b / (c_mse[:, None] * d) * c_tb))
-    numba.set_num_threads(2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ParallelFallbackWarning)
-        first = pyjlad.jvp(remote_loss, (mse, v, b), (t_mse, t_v, t_b))[1]
-        np.testing.assert_allclose(first, expected, rtol=1e-10)
-        for _ in range(10):  # each tangent written by one thread; the reductions combined in a fixed order
-            assert pyjlad.jvp(remote_loss, (mse, v, b), (t_mse, t_v, t_b))[1] == first
+    # the directional derivative from the closed-form partials
+    expected = sum(np.sum(g * t) for g, t in zip(_remote_stats_partials(*copies[:3]), copies[3:]))
+
+    def jvp():
+        return pyjlad.jvp(remote_loss, (mse, v, b), (t_mse, t_v, t_b))[1]
+
+    first = _in_parallel(2, jvp)
+    np.testing.assert_allclose(first, expected, rtol=1e-10)
+    for _ in range(10):  # each tangent written by one thread; the reductions combined in a fixed order
+        assert _in_parallel(2, jvp) == first
     for a, c in zip((mse, v, b, t_mse, t_v, t_b), copies):
         np.testing.assert_array_equal(a, c)
 
@@ -317,20 +318,11 @@ def test_vjp_and_jacobian_of_an_array_valued_prange_function(parallel_on) -> Non
 
 
 _FRESH_PROCESS = """
-import os, warnings
+import sys, warnings
 import numpy as np
-from numba import njit, prange
-os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
+sys.path.insert(0, sys.argv[1])
 import pyjlad
-
-@njit(parallel=True)
-def pairwise(x):
-    e = 0.0
-    for i in prange(x.shape[0]):
-        for j in range(x.shape[0]):
-            d = x[i] - x[j]
-            e += 1.0 / (1.0 + d * d)
-    return e
+from parallel_gradients import pairwise
 
 warnings.simplefilter("error", pyjlad.ParallelFallbackWarning)
 x = np.linspace(-1.0, 1.0, 60)
@@ -345,7 +337,8 @@ def test_a_cached_parallel_derivative_is_the_first_parallel_code_of_a_fresh_proc
     schedule helpers to the JIT's symbols only when its threading layer starts.
     """
     env = {**os.environ, "PYJLAD_GRADIENT_CACHE_DIR": str(tmp_path), "PYJLAD_PARALLEL_DERIVATIVES": "1"}
-    runs = [subprocess.run([sys.executable, "-c", _FRESH_PROCESS], env=env, capture_output=True, text=True,
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")  # the O(n^2) kernel of the benchmark
+    runs = [subprocess.run([sys.executable, "-c", _FRESH_PROCESS, benchmarks], env=env, capture_output=True, text=True,
                            timeout=900) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
