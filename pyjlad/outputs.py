@@ -148,10 +148,13 @@ def _make_wrapper(func: Any, nargs: int, layout: OutputLayout) -> Any:
     for k, (out, (item, _, _)) in enumerate(zip(outs, layout.buffers)):
         source = "r" if layout.kind == "array" else f"r[{item}]"
         if layout.items[item][0] == "array":
-            lines += [f"    v{k} = np.ascontiguousarray({source}).ravel()",
-                      f"    b{k} = {out}.ravel()",
-                      f"    for k in range(b{k}.size):",
-                      f"        b{k}[k] = v{k}[k]"]
+            # Element by element, any strides: the buffer may be a strided view (pyjlad.vector_lanes),
+            # whose ravel() would be a copy.
+            ndim = len(layout.items[item][1])
+            index = ", ".join(f"i{d}" for d in range(ndim)) or "()"
+            lines.append(f"    v{k} = np.ascontiguousarray({source})")
+            lines += [f"    {'    ' * d}for i{d} in range({out}.shape[{d}]):" for d in range(ndim)]
+            lines.append(f"    {'    ' * ndim}{out}[{index}] = v{k}[{index}]")
         else:
             lines.append(f"    {out}[0] = {source}")
     namespace: dict[str, Any] = {"f": target, "np": np}

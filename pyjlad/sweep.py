@@ -46,6 +46,10 @@ class Sweep:
         Directions per sweep (Enzyme's vector mode, embedded engine; see
         :mod:`pyjlad.engines.vector_driver`): with ``width > 1`` every shadow is one
         buffer of ``width`` stacked slices.
+    interleaved : tuple of int
+        With ``width > 1``: the array arguments whose ``width`` shadows are one element apart,
+        addressed with the primal's strides (the primal a view of the same buffer: see
+        :mod:`pyjlad.vector_lanes`).
 
     Examples
     --------
@@ -62,6 +66,7 @@ class Sweep:
     wrt: int = -1
     scalar_result: bool = False
     width: int = 1
+    interleaved: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "activities", as_activities(self.activities))

@@ -10,7 +10,14 @@ extra memory is ``W`` shadows of each differentiated array, whatever ``n``.
 Vector mode is the embedded engine's, for functions that call no custom rule,
 BLAS or LAPACK; elsewhere (and with ``chunk=1``) each direction gets its own
 sweep, as :func:`pyjlad.jvp`/:func:`pyjlad.vjp`/:func:`pyjlad.hvp` do, with the
-same results. Every sweep runs on fresh contiguous copies of the arguments.
+same results. Every sweep runs on fresh copies of the arguments it writes.
+
+Jacobian and batched sweeps interleave (:mod:`pyjlad.vector_lanes`) each
+differentiated array the function does not write, and the output buffer: the
+``W`` directions of an element adjacent, so the derivative loads and stores them
+as vectors. The function then runs on a strided view of each (Numba's ``A``
+layout, compiled once more); where that fails to build, the sweep falls back to
+``W`` stacked copies, remembered per function. (Hessians: stacked.)
 """
 
 from __future__ import annotations
@@ -23,16 +30,16 @@ import numpy as np
 from numba import types as nbtypes
 
 from . import config
-from .abi import ArrayArg
 from .activity import Activity
 from .engines import compiled_sweep, default_engine_name
 from .errors import ArgumentError, ArgumentTypeError, EnzymeError, PyjladError, UnsupportedFunctionError
-from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
+from .export import result_type
 from .memo import cached_for
-from .outputs import output_layout, output_wrapper
 from .product_args import differentiable
 from .pytrees import has_container
 from .sweep import Sweep, compact_overlapping
+from .vector_lanes import HessianLanes, Lanes, interleaved_indices, lanes_for, loaded
+from .vector_plan import Refused, argtypes_of, fresh, shadowed, stack, sweep_plan, type_key, writes_of
 
 __all__ = ["DEFAULT_CHUNK", "check_chunk", "forward_directions", "reverse_directions", "hessian_columns",
            "jacobian_vector", "unit_chunks", "active_of"]
@@ -45,8 +52,8 @@ DEFAULT_CHUNK = 16
 Chunks = Callable[[int, int, int], list[Any]]
 
 
-class _Refused(PyjladError):
-    """Vector mode does not apply here: sweep one direction at a time instead (never reaches the user)."""
+class _NotInterleaved(PyjladError):
+    """The interleaved layout does not apply here: stack the shadows instead (never reaches the user)."""
 
 
 def check_chunk(chunk: int | None) -> int:
@@ -64,33 +71,36 @@ def check_chunk(chunk: int | None) -> int:
     return int(chunk)
 
 
-def _fresh(primals: tuple[Any, ...], writes: tuple[bool, ...] | None = None) -> tuple[Any, ...]:
-    """The arguments for one sweep, arrays C-contiguous (the layout the vector drivers address):
-    a fresh copy of each array the function writes (``writes``; every array when not given), the
-    array itself when it is C-contiguous and not written."""
-    return tuple((np.array(x, copy=True, order="C") if writes is None or writes[i] else np.ascontiguousarray(x))
-                 if isinstance(x, np.ndarray) else x for i, x in enumerate(primals))
-
-
 def _vector_engine(engine: str | None) -> bool:
     return (engine or default_engine_name()) in ("embedded", "llvm", "enzyme")
 
 
 def _sweeper(f: Any, engine: str | None, kind: str, mode: str, acts: tuple[Activity, ...], wrt: int,
-             width: int) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
-    """``run(args, shadows) -> value``: one vector sweep (``Sweep(kind, mode, acts, wrt, width=width)``);
-    :class:`_Refused` (remembered for ``f`` and the sweep) where Enzyme or pyjlad cannot build it."""
-    refused, compiled = cached_for(f, ("vector-sweep", kind, mode, acts, wrt, width, engine), lambda: (
-        [False], compiled_sweep(f, Sweep(kind, mode, acts, wrt, width=width), engine)))
+             width: int, interleaved: tuple[int, ...] = ()) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
+    """``run(args, shadows) -> value``: one vector sweep (``Sweep(kind, mode, acts, wrt, width=width,
+    interleaved=interleaved)``); :class:`Refused` (remembered for ``f`` and the sweep) where Enzyme or
+    pyjlad cannot build it. Interleaved, :class:`_NotInterleaved` where its first run fails in any way
+    (a function Numba cannot compile for strided arrays, or one that refuses them at run time): the
+    stacked sweep then runs instead, and raises the function's own error if it was not the layout."""
+    refused, ran, compiled = cached_for(f, ("vector-sweep", kind, mode, acts, wrt, width, engine, interleaved),
+                                        lambda: ([False], [False], compiled_sweep(
+                                            f, Sweep(kind, mode, acts, wrt, width=width, interleaved=interleaved),
+                                            engine)))
     if refused[0]:
-        raise _Refused
+        raise _NotInterleaved if interleaved else Refused
 
     def run(args: tuple[Any, ...], shadows: tuple[Any, ...]) -> float:
         try:
             value, _, _ = compiled(args, shadows, 0.0)
         except (EnzymeError, UnsupportedFunctionError) as exc:
             refused[0] = True
-            raise _Refused from exc
+            raise (_NotInterleaved if interleaved else Refused) from exc
+        except Exception as exc:
+            if not interleaved or ran[0]:
+                raise
+            refused[0] = True
+            raise _NotInterleaved from exc
+        ran[0] = True
         return value
 
     return run
@@ -103,96 +113,13 @@ def _parallel_reverse(f: Any) -> bool:
     return config.parallel_derivatives() and bool(getattr(f, "targetoptions", {}).get("parallel"))
 
 
-def _stack(x: Any, width: int) -> np.ndarray:
-    dtype = x.dtype if isinstance(x, (np.ndarray, np.floating)) else np.float64
-    return np.zeros((width, *np.shape(x)), dtype)
+def _layout_tries(f: Any, engine: str | None, key: tuple[Any, ...]) -> tuple[bool, ...]:
+    """The layouts to try, best first: interleaved (:mod:`pyjlad.vector_lanes`) unless refused for ``f``."""
+    return (False,) if _interleaving_refused(f, engine, key)[0] else (True, False)
 
 
-_TYPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-
-
-def _type_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What decides Numba's types of ``primals`` (dtype, ndim, layout and flags of an array; the type
-    of a float or bool; the size of an int), cheap to hash; the types themselves where that is not all."""
-    key = []
-    for x in primals:
-        if isinstance(x, np.ndarray) and x.dtype.kind in "fiub":
-            key.append((x.dtype.str, x.ndim, x.flags.c_contiguous, x.flags.f_contiguous, x.flags.writeable,
-                        x.flags.aligned))
-        elif isinstance(x, (float, bool, np.floating, np.integer, np.bool_)):
-            key.append(type(x))
-        elif isinstance(x, int):
-            key.append((int, x.bit_length() > 62))
-        else:
-            return tuple(numba_argtypes(primals))
-    return tuple(key)
-
-
-def _argtypes(primals: tuple[Any, ...], key: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
-    """``numba_argtypes(primals)``, remembered by :func:`_type_key` (``key``, if known)."""
-    key = _type_key(primals) if key is None else key
-    found = _TYPES.get(key)
-    if found is None:
-        found = _TYPES[key] = tuple(numba_argtypes(primals))
-    return found
-
-
-def _writes(f: Any, argtypes: tuple[Any, ...]) -> tuple[bool, ...]:
-    """Which arguments ``f`` (returning a float or nothing) writes."""
-    return cached_for(f, ("vector-writes", argtypes), lambda: tuple(
-        isinstance(a, ArrayArg) and a.writes for a in export(f, argtypes).abi.args))
-
-
-def _signature(f: Any, argtypes: tuple[Any, ...]) -> tuple[str, Any, tuple[bool, ...], Any]:
-    """``(result kind, the written argument, which arguments f writes, scalar result dtype)``."""
-    restype = result_type(f, argtypes)
-    kind = "scalar" if isinstance(restype, nbtypes.Float) else "none" if restype == nbtypes.none else "other"
-    if kind == "other":
-        return kind, None, (), None
-    abi = export(f, argtypes).abi
-    writes = tuple(isinstance(a, ArrayArg) and a.writes for a in abi.args)
-    written = next((i for i, a in enumerate(abi.args) if writes[i] and a.differentiable), None)
-    if kind == "none" and written is None:
-        raise _Refused  # the one-direction path explains it
-    return kind, written, writes, np.float32 if restype == nbtypes.float32 else np.float64
-
-
-def _plan(f: Any, primals: tuple[Any, ...]) -> tuple[str, Any, Any, Any, Any, tuple[bool, ...]]:
-    """``(kind, function to sweep, output layout, the written argument, a zero output, which arguments
-    f writes)``, or :class:`_Refused`."""
-    if has_container(primals):
-        raise _Refused
-    key = _type_key(primals)  # (cheaper to hash than Numba's types)
-    argtypes = _argtypes(primals, key)
-    kind, written, writes, dtype = cached_for(f, ("vector-plan", key), lambda: _signature(f, argtypes))
-    if kind == "scalar":
-        return kind, f, None, None, dtype(0), writes
-    if kind == "none":
-        return kind, f, None, written, primals[written], writes
-    # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
-    # its wrapper's analysis; until then of every array).
-    known = cached_for(f, ("vector-known-writes", key), lambda: [None])
-    value = as_numba_function(f)(*_fresh(primals, known[0]))
-    if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
-        raise _Refused
-    layout, wrapper, writes = cached_for(f, ("vector-output", key, value.shape, value.dtype.str),
-                                         lambda: _output_plan(f, primals, argtypes, value))
-    known[0] = writes
-    return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
-
-
-def _output_plan(f: Any, primals: tuple[Any, ...], argtypes: tuple[Any, ...], value: np.ndarray) -> tuple:
-    """``(layout, wrapper, which arguments the wrapper writes)`` for ``f`` returning ``value``."""
-    layout = output_layout(value, describe_function(f))
-    wrapper = output_wrapper(f, len(primals), layout)
-    return layout, wrapper, _writes(wrapper, (*_argtypes((value,)), *argtypes))[1:]
-
-
-def _shadowed(i: int, written: Any, writes: tuple[bool, ...], primals: tuple[Any, ...]) -> bool:
-    """Whether argument ``i`` gets a (zero) shadow though not differentiated: the written output, or a
-    float array ``f`` writes (a scratch buffer written from active values and read back would lose
-    their derivatives as constant memory)."""
-    return i == written or (bool(writes) and writes[i] and differentiable(primals[i]))
+def _interleaving_refused(f: Any, engine: str | None, key: tuple[Any, ...]) -> list[bool]:
+    return cached_for(f, ("vector-interleaving-refused", engine, key), lambda: [False])
 
 
 def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
@@ -200,48 +127,70 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     """``(value, tangents)``: the output tangents of ``count`` directions, stacked ``(count, *out_shape)``.
 
     ``active[i]``: argument ``i`` gets tangents from ``make``. ``None`` where vector mode
-    does not apply (the caller then sweeps one direction at a time). ``plan``: :func:`_plan`'s, if known.
+    does not apply (the caller then sweeps one direction at a time). ``plan``: :func:`~pyjlad.vector_plan.sweep_plan`'s, if known.
     """
     if width < 2 or count == 0 or not _vector_engine(engine):
         return None
     try:
-        kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
-        acts = tuple(Activity.DUP if a or _shadowed(i, written, writes, primals) else Activity.CONST
-                     for i, a in enumerate(active))
-        if layout is not None:
-            acts = (Activity.DUP, *acts)
-        run = _sweeper(g, engine, "ad", "forward", acts, -1, width)
-        output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
-        value = None
-        unwritten = None if any(writes) else _fresh(primals, writes)  # the same arrays for every chunk
-        # One zeroed result, padded to whole chunks: a chunk's output tangents are written into
-        # its rows (a C-contiguous view), no copy. (A written argument's tangents: copied out.)
-        padded = -(-count // width) * width
-        result = np.zeros((padded, *np.shape(out_like)), np.asarray(out_like).dtype) if kind != "none" else None
-        dup = [i for i, a in enumerate(acts[-len(primals):]) if a is Activity.DUP]
-        for start in range(0, count, width):
-            stop = min(count, start + width)
-            args = unwritten if unwritten is not None else _fresh(primals, writes)
-            tangents = make(start, stop, width)
-            shadows = [tangents[i] if tangents[i] is not None else _stack(args[i], width) for i in dup]
-            if kind == "none":
-                out = shadows[dup.index(written)]
-                if result is None:
-                    result = np.zeros((padded, *out.shape[1:]), out.dtype)
+        plan = plan or sweep_plan(f, primals)
+        key = ("forward", type_key(primals), active)
+        for interleaved in _layout_tries(f, engine, key):
+            try:
+                return _forward(f, primals, active, count, make, width, engine, plan, interleaved)
+            except _NotInterleaved:
+                _interleaving_refused(f, engine, key)[0] = True
+    except Refused:
+        pass
+    return None
+
+
+def _forward(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks, width: int,
+             engine: str | None, plan: Any, interleaved: bool) -> tuple[Any, np.ndarray]:
+    kind, g, layout, written, out_like, writes = plan
+    acts = tuple(Activity.DUP if a or shadowed(i, written, writes, primals) else Activity.CONST
+                 for i, a in enumerate(active))
+    if layout is not None:
+        acts = (Activity.DUP, *acts)
+    output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
+    value = None
+    unwritten = None if any(writes) else fresh(primals, writes)  # the same arrays for every chunk
+    # One zeroed result, padded to whole chunks: a chunk's output tangents are written into
+    # its rows (a C-contiguous view), no copy. (A written argument's tangents: copied out.)
+    padded = -(-count // width) * width
+    result = np.zeros((padded, *np.shape(out_like)), np.asarray(out_like).dtype) if kind != "none" else None
+    dup = [i for i, a in enumerate(acts[-len(primals):]) if a is Activity.DUP]
+    lanes = lanes_for(primals, dup, writes, width) if interleaved else {}
+    out_lanes = Lanes(out_like, width) if interleaved and layout is not None else None
+    run = _sweeper(g, engine, "ad", "forward", acts, -1, width, interleaved_indices(lanes, out_lanes))
+    for start in range(0, count, width):
+        stop = min(count, start + width)
+        args = unwritten if unwritten is not None else fresh(primals, writes)
+        tangents = make(start, stop, width)
+        if lanes:
+            args = loaded(args, lanes, tangents)
+        shadows = [lanes[i].shadows if i in lanes else tangents[i] if tangents[i] is not None
+                   else stack(args[i], width) for i in dup]
+        if kind == "none":
+            out = lanes[written].directions() if written in lanes else shadows[dup.index(written)]
+            if result is None:
+                result = np.zeros((padded, *out.shape[1:]), out.dtype)
+        else:
+            out = result[start:start + width]
+            if out_lanes is not None:
+                out_lanes.load(output)
+                args, shadows = (out_lanes.primal, *args), [out_lanes.shadows, *shadows]
+            elif layout is not None:
+                args, shadows = (output, *args), [out, *shadows]
             else:
-                out = result[start:start + width]
-                if layout is not None:
-                    args, shadows = (output, *args), [out, *shadows]
-                else:
-                    shadows.append(out)
-            value = run(args, tuple(shadows))
-            if kind == "none":
-                result[start:stop] = out[:stop - start]
-        result = result[:count]
-        value = args[0] if layout is not None else (float(value) if kind == "scalar" else None)
-        return value, result
-    except _Refused:
-        return None
+                shadows.append(out)
+        value = run(args, tuple(shadows))
+        if kind == "none":
+            result[start:stop] = out[:stop - start]
+        elif out_lanes is not None:
+            out[...] = out_lanes.directions()
+    result = result[:count]
+    value = np.ascontiguousarray(args[0]) if layout is not None else (float(value) if kind == "scalar" else None)
+    return value, result
 
 
 def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
@@ -250,45 +199,72 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     """``(value, cotangents)``: for ``count`` output cotangents (``seeds(start, stop, width)`` gives
     them stacked, zero past ``stop - start``), the input cotangents of each ``active`` argument,
     stacked ``(count, *shape)`` (``None`` for the others). ``None`` where vector mode does not apply.
-    ``plan``: :func:`_plan`'s, if known.
+    ``plan``: :func:`~pyjlad.vector_plan.sweep_plan`'s, if known.
     """
     if width < 2 or count == 0 or not _vector_engine(engine) or _parallel_reverse(f):
         return None
     try:
-        kind, g, layout, written, out_like, writes = plan or _plan(f, primals)
-        acts = tuple(Activity.DIFF if a or _shadowed(i, written, writes, primals) else Activity.CONST
-                     for i, a in enumerate(active))
-        run = _sweeper(g, engine, "ad", "reverse", ((Activity.DUP,) if layout else ()) + acts, -1, width)
-        output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
-        results: list[Any] = [None] * len(primals)
-        value = None
-        unwritten = None if any(writes) else _fresh(primals, writes)
-        padded = -(-count // width) * width
-        # The active arguments' cotangents accumulate into rows of one zeroed array each (views).
-        whole = [np.zeros((padded, *np.shape(x)), _stack(x, 1).dtype) if active[i] and act is Activity.DIFF
-                 else None for i, (x, act) in enumerate(zip(primals, acts))]
-        out_dtype = np.asarray(out_like).dtype
-        for start in range(0, count, width):
-            stop = min(count, start + width)
-            args = unwritten if unwritten is not None else _fresh(primals, writes)
-            seed = np.asarray(seeds(start, stop, width), dtype=out_dtype)
-            if seed.shape[1:] != np.shape(out_like):
-                raise ArgumentError(f"the cotangents have shape {seed.shape[1:]}; the output has {np.shape(out_like)}")
-            stacks = [w[start:start + width] if w is not None else _stack(x, width) if act is Activity.DIFF else None
-                      for x, act, w in zip(args, acts, whole)]
-            if kind == "none":
+        plan = plan or sweep_plan(f, primals)
+        key = ("reverse", type_key(primals), active)
+        for interleaved in _layout_tries(f, engine, key):
+            try:
+                return _reverse(f, primals, active, count, seeds, width, engine, plan, interleaved)
+            except _NotInterleaved:
+                _interleaving_refused(f, engine, key)[0] = True
+    except Refused:
+        pass
+    return None
+
+
+def _reverse(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
+             seeds: Callable[[int, int, int], np.ndarray], width: int, engine: str | None, plan: Any,
+             interleaved: bool) -> tuple[Any, list[Any]]:
+    kind, g, layout, written, out_like, writes = plan
+    acts = tuple(Activity.DIFF if a or shadowed(i, written, writes, primals) else Activity.CONST
+                 for i, a in enumerate(active))
+    output = np.empty_like(out_like) if layout is not None else None  # written by every sweep
+    value = None
+    unwritten = None if any(writes) else fresh(primals, writes)
+    padded = -(-count // width) * width
+    # The active arguments' cotangents accumulate into rows of one zeroed array each (views).
+    whole = [np.zeros((padded, *np.shape(x)), stack(x, 1).dtype) if active[i] and act is Activity.DIFF
+             else None for i, (x, act) in enumerate(zip(primals, acts))]
+    out_dtype = np.asarray(out_like).dtype
+    lanes = lanes_for(primals, [i for i, a in enumerate(acts) if a is Activity.DIFF], writes, width) if interleaved else {}
+    out_lanes = Lanes(out_like, width) if interleaved and layout is not None else None
+    run = _sweeper(g, engine, "ad", "reverse", ((Activity.DUP,) if layout else ()) + acts, -1, width,
+                   interleaved_indices(lanes, out_lanes))
+    for start in range(0, count, width):
+        stop = min(count, start + width)
+        args = unwritten if unwritten is not None else fresh(primals, writes)
+        seed = np.asarray(seeds(start, stop, width), dtype=out_dtype)
+        if seed.shape[1:] != np.shape(out_like):
+            raise ArgumentError(f"the cotangents have shape {seed.shape[1:]}; the output has {np.shape(out_like)}")
+        if lanes:
+            args = loaded(args, lanes, None)
+        stacks = [lanes[i].shadows if i in lanes else w[start:start + width] if w is not None
+                  else stack(x, width) if act is Activity.DIFF else None
+                  for i, (x, act, w) in enumerate(zip(args, acts, whole))]
+        if kind == "none":
+            if written in lanes:
+                np.copyto(lanes[written].directions(), seed)
+            else:
                 stacks[written][...] = seed
-            shadows = [s for s in stacks if s is not None]
-            if layout is not None:
-                args, shadows = (output, *args), [seed, *shadows]
-            elif kind == "scalar":
-                shadows.append(seed)
-            value = run(args, tuple(shadows))
-        results = [w[:count] if w is not None else None for w in whole]
-        value = args[0] if layout is not None else (float(value) if kind == "scalar" else None)
-        return value, results
-    except _Refused:
-        return None
+        shadows = [s for s in stacks if s is not None]
+        if out_lanes is not None:
+            out_lanes.load(output, seed)
+            args, shadows = (out_lanes.primal, *args), [out_lanes.shadows, *shadows]
+        elif layout is not None:
+            args, shadows = (output, *args), [seed, *shadows]
+        elif kind == "scalar":
+            shadows.append(seed)
+        value = run(args, tuple(shadows))
+        for i, lane in lanes.items():
+            if whole[i] is not None:
+                whole[i][start:start + width] = lane.directions()
+    results = [w[:count] if w is not None else None for w in whole]
+    value = np.ascontiguousarray(args[0]) if layout is not None else (float(value) if kind == "scalar" else None)
+    return value, results
 
 
 def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | None) -> np.ndarray | None:
@@ -298,26 +274,44 @@ def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine:
     x = args[wrt]
     if width < 2 or not _vector_engine(engine) or not isinstance(x, np.ndarray) or has_container(args):
         return None
-    n = x.size
     try:
-        run = _sweeper(f, engine, "hvp", "reverse", (), wrt, width)
-        key = _type_key(args)
-        argtypes = _argtypes(args, key)
-        writes = cached_for(f, ("vector-hvp-writes", key), lambda: _writes(f, argtypes) if isinstance(
+        key = type_key(args)
+        argtypes = argtypes_of(args, key)
+        writes = cached_for(f, ("vector-hvp-writes", key), lambda: writes_of(f, argtypes) if isinstance(
             result_type(f, argtypes), nbtypes.Float) else None)
-        padded = -(-n // width) * width
-        eye = _eye(padded, n, x.dtype)  # the directions: rows (zero past n), one block per sweep
-        columns = np.zeros((padded, n), x.dtype)  # H e_j in row j: the sweeps write into views
-        reuse = writes is not None and not any(writes)  # f writes no argument: the same ones for every sweep
-        shared = compact_overlapping(_fresh(args, writes), [wrt]) if reuse else None
-        for start in range(0, n, width):
-            passed = shared if reuse else compact_overlapping(_fresh(args, writes), [wrt])
-            run(passed, (eye[start:start + width].reshape((width, *x.shape)), np.zeros(x.shape, x.dtype),
-                         columns[start:start + width].reshape((width, *x.shape))))
-        hess = columns[:n].T
-    except _Refused:
-        return None
-    return np.ascontiguousarray(hess).reshape(x.shape + x.shape)
+        tries = ("hessian", key, wrt)
+        for interleaved in _layout_tries(f, engine, tries) if writes and not writes[wrt] else (False,):
+            try:
+                return _hessian(f, args, wrt, width, engine, writes, interleaved)
+            except _NotInterleaved:
+                _interleaving_refused(f, engine, tries)[0] = True
+    except Refused:
+        pass
+    return None
+
+
+def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | None, writes: Any,
+             interleaved: bool) -> np.ndarray:
+    x = args[wrt]
+    n = x.size
+    run = _sweeper(f, engine, "hvp", "reverse", (), wrt, width, (wrt,) if interleaved else ())
+    padded = -(-n // width) * width
+    eye = _eye(padded, n, x.dtype)  # the directions: rows (zero past n), one block per sweep
+    columns = np.zeros((padded, n), x.dtype)  # H e_j in row j: the sweeps write into views
+    reuse = writes is not None and not any(writes)  # f writes no argument: the same ones for every sweep
+    shared = compact_overlapping(fresh(args, writes), [wrt]) if reuse else None
+    lanes = HessianLanes(x, width) if interleaved else None
+    for start in range(0, n, width):
+        passed = shared if reuse else compact_overlapping(fresh(args, writes), [wrt])
+        directions = eye[start:start + width].reshape((width, *x.shape))
+        if lanes is not None:
+            lanes.load(x, directions)
+            passed = (*passed[:wrt], lanes.primal, *passed[wrt + 1:])
+            run(passed, lanes.shadows())
+            columns[start:start + width] = lanes.products().reshape(width, n)
+        else:
+            run(passed, (directions, np.zeros(x.shape, x.dtype), columns[start:start + width].reshape((width, *x.shape))))
+    return np.ascontiguousarray(columns[:n].T).reshape(x.shape + x.shape)
 
 
 def _eye(rows: int, size: int, dtype: Any) -> np.ndarray:
@@ -358,8 +352,8 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
     if width < 2 or not _vector_engine(engine):
         return None
     try:
-        plan = _plan(f, args)
-    except _Refused:
+        plan = sweep_plan(f, args)
+    except Refused:
         return None
     out_shape, out_dtype = np.shape(plan[4]), np.asarray(plan[4]).dtype
     out_size = math.prod(out_shape)

@@ -56,10 +56,15 @@ def _check(abi: FunctionABI, activities: Sequence[Activity], width: int, noalias
         raise UnsupportedFunctionError("vector mode does not apply to arrays Numba merges with other memory")
 
 
-def _slices(name: str, index: int, sizes: dict, width: int, element: str | None) -> tuple[list[str], list[str]]:
-    """Lines computing the ``width`` slice pointers of the stacked buffer ``name``, and their names."""
+def _slices(name: str, index: int, sizes: dict, width: int, element: str | None,
+            interleaved: str | None = None) -> tuple[list[str], list[str]]:
+    """Lines computing the ``width`` slice pointers of the stacked buffer ``name``, and their names
+    (``interleaved``: the array's LLVM element type, its slices one element apart, a constant step
+    LLVM sees)."""
     lines: list[str] = []
-    if element is None:  # an array: slices of nitems * itemsize bytes
+    if element is None and interleaved:
+        step = str(_BYTES[interleaved])
+    elif element is None:  # an array: slices of nitems * itemsize bytes
         lines.append(f"  {name}.step = mul i64 {sizes[index, 'nitems']}, {sizes[index, 'itemsize']}")
         step = f"{name}.step"
     else:
@@ -78,15 +83,18 @@ def _loads(names: list[str], ty: str) -> tuple[list[str], list[str]]:
 
 
 def vector_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity], width: int, *,
-                  noalias: bool = True, salt: str = "", oom_guard: bool = True) -> Driver:
+                  noalias: bool = True, salt: str = "", oom_guard: bool = True,
+                  interleaved: Sequence[int] = ()) -> Driver:
     """Driver for one reverse or forward sweep of ``width`` directions (see the module's docstring).
 
-    ``activities`` are concrete (as for :func:`~pyjlad.engines.driver.ad_driver`).
+    ``activities`` are concrete (as for :func:`~pyjlad.engines.driver.ad_driver`); ``interleaved``:
+    the arrays whose slices are one element apart (see the module's docstring).
     """
     _check(abi, activities, width, noalias)
     params, names = _names(abi)
     sizes = {(index, role): name for (index, role, _), name in zip(params, names)}
-    tag = _digest(abi.to_dict(), mode, tuple(a.value for a in activities), "width", width, salt)
+    tag = _digest(abi.to_dict(), mode, tuple(a.value for a in activities), "width", width,
+                  *(["interleaved", *interleaved] if interleaved else []), salt)
     symbol = f"{abi.entry}_{mode}{width}_{tag}"
     primal = f"{abi.entry}_status_{tag}"
     res_ty = _result_slot_type(abi)
@@ -105,7 +113,8 @@ def vector_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity], w
             markers += ["ptr @enzyme_out", f"{ty} {name}"]
             active.append(index)
         else:
-            lines, slices = _slices(f"%shadow{index}", index, sizes, width, None if is_array else ty)
+            lines, slices = _slices(f"%shadow{index}", index, sizes, width, None if is_array else ty,
+                                    arg.llvm_element if index in interleaved and is_array else None)
             body += lines
             if not is_array:  # forward-mode tangents of a scalar, by value
                 lines, slices = _loads(slices, ty)
@@ -167,12 +176,14 @@ def vector_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity], w
 
 
 def vector_hvp_driver(abi: FunctionABI, wrt: int, width: int, *, noalias: bool = True, salt: str = "",
-                      oom_guard: bool = True) -> Driver:
+                      oom_guard: bool = True, interleaved: bool = False) -> Driver:
     """Hessian times ``width`` vectors: a width-``width`` forward sweep over the reverse-mode gradient.
 
     The array argument ``wrt``'s gradient is computed by ``__enzyme_autodiff`` into a
     buffer; ``__enzyme_fwddiff`` of that, with the ``width`` tangents of ``v``, gives
-    the ``width`` tangents of the gradient: ``H v_k``.
+    the ``width`` tangents of the gradient: ``H v_k``. ``interleaved``: the slices of
+    ``v`` and of ``H v`` one element apart (addressed with the primal's strides, as
+    the gradient buffer always is).
     """
     arg = abi.args[wrt]
     inner_acts = tuple(Activity.DUP if i == wrt else Activity.CONST for i in range(len(abi.args)))
@@ -181,15 +192,16 @@ def vector_hvp_driver(abi: FunctionABI, wrt: int, width: int, *, noalias: bool =
     _check(abi, inner_acts, width, noalias)
     params, names = _names(abi)
     sizes = {(index, role): name for (index, role, _), name in zip(params, names)}
-    tag = _digest(abi.to_dict(), "hvp-vector", wrt, width, salt)
+    tag = _digest(abi.to_dict(), "hvp-vector", wrt, width, *(["interleaved"] if interleaved else []), salt)
     symbol = f"{abi.entry}_hvp{width}_{tag}"
     primal = f"{abi.entry}_status_{tag}"
     inner = f"{abi.entry}_gradient_{tag}"
     res_ty = abi.result.llvm_type
     typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
     inner_markers, outer_markers = [], []
-    v_lines, v_slices = _slices("%v", wrt, sizes, width, None)
-    hv_lines, hv_slices = _slices("%hv", wrt, sizes, width, None)
+    element = arg.llvm_element if interleaved else None
+    v_lines, v_slices = _slices("%v", wrt, sizes, width, None, element)
+    hv_lines, hv_slices = _slices("%hv", wrt, sizes, width, None, element)
     for (index, role, ty), name in zip(params, names):
         if index == wrt and role == "data":
             inner_markers += ["ptr @enzyme_dup", f"{ty} {name}", "ptr %gbuf"]
@@ -247,5 +259,7 @@ def vector_sweep_driver(exported: Any, sweep: Any, activities: Sequence[Activity
                                                       module.external_functions):
         raise UnsupportedFunctionError(f"vector mode does not apply to {exported.name}: it calls BLAS or LAPACK")
     if sweep.kind == "hvp":
-        return vector_hvp_driver(exported.abi, sweep.wrt, sweep.width, noalias=noalias, salt=module.text)
-    return vector_driver(exported.abi, sweep.mode, activities, sweep.width, noalias=noalias, salt=module.text)
+        return vector_hvp_driver(exported.abi, sweep.wrt, sweep.width, noalias=noalias, salt=module.text,
+                                 interleaved=sweep.wrt in sweep.interleaved)
+    return vector_driver(exported.abi, sweep.mode, activities, sweep.width, noalias=noalias, salt=module.text,
+                         interleaved=sweep.interleaved)

@@ -1,0 +1,129 @@
+"""What a vector-mode sweep of a function needs to know first: its argument types, what it returns and writes.
+
+:func:`plan` gives, for a function and its arguments, the function to sweep (the function
+itself, or a wrapper writing its float-array result into a buffer: :mod:`pyjlad.outputs`),
+the output's layout and a zero output, and which arguments the function writes; the
+rest of :mod:`pyjlad.vector_products` runs the sweeps. Types are remembered by a key
+cheaper to compute than Numba's ``typeof`` (:func:`type_key`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import types as nbtypes
+
+from .abi import ArrayArg
+from .errors import PyjladError
+from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
+from .memo import cached_for
+from .outputs import output_layout, output_wrapper
+from .product_args import differentiable
+from .pytrees import has_container
+
+__all__ = ["Refused", "argtypes_of", "fresh", "shadowed", "sweep_plan", "stack", "type_key", "writes_of"]
+
+
+class Refused(PyjladError):
+    """Vector mode does not apply here: sweep one direction at a time instead (never reaches the user)."""
+
+
+def fresh(primals: tuple[Any, ...], writes: tuple[bool, ...] | None = None) -> tuple[Any, ...]:
+    """The arguments for one sweep, arrays C-contiguous (the layout the vector drivers address):
+    a fresh copy of each array the function writes (``writes``; every array when not given), the
+    array itself when it is C-contiguous and not written."""
+    return tuple((np.array(x, copy=True, order="C") if writes is None or writes[i] else np.ascontiguousarray(x))
+                 if isinstance(x, np.ndarray) else x for i, x in enumerate(primals))
+
+
+def stack(x: Any, width: int) -> np.ndarray:
+    dtype = x.dtype if isinstance(x, (np.ndarray, np.floating)) else np.float64
+    return np.zeros((width, *np.shape(x)), dtype)
+
+
+_TYPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def type_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What decides Numba's types of ``primals`` (dtype, ndim, layout and flags of an array; the type
+    of a float or bool; the size of an int), cheap to hash; the types themselves where that is not all."""
+    key = []
+    for x in primals:
+        if isinstance(x, np.ndarray) and x.dtype.kind in "fiub":
+            key.append((x.dtype.str, x.ndim, x.flags.c_contiguous, x.flags.f_contiguous, x.flags.writeable,
+                        x.flags.aligned))
+        elif isinstance(x, (float, bool, np.floating, np.integer, np.bool_)):
+            key.append(type(x))
+        elif isinstance(x, int):
+            key.append((int, x.bit_length() > 62))
+        else:
+            return tuple(numba_argtypes(primals))
+    return tuple(key)
+
+
+def argtypes_of(primals: tuple[Any, ...], key: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """``numba_argtypes(primals)``, remembered by :func:`type_key` (``key``, if known)."""
+    key = type_key(primals) if key is None else key
+    found = _TYPES.get(key)
+    if found is None:
+        found = _TYPES[key] = tuple(numba_argtypes(primals))
+    return found
+
+
+def writes_of(f: Any, argtypes: tuple[Any, ...]) -> tuple[bool, ...]:
+    """Which arguments ``f`` (returning a float or nothing) writes."""
+    return cached_for(f, ("vector-writes", argtypes), lambda: tuple(
+        isinstance(a, ArrayArg) and a.writes for a in export(f, argtypes).abi.args))
+
+
+def _signature(f: Any, argtypes: tuple[Any, ...]) -> tuple[str, Any, tuple[bool, ...], Any]:
+    """``(result kind, the written argument, which arguments f writes, scalar result dtype)``."""
+    restype = result_type(f, argtypes)
+    kind = "scalar" if isinstance(restype, nbtypes.Float) else "none" if restype == nbtypes.none else "other"
+    if kind == "other":
+        return kind, None, (), None
+    abi = export(f, argtypes).abi
+    writes = tuple(isinstance(a, ArrayArg) and a.writes for a in abi.args)
+    written = next((i for i, a in enumerate(abi.args) if writes[i] and a.differentiable), None)
+    if kind == "none" and written is None:
+        raise Refused  # the one-direction path explains it
+    return kind, written, writes, np.float32 if restype == nbtypes.float32 else np.float64
+
+
+def sweep_plan(f: Any, primals: tuple[Any, ...]) -> tuple[str, Any, Any, Any, Any, tuple[bool, ...]]:
+    """``(kind, function to sweep, output layout, the written argument, a zero output, which arguments
+    f writes)``, or :class:`Refused`."""
+    if has_container(primals):
+        raise Refused
+    key = type_key(primals)  # (cheaper to hash than Numba's types)
+    argtypes = argtypes_of(primals, key)
+    kind, written, writes, dtype = cached_for(f, ("vector-plan", key), lambda: _signature(f, argtypes))
+    if kind == "scalar":
+        return kind, f, None, None, dtype(0), writes
+    if kind == "none":
+        return kind, f, None, written, primals[written], writes
+    # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
+    # its wrapper's analysis; until then of every array).
+    known = cached_for(f, ("vector-known-writes", key), lambda: [None])
+    value = as_numba_function(f)(*fresh(primals, known[0]))
+    if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
+        raise Refused
+    layout, wrapper, writes = cached_for(f, ("vector-output", key, value.shape, value.dtype.str),
+                                         lambda: _output_plan(f, primals, argtypes, value))
+    known[0] = writes
+    return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
+
+
+def _output_plan(f: Any, primals: tuple[Any, ...], argtypes: tuple[Any, ...], value: np.ndarray) -> tuple:
+    """``(layout, wrapper, which arguments the wrapper writes)`` for ``f`` returning ``value``."""
+    layout = output_layout(value, describe_function(f))
+    wrapper = output_wrapper(f, len(primals), layout)
+    return layout, wrapper, writes_of(wrapper, (*argtypes_of((value,)), *argtypes))[1:]
+
+
+def shadowed(i: int, written: Any, writes: tuple[bool, ...], primals: tuple[Any, ...]) -> bool:
+    """Whether argument ``i`` gets a (zero) shadow though not differentiated: the written output, or a
+    float array ``f`` writes (a scratch buffer written from active values and read back would lose
+    their derivatives as constant memory)."""
+    return i == written or (bool(writes) and writes[i] and differentiable(primals[i]))
