@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HessianLanes", "Lanes", "interleaved_indices", "lanes_for", "loaded"]
+__all__ = ["HessianLanes", "Lanes"]
 
 
 class Lanes:
@@ -43,10 +43,26 @@ class Lanes:
         ndim = self.primal.ndim
         self._stacked = self.shadows.transpose((ndim, *range(ndim)))  # the shadows as (W, *shape), a view
 
-    def load(self, primal: Any, directions: Any = None) -> None:
-        """The primal (copied in) and the ``W`` shadows: ``directions`` stacked ``(W, *shape)``, or zeros."""
-        self.primal[...] = primal
+    def load(self, primal: Any = None, directions: Any = None) -> None:
+        """The primal (copied in; kept where ``None``) and the ``W`` shadows: ``directions`` stacked
+        ``(W, *shape)``, or zeros."""
+        if primal is not None:
+            self.primal[...] = primal
         self._stacked[...] = 0 if directions is None else directions
+
+    def load_units(self, primal: Any, start: int, stop: int) -> None:
+        """As :meth:`load`, the shadows the unit directions ``start, ..., stop - 1`` (elements in C order),
+        then zeros: shadow ``k`` is one at element ``start + k``, set in place.
+
+        >>> lanes = Lanes(np.zeros((2, 2)), 3)
+        >>> lanes.load_units(None, 1, 3)
+        >>> lanes.directions().reshape(3, 4).tolist()
+        [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+        """
+        self.load(primal)
+        stride = self.width + 1  # element e's shadow k sits at e * stride + 1 + k in the flat buffer
+        first = start * stride + 1
+        self.buffer.reshape(-1)[first:first + (stop - start) * (stride + 1):stride + 1] = 1
 
     def directions(self) -> np.ndarray:
         """The ``W`` shadows stacked ``(W, *shape)`` (a view)."""
@@ -92,28 +108,3 @@ class HessianLanes:
     def products(self) -> np.ndarray:
         """``H v_k`` stacked ``(W, *shape)`` (a view)."""
         return self._stacked_products
-
-
-def lanes_for(primals: tuple[Any, ...], indices: list[int], writes: tuple[bool, ...], width: int) -> dict[int, Lanes]:
-    """An interleaved buffer per array among ``primals[indices]`` that the function does not write (one
-    it writes keeps its layout: a function may write it through a view, such as ``ravel()``, that is a
-    copy of a strided array)."""
-    return {i: Lanes(primals[i], width) for i in indices
-            if isinstance(primals[i], np.ndarray) and not (writes and writes[i])}
-
-
-def interleaved_indices(lanes: dict[int, Lanes], out_lanes: Lanes | None) -> tuple[int, ...]:
-    """The swept function's arguments that are interleaved (the output buffer first, if any)."""
-    if out_lanes is None:
-        return tuple(sorted(lanes))
-    return (0, *sorted(i + 1 for i in lanes))
-
-
-def loaded(args: tuple[Any, ...], lanes: dict[int, Lanes], directions: list[Any] | None) -> tuple[Any, ...]:
-    """``args`` with each interleaved array replaced by its buffer's primal view, loaded with the array
-    and its directions (``directions[i]``; zeros where ``None``)."""
-    passed = list(args)
-    for i, lane in lanes.items():
-        lane.load(args[i], None if directions is None else directions[i])
-        passed[i] = lane.primal
-    return tuple(passed)

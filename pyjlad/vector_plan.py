@@ -9,7 +9,7 @@ cheaper to compute than Numba's ``typeof`` (:func:`type_key`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import types as nbtypes
@@ -22,7 +22,7 @@ from .outputs import output_layout, output_wrapper
 from .product_args import differentiable
 from .pytrees import has_container
 
-__all__ = ["Refused", "argtypes_of", "fresh", "shadowed", "sweep_plan", "stack", "type_key", "writes_of"]
+__all__ = ["Refused", "SweepPlan", "argtypes_of", "fresh", "shadowed", "sweep_plan", "stack", "type_key", "writes_of"]
 
 
 class Refused(PyjladError):
@@ -43,6 +43,8 @@ def stack(x: Any, width: int) -> np.ndarray:
 
 
 _TYPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+#: The array flags Numba's type of an array depends on: C_CONTIGUOUS, F_CONTIGUOUS, ALIGNED, WRITEABLE.
+_TYPED_FLAGS = 0x1 | 0x2 | 0x100 | 0x400
 
 
 def type_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -51,8 +53,7 @@ def type_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:
     key = []
     for x in primals:
         if isinstance(x, np.ndarray) and x.dtype.kind in "fiub":
-            key.append((x.dtype.str, x.ndim, x.flags.c_contiguous, x.flags.f_contiguous, x.flags.writeable,
-                        x.flags.aligned))
+            key.append((x.dtype, x.ndim, x.flags.num & _TYPED_FLAGS))
         elif isinstance(x, (float, bool, np.floating, np.integer, np.bool_)):
             key.append(type(x))
         elif isinstance(x, int):
@@ -91,28 +92,52 @@ def _signature(f: Any, argtypes: tuple[Any, ...]) -> tuple[str, Any, tuple[bool,
     return kind, written, writes, np.float32 if restype == nbtypes.float32 else np.float64
 
 
-def sweep_plan(f: Any, primals: tuple[Any, ...]) -> tuple[str, Any, Any, Any, Any, tuple[bool, ...]]:
-    """``(kind, function to sweep, output layout, the written argument, a zero output, which arguments
-    f writes)``, or :class:`Refused`."""
+class SweepPlan(NamedTuple):
+    """What :func:`sweep_plan` found: how to sweep a function for arguments of these types."""
+
+    kind: str  # "scalar" (f returns a float), "none" (f writes an output argument), "array" (f returns arrays)
+    function: Any  # the function to sweep: f, or its output wrapper ("array")
+    layout: Any  # the output layout ("array"), or None
+    written: Any  # the output argument ("none"), or None
+    out_like: Any  # an output of f's shape and dtype (never written to)
+    writes: tuple[bool, ...]  # which of f's arguments the swept function writes
+    key: tuple  # the arguments' type key (type_key)
+    memo: dict  # for the callers: what they derive from this plan, kept with it
+
+
+class _Record:
+    """What is remembered per function and argument types."""
+
+    def __init__(self, signature: tuple) -> None:
+        self.signature = signature
+        self.known_writes: Any = None  # the arguments f writes, once its wrapper's analysis is known
+        self.outputs: dict[tuple[Any, ...], tuple] = {}  # by output shape and dtype: (layout, wrapper, writes, memo)
+        self.memo: dict = {}
+
+
+def sweep_plan(f: Any, primals: tuple[Any, ...]) -> SweepPlan:
+    """How to sweep ``f`` for ``primals``, or :class:`Refused`."""
     if has_container(primals):
         raise Refused
     key = type_key(primals)  # (cheaper to hash than Numba's types)
-    argtypes = argtypes_of(primals, key)
-    kind, written, writes, dtype = cached_for(f, ("vector-plan", key), lambda: _signature(f, argtypes))
+    record = cached_for(f, ("vector-plan", key), lambda: _Record(_signature(f, argtypes_of(primals, key))))
+    kind, written, writes, dtype = record.signature
     if kind == "scalar":
-        return kind, f, None, None, dtype(0), writes
+        return SweepPlan(kind, f, None, None, dtype(0), writes, key, record.memo)
     if kind == "none":
-        return kind, f, None, written, primals[written], writes
+        return SweepPlan(kind, f, None, written, primals[written], writes, key, record.memo)
     # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
     # its wrapper's analysis; until then of every array).
-    known = cached_for(f, ("vector-known-writes", key), lambda: [None])
-    value = as_numba_function(f)(*fresh(primals, known[0]))
+    value = as_numba_function(f)(*fresh(primals, record.known_writes))
     if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
         raise Refused
-    layout, wrapper, writes = cached_for(f, ("vector-output", key, value.shape, value.dtype.str),
-                                         lambda: _output_plan(f, primals, argtypes, value))
-    known[0] = writes
-    return kind, wrapper, layout, None, np.zeros(value.shape, value.dtype), writes
+    found = record.outputs.get((value.shape, value.dtype))
+    if found is None:
+        found = record.outputs[value.shape, value.dtype] = (*_output_plan(f, primals, argtypes_of(primals, key),
+                                                                          value), {})
+        record.known_writes = found[2]
+    layout, wrapper, writes, memo = found
+    return SweepPlan("array", wrapper, layout, None, value, writes, key, memo)
 
 
 def _output_plan(f: Any, primals: tuple[Any, ...], argtypes: tuple[Any, ...], value: np.ndarray) -> tuple:

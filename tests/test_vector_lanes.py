@@ -186,3 +186,14 @@ def test_hessian_of_a_function_refusing_strided_arrays_falls_back(chunk) -> None
 @njit
 def contiguous_sum(x):
     return np.sum(contiguous_only(x))
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_buffers_kept_between_calls_carry_nothing_over(mode) -> None:
+    rng = np.random.default_rng(13)
+    w, b = rng.normal(size=(6, 6)) / 3, rng.normal(size=6)
+    for _ in range(3):  # the second and third calls reuse the first one's interleaved buffers
+        x = rng.normal(size=6)
+        want = jax.jacfwd(lambda x_: jnp.tanh(w @ x_ + b))(x.copy())
+        np.testing.assert_allclose(pyjlad.jacobian(layer, w, x, b, wrt=1, mode=mode, chunk=4), np.asarray(want),
+                                   rtol=1e-12, atol=1e-13)

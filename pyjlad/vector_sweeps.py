@@ -1,0 +1,266 @@
+"""The chunked vector sweeps behind :mod:`pyjlad.vector_products`: ``W`` directions per run of the function.
+
+:func:`forward_chunks` pushes ``count`` tangent directions through ``f`` ``W`` at a time,
+:func:`reverse_chunks` pulls ``count`` cotangents back. What a sweep derives from its
+:class:`~pyjlad.vector_plan.SweepPlan` (the activities, which arrays are interleaved, the
+compiled sweep) is worked out once and kept with the plan (:class:`_Prepared`), and the
+interleaved buffers (:mod:`pyjlad.vector_lanes`) of a call are reused by the next one: the
+per-call cost is the function's own, plus copies in and out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .activity import Activity
+from .engines import compiled_sweep
+from .errors import ArgumentError, EnzymeError, PyjladError, UnsupportedFunctionError
+from .memo import cached_for
+from .sweep import Sweep
+from .vector_lanes import Lanes
+from .vector_plan import Refused, SweepPlan, fresh, shadowed, stack
+
+__all__ = ["NotInterleaved", "UnitChunks", "forward_chunks", "reverse_chunks", "sweeper"]
+
+#: Directions yielded per chunk: ``make(start, stop, width)`` gives, per argument, a
+#: stacked ``(width, *shape)`` array (zero past ``stop - start``) or ``None``.
+Chunks = Callable[[int, int, int], list[Any]]
+
+
+#: Interleaved buffers kept for the next call: sets of at most this many bytes, this many sets per
+#: shapes (concurrent calls), for this many shapes.
+_SPARE_BYTES, _SPARE_SETS, _SPARE_SHAPES = 1 << 20, 2, 8
+
+
+class NotInterleaved(PyjladError):
+    """The interleaved layout does not apply here: stack the shadows instead (never reaches the user)."""
+
+
+class UnitChunks:
+    """Chunks of the unit directions of argument ``index`` (``shape``), in C order (a :data:`Chunks`).
+
+    An interleaved sweep sets its ones in place (:meth:`~pyjlad.vector_lanes.Lanes.load_units`);
+    otherwise each call gives rows of one identity, padded with zero rows to whole chunks: each
+    chunk gets its own rows (a C-contiguous view), so a sweep that zeroes or writes them spoils no
+    other chunk.
+    """
+
+    def __init__(self, index: int, shape: tuple[int, ...], dtype: Any, nargs: int) -> None:
+        self.index, self.shape, self.dtype, self.nargs = index, shape, dtype, nargs
+        self.size = math.prod(shape)
+        self._eyes: dict[int, np.ndarray] = {}
+
+    def __call__(self, start: int, stop: int, width: int) -> list[Any]:
+        eye = self._eyes.get(width)
+        if eye is None:
+            eye = self._eyes[width] = unit_rows(-(-self.size // width) * width, self.size, self.dtype)
+        out: list[Any] = [None] * self.nargs
+        out[self.index] = eye[start:start + width].reshape((width, *self.shape))  # rows past size: zero
+        return out
+
+
+def unit_rows(rows: int, size: int, dtype: Any) -> np.ndarray:
+    """``np.eye(rows, size, dtype=dtype)`` for ``rows >= size``, without its per-call overhead."""
+    eye = np.zeros((rows, size), dtype)
+    eye.reshape(-1)[:size * (size + 1):size + 1] = 1
+    return eye
+
+
+def sweeper(f: Any, engine: str | None, kind: str, mode: str, acts: tuple[Activity, ...], wrt: int,
+            width: int, interleaved: tuple[int, ...] = ()) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
+    """``run(args, shadows) -> value``: one vector sweep (``Sweep(kind, mode, acts, wrt, width=width,
+    interleaved=interleaved)``); :class:`~pyjlad.vector_plan.Refused` (remembered for ``f`` and the sweep)
+    where Enzyme or pyjlad cannot build it. Interleaved, :class:`NotInterleaved` where its first run fails
+    in any way (a function Numba cannot compile for strided arrays, or one that refuses them at run time):
+    the stacked sweep then runs instead, and raises the function's own error if it was not the layout."""
+    return cached_for(f, ("vector-sweep", kind, mode, acts, wrt, width, engine, interleaved),
+                      lambda: _runner(compiled_sweep(f, Sweep(kind, mode, acts, wrt, width=width,
+                                                              interleaved=interleaved), engine), interleaved))
+
+
+def _runner(compiled: Any, interleaved: tuple[int, ...]) -> Callable[[tuple[Any, ...], tuple[Any, ...]], float]:
+    refused, ran = [False], [False]
+
+    def run(args: tuple[Any, ...], shadows: tuple[Any, ...]) -> float:
+        if refused[0]:
+            raise NotInterleaved if interleaved else Refused
+        try:
+            value, _, _ = compiled(args, shadows, 0.0)
+        except (EnzymeError, UnsupportedFunctionError) as exc:
+            refused[0] = True
+            raise (NotInterleaved if interleaved else Refused) from exc
+        except Exception as exc:
+            if not interleaved or ran[0]:
+                raise
+            refused[0] = True
+            raise NotInterleaved from exc
+        ran[0] = True
+        return value
+
+    return run
+
+
+class _Prepared:
+    """What the sweeps of one plan derive from it, once: activities, the interleaved arrays, the sweep."""
+
+    def __init__(self, plan: SweepPlan, primals: tuple[Any, ...], mode: str, active: tuple[bool, ...], width: int,
+                 interleaved: bool, engine: str | None) -> None:
+        differentiated = Activity.DUP if mode == "forward" else Activity.DIFF
+        self.acts = tuple(differentiated if a or shadowed(i, plan.written, plan.writes, primals) else Activity.CONST
+                          for i, a in enumerate(active))
+        self.dup = [i for i, a in enumerate(self.acts) if a is not Activity.CONST]
+        # Interleaved: each differentiated array the function does not write (one it writes keeps its layout:
+        # it may write it through a view, such as ravel(), that is a copy of a strided array), and the output.
+        self.laned = tuple(i for i in self.dup if isinstance(primals[i], np.ndarray)
+                           and not (plan.writes and plan.writes[i])) if interleaved else ()
+        self.out_laned = interleaved and plan.layout is not None
+        indices = (0, *(i + 1 for i in self.laned)) if self.out_laned else self.laned
+        swept = ((Activity.DUP,) if plan.layout is not None else ()) + self.acts
+        self.run = sweeper(plan.function, engine, "ad", mode, swept, -1, width, indices)
+        self.width = width
+        self._spares: dict[tuple, list] = {}  # by shapes: buffers of calls that have returned
+
+    def borrow(self, primals: tuple[Any, ...], out_like: Any) -> tuple[dict[int, Lanes], Lanes | None]:
+        """Interleaved buffers for these shapes: a spare set, or new ones."""
+        shapes = (np.shape(out_like) if self.out_laned else None, *(primals[i].shape for i in self.laned))
+        try:
+            return self._spares.get(shapes, []).pop()
+        except IndexError:
+            return ({i: Lanes(primals[i], self.width) for i in self.laned},
+                    Lanes(out_like, self.width) if self.out_laned else None)
+
+    def give_back(self, primals: tuple[Any, ...], out_like: Any, buffers: tuple) -> None:
+        """Keep ``buffers`` for the next call, if small (allocating large ones costs little next to their sweeps,
+        and keeping them would hold the memory)."""
+        lanes, out_lanes = buffers
+        size = sum(lane.buffer.nbytes for lane in (*lanes.values(), *([out_lanes] if out_lanes else [])))
+        if size > _SPARE_BYTES:
+            return
+        shapes = (np.shape(out_like) if self.out_laned else None, *(primals[i].shape for i in self.laned))
+        if shapes not in self._spares and len(self._spares) >= _SPARE_SHAPES:
+            self._spares.clear()
+        spares = self._spares.setdefault(shapes, [])
+        if len(spares) < _SPARE_SETS:
+            spares.append(buffers)
+
+
+def _prepared(plan: SweepPlan, primals: tuple[Any, ...], mode: str, active: tuple[bool, ...], width: int,
+              interleaved: bool, engine: str | None) -> _Prepared:
+    key = (mode, active, width, interleaved, engine)
+    found = plan.memo.get(key)
+    if found is None:
+        found = plan.memo[key] = _Prepared(plan, primals, mode, active, width, interleaved, engine)
+    return found
+
+
+def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
+                   width: int, engine: str | None, interleaved: bool) -> tuple[Any, np.ndarray]:
+    """``(value, tangents)``: the output tangents of ``count`` directions, stacked ``(count, *out_shape)``
+    (see :func:`pyjlad.vector_products.forward_directions`)."""
+    prep = _prepared(plan, primals, "forward", active, width, interleaved, engine)
+    kind, layout, written, out_like, writes = plan.kind, plan.layout, plan.written, plan.out_like, plan.writes
+    unwritten = None if any(writes) else fresh(primals, writes)  # the same arrays for every chunk
+    # One zeroed result, padded to whole chunks: a chunk's output tangents are written into
+    # its rows (a C-contiguous view), no copy. (A written argument's tangents: copied out.)
+    padded = -(-count // width) * width
+    result = np.zeros((padded, *np.shape(out_like)), out_like.dtype) if kind != "none" else None
+    buffers = prep.borrow(primals, out_like)
+    lanes, out_lanes = buffers
+    units = make.index if isinstance(make, UnitChunks) and make.index in lanes else None
+    output = np.empty_like(out_like) if layout is not None and out_lanes is None else None
+    value = None
+    for start in range(0, count, width):
+        stop = min(count, start + width)
+        args = list(unwritten if unwritten is not None else fresh(primals, writes))
+        tangents = make(start, stop, width) if units is None or len(lanes) > 1 else None
+        for i, lane in lanes.items():
+            if i == units:
+                lane.load_units(args[i], start, stop)
+            else:
+                lane.load(args[i], tangents[i])
+            args[i] = lane.primal
+        shadows = [lanes[i].shadows if i in lanes else tangents[i] if tangents and tangents[i] is not None
+                   else stack(args[i], width) for i in prep.dup]
+        if kind == "none":
+            out = shadows[prep.dup.index(written)]
+            if result is None:
+                result = np.zeros((padded, *out.shape[1:]), out.dtype)
+        else:
+            out = result[start:start + width]
+            if out_lanes is not None:
+                out_lanes.shadows[...] = 0
+                args, shadows = [out_lanes.primal, *args], [out_lanes.shadows, *shadows]
+            elif layout is not None:
+                args, shadows = [output, *args], [out, *shadows]
+            else:
+                shadows.append(out)
+        value = prep.run(tuple(args), tuple(shadows))
+        if kind == "none":
+            result[start:stop] = out[:stop - start]
+        elif out_lanes is not None:
+            out[...] = out_lanes.directions()
+    if layout is not None:
+        value = np.array(args[0])
+    elif kind == "scalar":
+        value = float(value)
+    prep.give_back(primals, out_like, buffers)
+    return value, result[:count]
+
+
+def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
+                   seeds: Any, width: int, engine: str | None, interleaved: bool) -> tuple[Any, list[Any]]:
+    """``(value, cotangents)`` for ``count`` output cotangents (``seeds(start, stop, width)``, stacked, or a
+    :class:`UnitChunks` of the output; see :func:`pyjlad.vector_products.reverse_directions`)."""
+    prep = _prepared(plan, primals, "reverse", active, width, interleaved, engine)
+    kind, layout, written, out_like, writes = plan.kind, plan.layout, plan.written, plan.out_like, plan.writes
+    unwritten = None if any(writes) else fresh(primals, writes)
+    padded = -(-count // width) * width
+    # The active arguments' cotangents accumulate into rows of one zeroed array each (views).
+    whole = [np.zeros((padded, *np.shape(x)), stack(x, 1).dtype) if active[i] and act is Activity.DIFF
+             else None for i, (x, act) in enumerate(zip(primals, prep.acts))]
+    out_dtype = np.asarray(out_like).dtype
+    buffers = prep.borrow(primals, out_like)
+    lanes, out_lanes = buffers
+    units = out_lanes is not None and isinstance(seeds, UnitChunks)
+    output = np.empty_like(out_like) if layout is not None and out_lanes is None else None
+    value = None
+    for start in range(0, count, width):
+        stop = min(count, start + width)
+        args = list(unwritten if unwritten is not None else fresh(primals, writes))
+        seed = None if units else np.asarray(seeds(start, stop, width)[0] if isinstance(seeds, UnitChunks)
+                                             else seeds(start, stop, width), dtype=out_dtype)
+        if seed is not None and seed.shape[1:] != np.shape(out_like):
+            raise ArgumentError(f"the cotangents have shape {seed.shape[1:]}; the output has {np.shape(out_like)}")
+        for i, lane in lanes.items():
+            lane.load(args[i])
+            args[i] = lane.primal
+        stacks = [lanes[i].shadows if i in lanes else w[start:start + width] if w is not None
+                  else stack(x, width) if act is Activity.DIFF else None
+                  for i, (x, act, w) in enumerate(zip(args, prep.acts, whole))]
+        if kind == "none":
+            stacks[written][...] = seed
+        shadows = [s for s in stacks if s is not None]
+        if out_lanes is not None:
+            if units:
+                out_lanes.load_units(None, start, stop)
+            else:
+                out_lanes.load(None, seed)
+            args, shadows = [out_lanes.primal, *args], [out_lanes.shadows, *shadows]
+        elif layout is not None:
+            args, shadows = [output, *args], [seed, *shadows]
+        elif kind == "scalar":
+            shadows.append(seed)
+        value = prep.run(tuple(args), tuple(shadows))
+        for i, lane in lanes.items():
+            if whole[i] is not None:
+                whole[i][start:start + width] = lane.directions()
+    if layout is not None:
+        value = np.array(args[0])
+    elif kind == "scalar":
+        value = float(value)
+    prep.give_back(primals, out_like, buffers)
+    return value, [w[:count] if w is not None else None for w in whole]
