@@ -28,7 +28,7 @@ from numba import njit
 
 import pyjlad
 
-CHUNKS = (1, 4, 8, 16, 32)
+CHUNKS = (1, 4, 8, 16, 32, 64)
 
 
 @njit

@@ -15,7 +15,7 @@ from numba import njit
 
 import pyjlad
 from pyjlad.activity import Activity
-from pyjlad.engines.vector_driver import vector_driver
+from pyjlad.engines.vector_driver import vector_driver, vector_hvp_driver
 from pyjlad.export import export, numba_argtypes
 from pyjlad.vector_plan import type_key
 from pyjlad.vector_products import _interleaving_refused
@@ -197,3 +197,40 @@ def test_buffers_kept_between_calls_carry_nothing_over(mode) -> None:
         want = jax.jacfwd(lambda x_: jnp.tanh(w @ x_ + b))(x.copy())
         np.testing.assert_allclose(pyjlad.jacobian(layer, w, x, b, wrt=1, mode=mode, chunk=4), np.asarray(want),
                                    rtol=1e-12, atol=1e-13)
+
+
+@njit
+def softplus_loss(x, w):
+    acc = 0.0
+    n, m = w.shape
+    for i in range(n):
+        z = 0.0
+        for j in range(m):
+            z += w[i, j] * x[j]
+        acc += np.log1p(np.exp(z))
+    for j in range(m):
+        acc += 0.5 * x[j] * x[j]
+    return acc
+
+
+@pytest.mark.parametrize("chunk", [49, 64])
+def test_wide_hessian_sweeps_match_jax_call_after_call(chunk) -> None:
+    """Regression: from 49 directions per sweep the Hessian's sweep is too large to inline, and LLVM
+    deleted the zeroing of its seed's tangents (Enzyme had kept the primal's ``argmemonly`` on a
+    derivative reading them through ``[W x ptr]`` aggregates): garbage or NaN columns, right only
+    while the stack happened to be zero (the first call)."""
+    rng = np.random.default_rng(20)
+    w, x = rng.normal(size=(64, 64)) / 8.0, rng.normal(size=64)
+    want = np.asarray(jax.hessian(lambda x_: jnp.sum(jnp.log1p(jnp.exp(w @ x_))) + 0.5 * jnp.sum(x_ * x_))(x))
+    for _ in range(3):
+        np.testing.assert_allclose(pyjlad.hessian(softplus_loss, x, w, chunk=chunk), want, rtol=1e-11, atol=1e-13)
+
+
+def test_vector_drivers_give_enzyme_a_module_without_argmemonly() -> None:
+    """Why the wide Hessian above is right: no derivative of a vector sweep inherits ``argmemonly``."""
+    exported = export(softplus_loss, numba_argtypes((np.zeros(3), np.zeros((2, 3)))))
+    text = exported.enzyme_module.text
+    assert "argmemonly" in text  # Numba's optimizer found its memory accesses all go through its arguments
+    for driver in (vector_driver(exported.abi, "forward", (Activity.DUP, Activity.CONST), 4),
+                   vector_hvp_driver(exported.abi, 0, 4)):
+        assert "argmemonly" not in driver.module(text)

@@ -45,9 +45,14 @@ from dataclasses import dataclass
 from ..abi import ArrayArg, FunctionABI
 from ..activity import MODES, Activity, as_activities
 from ..errors import ArgumentError
+from ..ir import parse
+from ..ir.edit import drop_attributes
 from .entry_status import STATUS_ENTRY_SUFFIX, status_by_pointer
 
-__all__ = ["Driver", "ad_driver", "status_by_pointer", "MODES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
+#: The LLVM 15 attributes saying a function accesses memory only through its pointer arguments.
+ARGUMENT_MEMORY_ONLY = frozenset({"argmemonly", "inaccessiblemem_or_argmemonly"})
+
+__all__ = ["ARGUMENT_MEMORY_ONLY", "Driver", "ad_driver", "status_by_pointer", "MODES", "OUT_OF_MEMORY", "OOM_ENTER", "OOM_LEAVE"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,11 @@ class Driver:
     shadow_args: tuple[int, ...]
     #: The entry the wrapper calls reports its status through a pointer (see :func:`status_by_pointer`).
     entry: str = ""
+    #: Vector mode: shadows reach Enzyme's derivatives as ``[W x ptr]`` aggregates. Enzyme v0.0.289 gives a
+    #: derivative its primal's ``argmemonly``, and LLVM then assumes the derivative reads no memory reached
+    #: through an aggregate: it deleted a caller's zeroing of such shadow memory (a Hessian's columns came
+    #: out as garbage once its sweep was too large to inline). The module loses ``argmemonly`` first.
+    aggregate_shadows: bool = False
 
     def module(self, module_text: str) -> str:
         """The module Enzyme differentiates: ``module_text`` (holding the entry) with this driver.
@@ -82,6 +92,8 @@ class Driver:
         """
         if self.entry:
             module_text = status_by_pointer(module_text, self.entry)
+        if self.aggregate_shadows:
+            module_text = drop_attributes(parse(module_text), ARGUMENT_MEMORY_ONLY).render()
         # Enzyme's markers the module declares already (its own Enzyme calls: pyjlad.openmp_loops)
         present = {line.split("=")[0].strip() for line in module_text.split("\n") if line.startswith("@enzyme_")}
         driver = "\n".join(line for line in self.text.split("\n")

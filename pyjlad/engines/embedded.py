@@ -130,6 +130,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     def load(source: Callable[[], PortableModule] | None) -> Any:  # the parallel copy (pyjlad.parallel_derivatives)
         key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
                               toolchain.identity, *([CACHE_TAG] if source else []),
+                              *(["aggregate-shadows/argmemonly-dropped"] if driver.aggregate_shadows else []),
                               exported.module.text, driver.text, *custom_rule_modules(exported),
                               *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
                               *cache_key_parts(exported.module.external_functions))

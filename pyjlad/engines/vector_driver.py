@@ -172,7 +172,7 @@ def vector_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity], w
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
     return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=shadow_args,
-                  entry=abi.entry)
+                  entry=abi.entry, aggregate_shadows=True)
 
 
 def vector_hvp_driver(abi: FunctionABI, wrt: int, width: int, *, noalias: bool = True, salt: str = "",
@@ -244,7 +244,7 @@ def vector_hvp_driver(abi: FunctionABI, wrt: int, width: int, *, noalias: bool =
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
     return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt),
-                  entry=abi.entry)
+                  entry=abi.entry, aggregate_shadows=True)
 
 
 def vector_sweep_driver(exported: Any, sweep: Any, activities: Sequence[Activity], noalias: bool) -> Driver:

@@ -8,6 +8,7 @@ Each edits the module in place, re-rendering only what it changes: every other b
   quoted strings or comments.
 * :func:`drop_repeated_declarations`: keep the first ``declare`` of each symbol.
 * :func:`declare`: append a declaration unless the module already has the function.
+* :func:`drop_attributes`: remove function attributes from every attribute group.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from collections.abc import Callable
 
 from ..errors import IRError
 from .lexer import decode_name, symbol_for, tokenize
-from .module import Function, Module, parse
+from .module import AttributeGroup, Function, Module, parse
 
-__all__ = ["rename_callees", "drop_repeated_declarations", "declare"]
+__all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes"]
 
 
 def _functions(module: Module) -> list[Function]:
@@ -134,3 +135,39 @@ def declare(module: Module, declaration: str) -> bool:
     module.items.append(function)
     module.trailing_newline = True
     return True
+
+
+def drop_attributes(module: Module, names: frozenset[str]) -> Module:
+    r"""``module`` with the attributes ``names`` (keywords such as ``argmemonly``) removed from every
+    attribute group, in place. Dropping a function attribute is always safe.
+
+    Examples
+    --------
+    >>> m = parse("define void @f() #0 {\n  ret void\n}\n\nattributes #0 = { nounwind argmemonly }\n")
+    >>> print(drop_attributes(m, frozenset({"argmemonly"})).render().splitlines()[-1])
+    attributes #0 = { nounwind }
+    """
+    for item in module.items:
+        if isinstance(item, AttributeGroup):
+            tokens = [t for entry in item.attributes for t in _attribute_tokens(entry)]
+            kept = [t for t in tokens if t not in names]
+            if len(kept) != len(tokens):
+                item.attributes = [" ".join(kept)] if kept else []
+    return module
+
+
+def _attribute_tokens(entry: str) -> list[str]:
+    """The attributes of one entry of a group: words, keeping ``"key"="a value"`` and ``name(...)`` whole."""
+    tokens, current, quoted, depth = [], [], False, 0
+    for ch in entry:
+        quoted ^= ch == '"'
+        depth += (ch == "(") - (ch == ")") if not quoted else 0
+        if ch == " " and not quoted and depth == 0:
+            if current:
+                tokens.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    if current:
+        tokens.append("".join(current))
+    return tokens
