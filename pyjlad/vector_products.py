@@ -53,7 +53,7 @@ __all__ = ["DEFAULT_CHUNK", "check_chunk", "forward_directions", "reverse_direct
            "jacobian_vector", "unit_chunks", "active_of"]
 
 #: Directions per sweep when none is given (measured: benchmarks/vector_mode.py and docs/vector-mode.md: 32 was
-#: 0-25% faster than 16 at 64x64 and 256x256, at twice the shadow memory).
+#: 1-25% faster than 16 at 64x64 and 256x256, at twice the shadow memory).
 DEFAULT_CHUNK = 32
 
 def check_chunk(chunk: int | None) -> int:
