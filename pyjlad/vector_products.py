@@ -56,6 +56,7 @@ __all__ = ["DEFAULT_CHUNK", "check_chunk", "forward_directions", "reverse_direct
 #: 1-25% faster than 16 at 64x64 and 256x256, at twice the shadow memory).
 DEFAULT_CHUNK = 32
 
+
 def check_chunk(chunk: int | None) -> int:
     """``chunk`` (``None``: :data:`DEFAULT_CHUNK`) checked to be a positive integer.
 
@@ -108,10 +109,16 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
 
 def _forward(f: Any, plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
              width: int, engine: str | None) -> tuple[Any, np.ndarray] | None:
-    tries = ("forward", plan.key, active)
-    for interleaved in _layout_tries(f, engine, tries):
+    return _best_layout(f, engine, ("forward", plan.key, active), lambda interleaved: forward_chunks(
+        plan, primals, active, count, make, width, engine, interleaved))
+
+
+def _best_layout(f: Any, engine: str | None, tries: tuple[Any, ...], sweep: Callable[[bool], Any],
+                 interleaving: bool = True) -> Any:
+    """``sweep(interleaved)``, interleaved first unless refused for ``f`` and ``tries`` (then remembered)."""
+    for interleaved in _layout_tries(f, engine, tries) if interleaving else (False,):
         try:
-            return forward_chunks(plan, primals, active, count, make, width, engine, interleaved)
+            return sweep(interleaved)
         except NotInterleaved:
             _interleaving_refused(f, engine, tries)[0] = True
     return None
@@ -134,13 +141,8 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
 
 def _reverse(f: Any, plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
              seeds: Any, width: int, engine: str | None) -> tuple[Any, list[Any]] | None:
-    tries = ("reverse", plan.key, active)
-    for interleaved in _layout_tries(f, engine, tries):
-        try:
-            return reverse_chunks(plan, primals, active, count, seeds, width, engine, interleaved)
-        except NotInterleaved:
-            _interleaving_refused(f, engine, tries)[0] = True
-    return None
+    return _best_layout(f, engine, ("reverse", plan.key, active), lambda interleaved: reverse_chunks(
+        plan, primals, active, count, seeds, width, engine, interleaved))
 
 
 def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | None) -> np.ndarray | None:
@@ -155,15 +157,10 @@ def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine:
         argtypes = argtypes_of(args, key)
         writes = cached_for(f, ("vector-hvp-writes", key), lambda: writes_of(f, argtypes) if isinstance(
             result_type(f, argtypes), nbtypes.Float) else None)
-        tries = ("hessian", key, wrt)
-        for interleaved in _layout_tries(f, engine, tries) if writes and not writes[wrt] else (False,):
-            try:
-                return _hessian(f, args, wrt, width, engine, writes, interleaved)
-            except NotInterleaved:
-                _interleaving_refused(f, engine, tries)[0] = True
+        return _best_layout(f, engine, ("hessian", key, wrt), lambda interleaved: _hessian(
+            f, args, wrt, width, engine, writes, interleaved), interleaving=bool(writes) and not writes[wrt])
     except Refused:
-        pass
-    return None
+        return None
 
 
 def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | None, writes: Any,
