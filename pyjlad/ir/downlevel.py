@@ -15,7 +15,7 @@ import re
 
 from ..errors import PortabilityError
 
-__all__ = ["NEW_MATH_INTRINSICS", "rewrite_line", "split_top_level", "translate_attribute_group"]
+__all__ = ["NEW_MATH_INTRINSICS", "rewrite_line", "split_top_level", "tokenize_attributes", "translate_attribute_group"]
 
 # Math intrinsics that LLVM 15 lacks (added in 17-20): the libm call Enzyme
 # already has derivative rules for, per floating-point suffix.
@@ -79,7 +79,7 @@ _MEMORY_TRANSLATION = {
     "argmem: readwrite, inaccessiblemem: readwrite": "inaccessiblemem_or_argmemonly",
 }
 
-def _tokenize_attrs(content: str) -> list[str]:
+def tokenize_attributes(content: str) -> list[str]:
     """Split an attribute list on spaces outside parentheses and quotes."""
     tokens, depth, quoted, current = [], 0, False, []
     for ch in content:
@@ -103,7 +103,7 @@ def _tokenize_attrs(content: str) -> list[str]:
 def translate_attribute_group(content: str) -> str:
     """Keep the LLVM 15 function attributes of a group, translating ``memory(...)``."""
     kept: list[str] = []
-    for token in _tokenize_attrs(content.strip()):
+    for token in tokenize_attributes(content.strip()):
         if token in _KEPT_FN_ATTRS:
             kept.append(token)
         elif token.startswith("memory(") and token.endswith(")"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import IRError
+from .downlevel import tokenize_attributes
 from .lexer import decode_name, symbol_for, tokenize
 from .module import AttributeGroup, Function, Module, parse
 
@@ -149,25 +150,8 @@ def drop_attributes(module: Module, names: frozenset[str]) -> Module:
     """
     for item in module.items:
         if isinstance(item, AttributeGroup):
-            tokens = [t for entry in item.attributes for t in _attribute_tokens(entry)]
+            tokens = [t for entry in item.attributes for t in tokenize_attributes(entry)]
             kept = [t for t in tokens if t not in names]
             if len(kept) != len(tokens):
                 item.attributes = [" ".join(kept)] if kept else []
     return module
-
-
-def _attribute_tokens(entry: str) -> list[str]:
-    """The attributes of one entry of a group: words, keeping ``"key"="a value"`` and ``name(...)`` whole."""
-    tokens, current, quoted, depth = [], [], False, 0
-    for ch in entry:
-        quoted ^= ch == '"'
-        depth += (ch == "(") - (ch == ")") if not quoted else 0
-        if ch == " " and not quoted and depth == 0:
-            if current:
-                tokens.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    if current:
-        tokens.append("".join(current))
-    return tokens
