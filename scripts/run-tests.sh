@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
 py="${PYJLAD_VENV:-.venv}/bin/python"
 "$py" -m ruff check pyjlad tests examples benchmarks tools notebooks
-exec "$py" -m pytest "$@"
+# -n auto: one pytest-xdist worker per CPU (pass -n 0 to run in one process).
+exec "$py" -m pytest -n auto "$@"

@@ -1,11 +1,39 @@
-"""Records every module the test suite exports, for the all-functions portability check."""
+"""Records every module the test suite exports and checks, when the session ends, that LLVM 15, 16,
+19 and 22 all accept each of them (the all-functions portability check).
+
+The check runs in the teardown of a session fixture, so that it covers what *this* process exported:
+under ``pytest -n`` (pytest-xdist, as ``scripts/run-tests.sh`` runs the suite) every worker checks its
+own share; a module one of them rejects is reported as an error at teardown and fails the run.
+"""
 
 from __future__ import annotations
+
+import shutil
+import subprocess
 
 import pytest
 from cases import EXPORTED
 
 import pyjlad.export as export_module
+
+LLVM_VERSIONS = (15, 16, 19, 22)
+
+
+def portability_failures(modules: dict[str, str]) -> list[str]:
+    """Return one line per (module, LLVM version) whose ``llvm-as`` rejects the module text."""
+    failures: list[str] = []
+    if not modules:
+        return failures
+    for version in LLVM_VERSIONS:
+        tool = shutil.which(f"llvm-as-{version}")
+        if tool is None:
+            failures.append(f"llvm-as-{version} is not installed (bash scripts/setup.sh --tests)")
+            continue
+        for name, text in modules.items():
+            result = subprocess.run([tool, "-o", "/dev/null", "-"], input=text, capture_output=True, text=True)
+            if result.returncode != 0:
+                failures.append(f"LLVM {version}, {name}: {result.stderr.strip()[:300]}")
+    return failures
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -20,3 +48,5 @@ def _record_exported_modules():
     export_module._export = recording
     yield
     export_module._export = original
+    failures = portability_failures(EXPORTED)
+    assert not failures, "exported modules an LLVM version rejects:\n" + "\n".join(failures)

@@ -228,3 +228,14 @@ def test_masked_intrinsics_with_constant_vector_operands_are_down_levelled():
               "declare void @llvm.masked.scatter.v2f64.v2p0(<2 x double>, <2 x ptr>, i32 immarg, <2 x i1>)\n"
               "declare <2 x double> @llvm.masked.gather.v2f64.v2p0(<2 x ptr>, i32 immarg, <2 x i1>, <2 x double>)\n")
     subprocess.run(["llvm-as-15", "-o", "/dev/null", "-"], input=module.encode(), check=True)
+
+
+def test_the_suite_wide_portability_check_flags_a_module_llvm_rejects():
+    # conftest.py runs this check on every module the suite exported when the session ends.
+    from conftest import portability_failures
+
+    good = "define double @f(double %x) {\n  ret double %x\n}\n"
+    assert portability_failures({}) == []
+    assert portability_failures({"good": good}) == []
+    failures = portability_failures({"good": good, "bad": good.replace("ret double", "return double")})
+    assert len(failures) == 4 and all("bad" in line for line in failures)

@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PYTEST_ARGS = [
     "tests", "-q", "-p", "no:cacheprovider",
     "--ignore=tests/test_notebooks.py", "--ignore=tests/test_pool.py", "--ignore=tests/test_concurrency.py",
-    "--ignore=tests/test_fuzz.py", "--ignore=tests/test_zz_portable_all.py", "--ignore-glob=tests/test_ir_*.py",
+    "--ignore=tests/test_fuzz.py", "--ignore-glob=tests/test_ir_*.py",
 ]
 _ENV_DIR = "PYJLAD_IR_SNAPSHOT_DIR"
 _ENV_ENZYME = "PYJLAD_IR_SNAPSHOT_ENZYME"
