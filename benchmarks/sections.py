@@ -39,6 +39,9 @@ SECTIONS: dict[str, list[list[str]]] = {
     "tapes": [
         ["tape_bytes.py"],
     ],
+    "host-target": [
+        ["host_target.py", "--repeats", "7"],
+    ],
 }
 
 

@@ -31,8 +31,8 @@ from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
 from .blas import BLAS_NAME
 
-__all__ = ["PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS", "linked_modules", "run_enzyme",
-           "unknown_externals"]
+__all__ = ["HOST_TARGET", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS", "host_target_key", "linked_modules",
+           "run_enzyme", "unknown_externals"]
 
 #: Before Enzyme: loops with a small constant trip count fully unrolled (Enzyme's copy of the function is
 #: compiled without unrolling; see :mod:`pyjlad.enzyme_copy`). Left a loop, such a loop inside another (the
@@ -125,8 +125,45 @@ _MIN_CUT_FAILURE = "computeMinCache(): Assertion `legalRecompute("
 _NO_MIN_CUT = "-enzyme-mincut-cache=false"
 
 
+#: ``opt`` arguments that make its post-Enzyme optimization (the vectorizers' cost models) target this
+#: machine's CPU, as Numba's JIT targets it: without them ``opt`` optimizes for a baseline x86-64 (SSE2),
+#: vectorizes loops two doubles wide and marks them vectorized, and the JIT's own pipeline does not widen them.
+#: Runtime unrolling stays off, as it is for the baseline target: a CPU model with a loop buffer (AMD Zen 3)
+#: turns it on, and it made the heat stencil's gradient 1.03-1.43x slower than the baseline's in runs of
+#: ``benchmarks/host_target.py`` (without it: 0.90-0.96x).
+HOST_TARGET = ("-mcpu=native", "-unroll-runtime=false")
+#: The last stage of every pipeline here: the derivative optimized (see :func:`_optimized_for_host`).
+_OPTIMIZE = "default<O2>"
+
+
+@functools.cache
+def host_target_key() -> str:
+    """What :data:`HOST_TARGET` resolves to on this machine (the CPU and its features, as LLVM names them):
+    part of the cache key of every derivative optimized for the host."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # LLVM cannot list them on this platform: the CPU's name identifies it
+        features = ""
+    return f"optimized-for:{llvm.get_host_cpu_name()}:{features}"
+
+
+def _optimized_for_host(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
+                        options: tuple[str, ...]) -> bytes:
+    """``passes`` run in two ``opt`` processes: up to Enzyme for the baseline target (Enzyme's input is prepared
+    as it always was: ``scalarize-masked-mem-intrin`` scalarizes by what the target cannot do), then the final
+    ``default<O2>`` with :data:`HOST_TARGET`, so that the derivative's loops are vectorized as wide as this CPU's
+    registers. The same ``options`` (SimplifyCFG's speculation limits among them) apply to both."""
+    if not passes.endswith("," + _OPTIMIZE):
+        return toolchain.run(module, passes, what=what, options=options)
+    differentiated = toolchain.run(module, passes[: -len(_OPTIMIZE) - 1], what=what, options=options)
+    return toolchain.run(differentiated, _OPTIMIZE, what=what, options=(*options, *HOST_TARGET))
+
+
 def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
-                   options: tuple[str, ...] = ()) -> bytes:
+                   options: tuple[str, ...] = (), host: bool = False) -> bytes:
     """Run Enzyme over ``module``; without its min-cut cache planner where that planner fails.
 
     Enzyme v0.0.289's planner (``GradientUtils::computeMinCache``) adds the
@@ -141,12 +178,13 @@ def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what:
     reverse pass needs and cannot recompute, which is correct; only those
     functions pay for it (the planner saves tape memory, not correctness).
     """
+    run = functools.partial(_optimized_for_host, toolchain) if host else toolchain.run
     try:
-        return toolchain.run(module, passes, what=what, options=options)
+        return run(module, passes, what=what, options=options)
     except EnzymeError as exc:
         if _MIN_CUT_FAILURE not in exc.diagnostics:
             raise
-    return toolchain.run(module, passes, what=what, options=(*options, _NO_MIN_CUT))
+    return run(module, passes, what=what, options=(*options, _NO_MIN_CUT))
 
 
 def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tuple[str, tuple[str, ...]] | None:
@@ -213,9 +251,12 @@ def nested_modules_called(exported: ExportedFunction) -> bool:
 _log = get_logger(__name__)
 
 
-def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
+def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False) -> bytes:
     """Enzyme's output for ``module_text``, retried as :func:`_next_attempt` says and, once, with the blocks
-    in dominance order where Enzyme's forward mode met a use before its definition."""
+    in dominance order where Enzyme's forward mode met a use before its definition.
+
+    ``host``: the derivative runs on this machine's CPU; its final optimization targets it
+    (:func:`_optimized_for_host`; key the result with :func:`host_target_key`)."""
     toolchain = locate()
     label = exported.abi.entry
     dump(label, "driver", module_text)
@@ -226,7 +267,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str) -> bytes:
     while True:
         try:
             with timed(_log, "Enzyme on %s (options %s)", exported.name, " ".join(options) or "none"):
-                derivative = _differentiate(toolchain, module, passes, exported.name, options)
+                derivative = _differentiate(toolchain, module, passes, exported.name, options, host)
             dump(label, "enzyme.output", derivative)
             return derivative
         except EnzymeError as exc:

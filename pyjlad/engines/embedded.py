@@ -5,8 +5,9 @@ Pipeline for one (function, argument types, ``wrt``):
 1. :func:`pyjlad.export.export` gives the portable module and its ABI;
 2. :mod:`pyjlad.engines.driver` appends the Enzyme driver for the sweep;
 3. ``opt-15 -load-pass-plugin=LLVMEnzyme-15.so -passes=...,enzyme,default<O2>``
-   (:data:`PASSES`) differentiates and optimizes it in a subprocess (output
-   cached on disk);
+   (:data:`PASSES`) differentiates and optimizes it in subprocesses (the final
+   ``default<O2>`` in a second ``opt`` that targets this machine's CPU:
+   :data:`pyjlad.engines.differentiate.HOST_TARGET`; output cached on disk);
 4. the bitcode is loaded into Numba's own JIT (LLVM 22 reads LLVM 15
    bitcode), where Numba's runtime symbols (NRT, libm) already resolve, and
    optimized again;
@@ -60,7 +61,14 @@ from .base import (  # noqa: F401 - the contract, also importable from here
     resolve_activities,
     shadow_like,
 )
-from .differentiate import PASSES, _lapack_source_hash, _special_source_hash, custom_rule_modules, run_enzyme
+from .differentiate import (
+    PASSES,
+    _lapack_source_hash,
+    _special_source_hash,
+    custom_rule_modules,
+    host_target_key,
+    run_enzyme,
+)
 from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
 from .hvp_driver import hvp_driver
 from .objects import load_library as _load_library
@@ -129,13 +137,13 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     # identified by their source (compiled only on a miss); rules by their IR.
     def load(source: Callable[[], PortableModule] | None) -> Any:  # the parallel copy (pyjlad.parallel_derivatives)
         key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
-                              toolchain.identity, *([CACHE_TAG] if source else []),
+                              toolchain.identity, host_target_key(), *([CACHE_TAG] if source else []),
                               *(["aggregate-shadows/argmemonly-dropped"] if driver.aggregate_shadows else []),
                               exported.module.text, driver.text, *custom_rule_modules(exported),
                               *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
                               *cache_key_parts(exported.module.external_functions))
         return _load_library(key, lambda: native.drop_invariant_groups(run_enzyme(
-            exported, driver.module((source() if source else exported.enzyme_module).text))), driver.symbol,
+            exported, driver.module((source() if source else exported.enzyme_module).text), host=True)), driver.symbol,
             _derivative_name(exported, sweep))
     try:
         library = with_parallel_fallback(exported, sweep, load)
