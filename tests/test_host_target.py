@@ -65,7 +65,7 @@ def test_a_pipeline_without_the_final_optimization_runs_as_given():
 
 def test_the_cache_key_names_this_cpu():
     key = host_target_key()
-    assert key.startswith(f"optimized-for:{llvm.get_host_cpu_name()}:")
+    assert key.startswith(f"optimized-for:{' '.join(HOST_TARGET)}:{llvm.get_host_cpu_name()}:")
     assert "-unroll-runtime=false" in HOST_TARGET and "-mcpu=native" in HOST_TARGET
 
 

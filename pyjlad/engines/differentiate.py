@@ -136,10 +136,14 @@ HOST_TARGET = ("-mcpu=native", "-unroll-runtime=false")
 _OPTIMIZE = "default<O2>"
 
 
-@functools.cache
 def host_target_key() -> str:
-    """What :data:`HOST_TARGET` resolves to on this machine (the CPU and its features, as LLVM names them):
-    part of the cache key of every derivative optimized for the host."""
+    """:data:`HOST_TARGET` and what it resolves to on this machine (the CPU and its features, as LLVM names
+    them): part of the cache key of every derivative optimized for the host."""
+    return f"optimized-for:{' '.join(HOST_TARGET)}:{_host_cpu()}"
+
+
+@functools.cache
+def _host_cpu() -> str:
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
@@ -147,7 +151,7 @@ def host_target_key() -> str:
         features = llvm.get_host_cpu_features().flatten()
     except RuntimeError:  # LLVM cannot list them on this platform: the CPU's name identifies it
         features = ""
-    return f"optimized-for:{llvm.get_host_cpu_name()}:{features}"
+    return f"{llvm.get_host_cpu_name()}:{features}"
 
 
 def _optimized_for_host(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
