@@ -26,7 +26,7 @@ from . import stable_names as sn
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
 from .ir import analysis, downlevel
-from .ir.edit import drop_repeated_declarations
+from .ir.edit import drop_empty_attribute_groups, drop_repeated_declarations
 from .ir.lexer import texts_of
 from .ir.module import AttributeGroup, Function, GlobalVariable, Item, Line, Module, TypeDefinition
 from .ir.names import is_entry_name, symbol_for
@@ -286,7 +286,7 @@ def translate_attribute_groups(module: Module, context: PortableContext) -> Modu
         old = groups.get(ref)
         attributes = downlevel.translate_attribute_group(" ".join(old.attributes) if old else "")
         module.items.append(AttributeGroup(ref, [attributes] if attributes else []))
-    return module
+    return drop_empty_attribute_groups(module)  # a group whose every attribute went (opt's CPU attributes)
 
 
 def unique_names(module: Module, context: PortableContext) -> Module:

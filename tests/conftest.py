@@ -17,6 +17,19 @@ from cases import EXPORTED
 import pyjlad.export as export_module
 
 LLVM_VERSIONS = (15, 16, 19, 22)
+#: Test files whose module- or session-scoped fixtures are expensive (a corpus or probe run, a wheel built
+#: and installed, the API docs built, a Julia session): under ``pytest -n ... --dist loadgroup``
+#: (``scripts/run-tests.sh``) each file's tests all go to one worker, so its fixtures are built once.
+ONE_WORKER_FILES = frozenset({
+    "test_api_docs.py", "test_corpus.py", "test_ir_module.py", "test_julia_exec.py", "test_julia_static.py",
+    "test_packaging.py", "test_portable.py", "test_reliability.py", "test_runtime_ll.py",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in ONE_WORKER_FILES:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 def portability_failures(modules: dict[str, str]) -> list[str]:

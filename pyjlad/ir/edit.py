@@ -17,10 +17,11 @@ from collections.abc import Callable
 
 from ..errors import IRError
 from .downlevel import tokenize_attributes
-from .lexer import decode_name, symbol_for, tokenize
+from .lexer import decode_name, substitute, symbol_for, tokenize
 from .module import AttributeGroup, Function, Module, parse
+from .rewrite import map_items
 
-__all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes"]
+__all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups"]
 
 
 def _functions(module: Module) -> list[Function]:
@@ -154,4 +155,47 @@ def drop_attributes(module: Module, names: frozenset[str]) -> Module:
             kept = [t for t in tokens if t not in names]
             if len(kept) != len(tokens):
                 item.attributes = [" ".join(kept)] if kept else []
+    return drop_empty_attribute_groups(module)
+
+
+def drop_empty_attribute_groups(module: Module) -> Module:
+    r"""``module`` without its empty attribute groups (``attributes #1 = { }``, which no LLVM version reads)
+    and without the references to them (``#1`` after a function's header, a call or a global), in place.
+
+    Passes that drop attributes leave such groups when every attribute of a group goes (the CPU
+    attributes ``opt -mcpu`` puts on each function, for instance).
+
+    Examples
+    --------
+    >>> m = parse("declare void @g() #1\n\ndefine void @f() #0 {\n  call void @g() #1\n  ret void\n}\n\n"
+    ...           "attributes #0 = { nounwind }\nattributes #1 = { }\n")
+    >>> print(drop_empty_attribute_groups(m).render(), end="")
+    declare void @g()
+    <BLANKLINE>
+    define void @f() #0 {
+      call void @g()
+      ret void
+    }
+    <BLANKLINE>
+    attributes #0 = { nounwind }
+    """
+    empty = {item.ref for item in module.items
+             if isinstance(item, AttributeGroup) and not any(a.strip() for a in item.attributes)}
+    if not empty:
+        return module
+    module.items = [i for i in module.items if not (isinstance(i, AttributeGroup) and i.ref in empty)]
+    for item in module.items:
+        if isinstance(item, Function):
+            item.attributes = [a for a in item.attributes if a not in empty]
+            if item.body is not None:
+                item.body = [_without_groups(line, empty) for line in item.body]
+    map_items(module, lambda text: _without_groups(text, empty),
+              where=lambda item: not isinstance(item, (Function, AttributeGroup)))
     return module
+
+
+def _without_groups(text: str, refs: set[str]) -> str:
+    """``text`` without its ``#N`` tokens naming one of ``refs`` (and the space before each)."""
+    if "#" not in text:
+        return text
+    return substitute(text, "attrgroup", lambda ref: "\0" if ref in refs else ref).replace(" \0", "").replace("\0", "")
