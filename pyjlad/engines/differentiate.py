@@ -129,8 +129,8 @@ _NO_MIN_CUT = "-enzyme-mincut-cache=false"
 #: machine's CPU, as Numba's JIT targets it: without them ``opt`` optimizes for a baseline x86-64 (SSE2),
 #: vectorizes loops two doubles wide and marks them vectorized, and the JIT's own pipeline does not widen them.
 #: Runtime unrolling stays off, as it is for the baseline target: a CPU model with a loop buffer (AMD Zen 3)
-#: turns it on, and it made the heat stencil's gradient 1.03-1.43x slower than the baseline's in runs of
-#: ``benchmarks/host_target.py`` (without it: 0.90-0.96x).
+#: turns it on, and it made the heat stencil's gradient 1.03-1.38x slower than the baseline's in runs of
+#: ``benchmarks/host_target.py`` (without it: 0.90-1.05x).
 HOST_TARGET = ("-mcpu=native", "-unroll-runtime=false")
 #: The last stage of every pipeline here: the derivative optimized (see :func:`_optimized_for_host`).
 _OPTIMIZE = "default<O2>"
