@@ -17,23 +17,6 @@ from cases import EXPORTED
 import pyjlad.export as export_module
 
 LLVM_VERSIONS = (15, 16, 19, 22)
-#: Test files whose module- or session-scoped fixtures are expensive (a corpus or probe run, a wheel built
-#: and installed, the API docs built, a Julia session), marked for ``pytest -n ... --dist loadgroup``
-#: (``scripts/run-tests.sh``) to keep each file's tests on one worker. Not yet effective: in the run of
-#: 2026-11-28 the corpus fixture was still set up on both workers (this hook probably runs after
-#: pytest-xdist's own, which reads the marks; a module-level ``pytestmark`` is the next thing to try).
-ONE_WORKER_FILES = frozenset({
-    "test_api_docs.py", "test_corpus.py", "test_ir_module.py", "test_julia_exec.py", "test_julia_static.py",
-    "test_packaging.py", "test_portable.py", "test_reliability.py", "test_runtime_ll.py",
-})
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name in ONE_WORKER_FILES:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
-
-
 def portability_failures(modules: dict[str, str]) -> list[str]:
     """Return one line per (module, LLVM version) whose ``llvm-as`` rejects the module text."""
     failures: list[str] = []
