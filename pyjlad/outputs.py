@@ -6,12 +6,13 @@ for a function ``f`` returning an array, a float or a tuple of those, pyjlad
 differentiates a generated Numba wrapper instead::
 
     @njit
-    def f_outputs(o0, o1, a0, a1):      # one C-ordered buffer per float result
+    def f_outputs(o0, o1, a0, a1):      # one buffer per float result (here a 1-D array and a float)
         r = f(a0, a1)
-        v0 = np.ascontiguousarray(r[0]).ravel()   # an array result, copied
-        b0 = o0.ravel()                           # element by element (a view
-        for k in range(b0.size):                  # of the buffer): no broadcasting
-            b0[k] = v0[k]                         # machinery with Python-level errors
+        v0 = np.ascontiguousarray(r[0])
+        if v0.shape != o0.shape:        # a buffer sized for another result (pyjlad.vector_plan
+            raise OutputShapeChanged    # sizes them from an earlier call): nothing written
+        for i0 in range(o0.shape[0]):   # element by element, any strides (the buffer may be
+            o0[i0] = v0[i0]             # a strided view, pyjlad.vector_lanes)
         o1[0] = r[1]                    # a float result, in a 1-element array
 
 whose output buffers are ``Duplicated``: their shadows carry the cotangent
@@ -27,11 +28,17 @@ from typing import Any
 import numba
 import numpy as np
 
-from .errors import ArgumentError, UnsupportedFunctionError
+from .errors import ArgumentError, PyjladError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function
 from .memo import cached_for
 
-__all__ = ["OutputLayout", "output_layout", "output_wrapper"]
+__all__ = ["OutputLayout", "OutputShapeChanged", "output_layout", "output_wrapper"]
+
+
+class OutputShapeChanged(PyjladError, ValueError):
+    """A wrapper's buffer has another shape than the function's result: raised by the wrapper before
+    it writes, so that a caller that sized the buffer from an earlier call (:func:`pyjlad.vector_plan.sweep_plan`)
+    measures the result and sweeps again (never reaches the user)."""
 
 
 @dataclass(frozen=True)
@@ -153,11 +160,13 @@ def _make_wrapper(func: Any, nargs: int, layout: OutputLayout) -> Any:
             ndim = len(layout.items[item][1])
             index = ", ".join(f"i{d}" for d in range(ndim)) or "()"
             lines.append(f"    v{k} = np.ascontiguousarray({source})")
+            lines.append(f"    if v{k}.shape != {out}.shape:")
+            lines.append("        raise OutputShapeChanged")
             lines += [f"    {'    ' * d}for i{d} in range({out}.shape[{d}]):" for d in range(ndim)]
             lines.append(f"    {'    ' * ndim}{out}[{index}] = v{k}[{index}]")
         else:
             lines.append(f"    {out}[0] = {source}")
-    namespace: dict[str, Any] = {"f": target, "np": np}
+    namespace: dict[str, Any] = {"f": target, "np": np, "OutputShapeChanged": OutputShapeChanged}
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from names we control
     return numba.njit(namespace[f"{_identifier(name)}_outputs"])
 

@@ -22,7 +22,8 @@ from .outputs import output_layout, output_wrapper
 from .product_args import differentiable
 from .pytrees import has_container
 
-__all__ = ["Refused", "SweepPlan", "argtypes_of", "fresh", "shadowed", "sweep_plan", "stack", "type_key", "writes_of"]
+__all__ = ["Refused", "SweepPlan", "argtypes_of", "fresh", "shadowed", "size_key", "sweep_plan", "stack", "type_key",
+           "writes_of"]
 
 
 class Refused(PyjladError):
@@ -111,12 +112,36 @@ class _Record:
     def __init__(self, signature: tuple) -> None:
         self.signature = signature
         self.known_writes: Any = None  # the arguments f writes, once its wrapper's analysis is known
-        self.outputs: dict[tuple[Any, ...], tuple] = {}  # by output shape and dtype: (layout, wrapper, writes, memo)
+        self.outputs: dict[tuple[Any, ...], tuple] = {}  # by output shape and dtype: (layout, wrapper, writes, memo,
+        #                                                  a zero output)
+        self.results: dict[tuple[Any, ...], tuple] = {}  # by size_key: the output's (shape, dtype) last measured
         self.memo: dict = {}
 
 
-def sweep_plan(f: Any, primals: tuple[Any, ...]) -> SweepPlan:
-    """How to sweep ``f`` for ``primals``, or :class:`Refused`."""
+#: Sizes remembered per function and argument types (:func:`size_key`); more clear the table.
+_RESULT_SIZES = 64
+
+
+def size_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a result's shape usually depends on: the arrays' shapes and the integers' values.
+
+    >>> import numpy as np
+    >>> size_key((np.zeros((2, 3)), 4, 0.5))
+    ((2, 3), 4, None)
+    """
+    return tuple(x.shape if isinstance(x, np.ndarray) else
+                 x if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) else None
+                 for x in primals)
+
+
+def sweep_plan(f: Any, primals: tuple[Any, ...], measure: bool = False) -> SweepPlan:
+    """How to sweep ``f`` for ``primals``, or :class:`Refused`.
+
+    For ``f`` returning an array, the output's shape and dtype are those measured by running ``f``
+    on the last call with the same :func:`size_key` (``measure``, or none yet: run ``f`` now). A
+    guess that is wrong makes the sweep raise :class:`~pyjlad.outputs.OutputShapeChanged` before
+    it writes the output: the caller then plans again with ``measure=True``
+    (:func:`pyjlad.vector_products.planned`)."""
     if has_container(primals):
         raise Refused
     key = type_key(primals)  # (cheaper to hash than Numba's types)
@@ -126,18 +151,26 @@ def sweep_plan(f: Any, primals: tuple[Any, ...]) -> SweepPlan:
         return SweepPlan(kind, f, None, None, dtype(0), writes, key, record.memo)
     if kind == "none":
         return SweepPlan(kind, f, None, written, primals[written], writes, key, record.memo)
-    # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
-    # its wrapper's analysis; until then of every array).
-    value = as_numba_function(f)(*fresh(primals, record.known_writes))
-    if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
-        raise Refused
-    found = record.outputs.get((value.shape, value.dtype))
+    sizes = size_key(primals)
+    result = None if measure else record.results.get(sizes)
+    if result is None:
+        # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
+        # its wrapper's analysis; until then of every array).
+        value = as_numba_function(f)(*fresh(primals, record.known_writes))
+        if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
+            raise Refused
+        if len(record.results) >= _RESULT_SIZES:
+            record.results.clear()
+        result = record.results[sizes] = (value.shape, value.dtype)
+    found = record.outputs.get(result)
     if found is None:
-        found = record.outputs[value.shape, value.dtype] = (*_output_plan(f, primals, argtypes_of(primals, key),
-                                                                          value), {})
+        like = np.zeros(*result)  # (typed writable: the wrapper writes its buffer)
+        planned = _output_plan(f, primals, argtypes_of(primals, key), like)
+        like.setflags(write=False)  # shared by the calls: shape and dtype only
+        found = record.outputs[result] = (*planned, {}, like)
         record.known_writes = found[2]
-    layout, wrapper, writes, memo = found
-    return SweepPlan("array", wrapper, layout, None, value, writes, key, memo)
+    layout, wrapper, writes, memo, like = found
+    return SweepPlan("array", wrapper, layout, None, like, writes, key, memo)
 
 
 def _output_plan(f: Any, primals: tuple[Any, ...], argtypes: tuple[Any, ...], value: np.ndarray) -> tuple:

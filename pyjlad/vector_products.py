@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numba import types as nbtypes
@@ -34,6 +34,7 @@ from .engines import default_engine_name
 from .errors import ArgumentTypeError
 from .export import result_type
 from .memo import cached_for
+from .outputs import OutputShapeChanged
 from .product_args import differentiable
 from .pytrees import has_container
 from .sweep import compact_overlapping
@@ -55,6 +56,8 @@ __all__ = ["DEFAULT_CHUNK", "check_chunk", "forward_directions", "reverse_direct
 #: Directions per sweep when none is given (measured: benchmarks/vector_mode.py and docs/vector-mode.md: 32 was
 #: 1-25% faster than 16 at 64x64 and 256x256, at twice the shadow memory).
 DEFAULT_CHUNK = 32
+
+T = TypeVar("T")
 
 
 def check_chunk(chunk: int | None) -> int:
@@ -102,9 +105,18 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     if width < 2 or count == 0 or not _vector_engine(engine):
         return None
     try:
-        return _forward(f, sweep_plan(f, primals), primals, active, count, make, width, engine)
+        return planned(f, primals, lambda plan: _forward(f, plan, primals, active, count, make, width, engine))
     except Refused:
         return None
+
+
+def planned(f: Any, primals: tuple[Any, ...], sweep: Callable[[SweepPlan], T]) -> T:
+    """``sweep(plan)`` with the :func:`~pyjlad.vector_plan.sweep_plan` of ``f`` for ``primals``; again with
+    the output measured where the plan's output shape, remembered from an earlier call, was not this one's."""
+    try:
+        return sweep(sweep_plan(f, primals))
+    except OutputShapeChanged:
+        return sweep(sweep_plan(f, primals, measure=True))
 
 
 def _forward(f: Any, plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
@@ -134,7 +146,7 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     if width < 2 or count == 0 or not _vector_engine(engine) or _parallel_reverse(f):
         return None
     try:
-        return _reverse(f, sweep_plan(f, primals), primals, active, count, seeds, width, engine)
+        return planned(f, primals, lambda plan: _reverse(f, plan, primals, active, count, seeds, width, engine))
     except Refused:
         return None
 
@@ -205,33 +217,37 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
     if width < 2 or not _vector_engine(engine) or (mode == "reverse" and _parallel_reverse(f)):
         return None
     try:
-        plan = sweep_plan(f, args)
-        out_shape, out_dtype = np.shape(plan.out_like), plan.out_like.dtype
-        out_size = math.prod(out_shape)
-        if out_size == 0:
-            return None
-        if mode == "reverse":
-            active = _memo(plan, ("jacobian-active", indices), lambda: active_of(args, lambda i: i in indices))
-            got = _reverse(f, plan, args, active, out_size, unit_chunks(0, out_shape, out_dtype, 1), width, engine)
-            if got is None:
-                return None
-            return [got[1][i].reshape(out_shape + np.shape(args[i])).astype(
-                np.promote_types(out_dtype, np.asarray(args[i]).dtype), copy=False) for i in indices]
-        out = []
-        for i in indices:
-            shape = np.shape(args[i])
-            size = math.prod(shape)
-            active = _memo(plan, ("jacobian-active", i), lambda i=i: active_of(args, lambda j: j == i))
-            dtype = np.asarray(args[i]).dtype
-            got = _forward(f, plan, args, active, size, unit_chunks(i, shape, dtype, len(args)), width, engine) \
-                if size else None
-            if got is None:
-                return None
-            columns = got[1].reshape(size, out_size).T.reshape(out_shape + shape)
-            out.append(columns.astype(np.promote_types(out_dtype, dtype), copy=False))
-        return out
+        return planned(f, args, lambda plan: _jacobian(f, plan, args, indices, mode, width, engine))
     except Refused:
         return None
+
+
+def _jacobian(f: Any, plan: SweepPlan, args: tuple[Any, ...], indices: tuple[int, ...], mode: str, width: int,
+              engine: str | None) -> list[np.ndarray] | None:
+    out_shape, out_dtype = np.shape(plan.out_like), plan.out_like.dtype
+    out_size = math.prod(out_shape)
+    if out_size == 0:
+        return None
+    if mode == "reverse":
+        active = _memo(plan, ("jacobian-active", indices), lambda: active_of(args, lambda i: i in indices))
+        got = _reverse(f, plan, args, active, out_size, unit_chunks(0, out_shape, out_dtype, 1), width, engine)
+        if got is None:
+            return None
+        return [got[1][i].reshape(out_shape + np.shape(args[i])).astype(
+            np.promote_types(out_dtype, np.asarray(args[i]).dtype), copy=False) for i in indices]
+    out = []
+    for i in indices:
+        shape = np.shape(args[i])
+        size = math.prod(shape)
+        active = _memo(plan, ("jacobian-active", i), lambda i=i: active_of(args, lambda j: j == i))
+        dtype = np.asarray(args[i]).dtype
+        got = _forward(f, plan, args, active, size, unit_chunks(i, shape, dtype, len(args)), width, engine) \
+            if size else None
+        if got is None:
+            return None
+        columns = got[1].reshape(size, out_size).T.reshape(out_shape + shape)
+        out.append(columns.astype(np.promote_types(out_dtype, dtype), copy=False))
+    return out
 
 
 def _memo(plan: SweepPlan, key: tuple, make: Callable[[], Any]) -> Any:

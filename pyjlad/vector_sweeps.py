@@ -20,6 +20,7 @@ from .activity import Activity
 from .engines import compiled_sweep
 from .errors import ArgumentError, EnzymeError, PyjladError, UnsupportedFunctionError
 from .memo import cached_for
+from .outputs import OutputShapeChanged
 from .sweep import Sweep
 from .vector_lanes import Lanes
 from .vector_plan import Refused, SweepPlan, fresh, shadowed, stack
@@ -90,6 +91,8 @@ def _runner(compiled: Any, interleaved: tuple[int, ...]) -> Callable[[tuple[Any,
             raise NotInterleaved if interleaved else Refused
         try:
             value, _, _ = compiled(args, shadows, 0.0)
+        except OutputShapeChanged:
+            raise  # the output buffer's size was a guess (pyjlad.vector_plan), not the layout
         except (EnzymeError, UnsupportedFunctionError) as exc:
             refused[0] = True
             raise (NotInterleaved if interleaved else Refused) from exc

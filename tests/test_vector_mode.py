@@ -358,3 +358,33 @@ def test_array_result_and_written_argument_repeated_calls(mode):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
         np.testing.assert_array_equal(x, X)
         np.testing.assert_array_equal(scratch, np.full(X.shape, 7.0))
+
+
+@njit
+def positive_squares(x, repeat):
+    kept = x[x > 0.0]  # the result's length depends on the values
+    out = np.empty(kept.size * repeat)
+    for r in range(repeat):
+        out[r * kept.size:(r + 1) * kept.size] = kept * kept
+    return out
+
+
+def positive_squares_jax(x, mask, repeat):
+    return jnp.tile(x[mask] ** 2, repeat)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_a_result_whose_length_changes_between_calls_of_the_same_shapes_is_measured_again(mode):
+    # The output size is remembered from the last call with the same argument shapes; a call whose
+    # result has another size must notice before anything is written, not write out of bounds.
+    calls = [(np.array([1.0, -2.0, 3.0, 0.5]), 2), (np.array([1.0, 2.0, 3.0, 0.5]), 2),
+             (np.array([-1.0, -2.0, 3.0, -0.5]), 2), (np.array([-1.0, -2.0, 3.0, -0.5]), 3),
+             (np.array([1.0, 2.0, 3.0, 0.5]), 2)]
+    for x, repeat in calls:
+        before = x.copy()
+        mask = before > 0.0
+        want = np.asarray(jax.jacfwd(lambda v, m=mask, r=repeat: positive_squares_jax(v, m, r))(before))
+        got = pyjlad.jacobian(positive_squares, x, repeat, mode=mode, chunk=3)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(x, before)
