@@ -371,7 +371,8 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: 
     ``chunk`` columns per sweep (default :data:`~pyjlad.vector_products.DEFAULT_CHUNK`):
     forward over reverse, the forward sweep in Enzyme's vector mode. With ``chunk=1``,
     and where vector mode does not apply (see :mod:`pyjlad.vector_products`), column
-    by column with :func:`hvp` (reverse over forward).
+    by column with :func:`hvp` (reverse over forward). Every sweep runs ``f`` on copies
+    of the arguments: a function that writes into an argument leaves the caller's unchanged.
 
     Returns
     -------
@@ -388,12 +389,14 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: 
         raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(args) - 1}, got {wrt!r}")
     refuse_containers(args, "hessian")
     x = args[wrt]
+    # Every column at the point given: each sweep runs f on copies of the arrays (one that f writes
+    # would otherwise move the point from column to column), as the vector-mode sweeps do.
     if not isinstance(x, np.ndarray):
-        return hvp(f, args, 1.0, wrt, engine=engine)
+        return hvp(f, copy_arrays(args), 1.0, wrt, engine=engine)
     vector = hessian_columns(f, args, wrt, check_chunk(chunk), engine)
     if vector is not None:
         return vector
     hess = np.zeros(x.shape + x.shape, dtype=x.dtype)
     for idx in np.ndindex(x.shape):
-        hess[(Ellipsis, *idx)] = hvp(f, args, unit_vector(x.shape, idx, x.dtype), wrt, engine=engine)
+        hess[(Ellipsis, *idx)] = hvp(f, copy_arrays(args), unit_vector(x.shape, idx, x.dtype), wrt, engine=engine)
     return hess

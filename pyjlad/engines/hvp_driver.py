@@ -87,10 +87,17 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     outer_activities = tuple(Activity.DIFF.concrete_for(is_array, "reverse") if i == wrt else Activity.CONST
                              for i in range(len(abi.args)))
     outer_markers = _arg_markers(abi, params, names, outer_activities, "reverse", lambda i: "%hv")
-    outer_markers += ["ptr @enzyme_const", f"{w_ty} %v", "ptr @enzyme_dup", "ptr %dslot", "ptr %dseed"]
+    # The tangent v is constant for the outer sweep, unless f writes x: then the inner sweep writes v too
+    # (x[i] = g(x[i]) gives v[i] = g'(x[i]) v[i]), and what it reads back depends on x through that memory:
+    # constant, its derivative would be lost. Then v gets a zeroed shadow %vbarN (addressed like x).
+    writes_wrt = is_array and arg.writes  # type: ignore[union-attr]
+    outer_markers += ["ptr @enzyme_dup", "ptr %v", f"ptr %vbar{wrt}"] if writes_wrt else ["ptr @enzyme_const", f"{w_ty} %v"]
+    outer_markers += ["ptr @enzyme_dup", "ptr %dslot", "ptr %dseed"]
     for i in zeroed:
         outer_markers += ["ptr @enzyme_dup", f"ptr %ztangent{i}", f"ptr %zzero{i}"]
     buffers = [_zero_buffers(abi, params, names, zeroed, prefix) for prefix in ("zero", "ztangent", "zzero")]
+    if writes_wrt:
+        buffers.append(_zero_buffers(abi, params, names, (wrt,), "vbar"))
     g_ret = "void" if is_array else arg.llvm_type  # type: ignore[union-attr]
     call = (f"call {g_ret} (...) @__enzyme_autodiff(ptr @{inner}, ptr @enzyme_const, ptr %excinfo, "
             f"ptr @enzyme_const, ptr %status, {', '.join(outer_markers)})")
