@@ -61,7 +61,8 @@ class Construct:
 
 
 _LINALG_ADVICE = (
-    "pyjlad differentiates @, np.dot, np.outer, np.trace, np.linalg.norm, inv, det, solve and cholesky; "
+    "pyjlad differentiates @, np.dot, np.outer, np.trace, np.linalg.norm (not a matrix's 2-norm, ord=2, "
+    "which is an SVD), inv, det, solve and cholesky; "
     "rewrite with those (least squares: np.linalg.solve(A.T @ A, A.T @ b)), or compute this part outside "
     "the differentiated function"
 )
@@ -69,8 +70,10 @@ _LAPACK = {
     "numba_ez_xxxevd": ("np.linalg.eigh / eigvalsh", ("np.linalg.eigh", "np.linalg.eigvalsh")),
     "numba_ez_rgeev": ("np.linalg.eig / eigvals", ("np.linalg.eig", "np.linalg.eigvals")),
     "numba_ez_cgeev": ("np.linalg.eig / eigvals", ("np.linalg.eig", "np.linalg.eigvals")),
+    # (np.linalg.norm: the matrix 2-norm, ord=2, is the largest singular value; its other orders need no SVD,
+    # and where ord is a constant the retry that prunes constant branches drops the SVD.)
     "numba_ez_gesdd": ("np.linalg.svd", ("np.linalg.svd", "np.linalg.pinv", "np.linalg.matrix_rank",
-                                         "np.linalg.cond")),
+                                         "np.linalg.cond", "np.linalg.norm")),
     "numba_ez_gelsd": ("np.linalg.lstsq", ("np.linalg.lstsq",)),
     "numba_ez_geqrf": ("np.linalg.qr", ("np.linalg.qr",)),
     "numba_ez_xxgqr": ("np.linalg.qr", ("np.linalg.qr",)),
@@ -118,7 +121,7 @@ _IMPL_NAMES = (
     (re.compile(r"^numba\.np\.linalg\.(dot_2_mm|dot_2_mv|dot_2_vm|dot_2_vv|dot_3)"), "a matrix product (@ / np.dot)",
      ("@", "np.dot")),
     (re.compile(r"^numba\.np\.linalg\.(?:_?)(\w+?)_impl"), "np.linalg.{0}", ("np.linalg.{0}",)),
-    (re.compile(r"^numba\.np\.arraymath\.(?:array_)?(\w+?)(?:_impl\w*)?(?:\.|$)"), "np.{0}", ("np.{0}", "array.{0}")),
+    (re.compile(r"^numba\.np\.arraymath\.(?:array_|np_)?(\w+?)(?:_impl\w*)?(?:\.|$)"), "np.{0}", ("np.{0}", "array.{0}")),
     (re.compile(r"^numba\.np\.npyfuncs\.np_(\w+?)_impl"), "np.{0}", ("np.{0}",)),
     (re.compile(r"^numba\.cpython\.mathimpl\.(\w+?)_impl"), "math.{0}", ("math.{0}",)),
     (re.compile(r"^numba\.np\.arrayobj\.(fancy_getitem|fancy_setslice|array_getitem)\w*"), "array indexing",

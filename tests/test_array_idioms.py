@@ -354,3 +354,74 @@ def test_retries_after_enzyme_failures():
         SCALARIZED_PASSES, ("-scalarize-load-store", "-enzyme-loose-types"))
     assert _next_attempt(SCALARIZED_PASSES, ("-scalarize-load-store", "-enzyme-loose-types"), vector) is None
     assert _next_attempt(PASSES, (), "Assertion `legalRecompute(") is None  # not retried here
+
+
+def arange_weights(x):
+    return np.sum(x * x * np.arange(x.shape[0]))
+
+
+def arange_loop(x):
+    r = np.arange(x.shape[0])
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i] * r[i]
+    return s
+
+
+def diff_arange(x):
+    d = np.diff(x)
+    return np.sum(d * d * np.arange(d.shape[0]))
+
+
+def column_sums(x):
+    a = np.sum(x, axis=0)
+    return np.dot(a, a * a)
+
+
+# Forward mode of functions storing integers into arrays they allocate (a vectorized np.arange, the
+# integer temporaries of a sum along an axis): Enzyme could not type those stores ("Cannot deduce type
+# of store") until pyjlad's last retry typed the module's integer accesses (pyjlad.ir.edit.tag_integer_accesses).
+FORWARD_INTEGER_CASES = [
+    _case("np.arange weights", arange_weights, lambda x: jnp.sum(x * x * jnp.arange(x.shape[0])), (SPREAD,)),
+    _case("np.arange in a loop", arange_loop, lambda x: jnp.sum(x * x * jnp.arange(x.shape[0])), (SPREAD,)),
+    _case("np.diff times np.arange", diff_arange,
+          lambda x: jnp.sum(jnp.diff(x) ** 2 * jnp.arange(x.shape[0] - 1)), (SPREAD,)),
+    _case("np.sum axis 0", column_sums, lambda x: jnp.dot(jnp.sum(x, axis=0), jnp.sum(x, axis=0) ** 2), (M1,)),
+]
+
+
+@pytest.mark.parametrize("body, jbody, args", FORWARD_INTEGER_CASES)
+def test_forward_mode_through_integer_arrays_the_function_allocates(body, jbody, args):
+    (x,) = args
+    before = _copies(args)
+    f = njit(body)
+    tangent = RNG.standard_normal(x.shape)
+    _, want_tangent = jax.jvp(jbody, (jnp.asarray(before[0]),), (jnp.asarray(tangent),))
+    _, got_tangent = pyjlad.jvp(f, (x,), (tangent,))
+    np.testing.assert_allclose(got_tangent, float(want_tangent), rtol=1e-12)
+    np.testing.assert_allclose(pyjlad.jacobian(f, x, mode="forward"), np.asarray(jax.grad(jbody)(before[0])),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pyjlad.hessian(f, x), np.asarray(jax.hessian(jbody)(before[0])), rtol=1e-12,
+                               atol=1e-12)
+    _assert_unchanged(args, before)
+
+
+def test_integer_accesses_are_typed_only_after_every_other_attempt_failed(monkeypatch):
+    """The typed retry runs last (a module that differentiates without it is the same module as before)."""
+    from pyjlad.engines import differentiate
+
+    seen = []
+    real = differentiate._differentiate
+
+    def spy(toolchain, module, passes, what, options=(), host=False):
+        seen.append("!tbaa" in (module.decode() if isinstance(module, bytes) else module))
+        return real(toolchain, module, passes, what, options, host)
+
+    monkeypatch.setattr(differentiate, "_differentiate", spy)
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    x = SPREAD.copy()
+    pyjlad.jvp(njit(arange_loop), (x,), (np.ones_like(x),))
+    assert seen[-1] and not any(seen[:-1]) and len(seen) > 1  # typed once the untyped attempts had failed
+    seen.clear()
+    pyjlad.jvp(njit(lambda v: np.sum(v * v)), (x,), (np.ones_like(x),))
+    assert seen == [False]

@@ -223,3 +223,13 @@ def test_a_failure_inside_numbas_quicksort_names_the_sort():
     assert f":{line} (in " in message
     assert "Cannot deduce type" in message.splitlines()[-2]  # Enzyme's reason, last
     assert x.tobytes() == before.tobytes()
+
+
+def test_a_numpy_implementation_is_named_as_the_user_wrote_it():
+    # Numba names some implementations np_<name>_impl: the message says np.diff, not np.np_diff (and then
+    # finds the line that calls np.diff).
+    from pyjlad.refusals import _construct_from_report
+
+    symbol = "_ZN5numba2np9arraymath12np_diff_impl12_3clocals_3e12diff_impl_241B2v1E"
+    _, construct = _construct_from_report(f"Enzyme: failed in {symbol}", set())
+    assert construct.name == "np.diff" and "np.diff" in construct.labels

@@ -18,6 +18,8 @@ from ..errors import (
     EnzymeError,
 )
 from ..export import ExportedFunction
+from ..ir.edit import tag_integer_accesses
+from ..ir.module import parse
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
 from ..log import get_logger, timed
@@ -225,6 +227,16 @@ def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tu
     return None
 
 
+def _integers_typed(module: str | bytes) -> str:
+    """``module`` with its integer loads and stores typed for Enzyme (:func:`pyjlad.ir.edit.tag_integer_accesses`).
+
+    After every other attempt failed on a type: Enzyme's forward mode must know what a store writes into
+    memory it may shadow, and nothing tells it for the integers a vectorized loop stores into an array the
+    function allocates (``np.arange(n)``, the integer temporaries of ``np.sum(a, axis=0)``)."""
+    text = module.decode() if isinstance(module, bytes) else module
+    return tag_integer_accesses(parse(text, strict=False)).render()
+
+
 #: Enzyme v0.0.289's forward mode reached a value's use before its definition (see :mod:`pyjlad.block_order`).
 _BLOCK_ORDER_FAILURE = "forwardModeInvertedPointerFallback"
 
@@ -264,7 +276,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
     toolchain = locate()
     label = exported.abi.entry
     dump(label, "driver", module_text)
-    module, reordered = _enzyme_input(toolchain, exported, module_text), False
+    module, reordered, typed = _enzyme_input(toolchain, exported, module_text), False, False
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
     passes, options = PASSES, NO_SPECULATION_ARGS
@@ -279,9 +291,18 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
                 _log.debug("Enzyme's forward mode met a use before its definition in %s: retrying with the "
                            "blocks in dominance order", exported.name)
                 module, reordered = _enzyme_input(toolchain, exported, module_text, dominance=True), True
+                module = _integers_typed(module) if typed else module
                 dump(label, "enzyme.input-blocks-in-dominance-order", module)
                 continue
             attempt = _next_attempt(passes, options, exc.diagnostics)
+            if attempt is None and not typed and any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
+                # The last resort for a type failure: every attempt again, the integers in memory typed.
+                _log.debug("Enzyme could not type %s's memory: retrying with its integer accesses typed",
+                           exported.name)
+                module, typed = _integers_typed(module), True
+                dump(label, "enzyme.input-integers-typed", module)
+                passes, options = PASSES, NO_SPECULATION_ARGS
+                continue
             if attempt is not None:
                 _log.debug("Enzyme failed on %s (%s); retrying with options %s", exported.name,
                            exc.diagnostics.strip().splitlines()[-1][:200] if exc.diagnostics.strip() else exc,

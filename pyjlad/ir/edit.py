@@ -9,6 +9,7 @@ Each edits the module in place, re-rendering only what it changes: every other b
 * :func:`drop_repeated_declarations`: keep the first ``declare`` of each symbol.
 * :func:`declare`: append a declaration unless the module already has the function.
 * :func:`drop_attributes`: remove function attributes from every attribute group.
+* :func:`tag_integer_accesses`: give every integer load and store one TBAA type, "long".
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from collections.abc import Callable
 
 from ..errors import IRError
 from .downlevel import tokenize_attributes
+from .instructions import parse_instruction, significant
 from .lexer import decode_name, substitute, symbol_for, tokenize
-from .module import AttributeGroup, Function, Module, parse
+from .module import AttributeGroup, Function, Metadata, Module, parse
 from .rewrite import map_items
 
-__all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups"]
+__all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups",
+           "tag_integer_accesses"]
 
 
 def _functions(module: Module) -> list[Function]:
@@ -199,3 +202,68 @@ def _without_groups(text: str, refs: set[str]) -> str:
     if "#" not in text:
         return text
     return substitute(text, "attrgroup", lambda ref: "\0" if ref in refs else ref).replace(" \0", "").replace("\0", "")
+
+
+#: The integer element types :func:`tag_integer_accesses` tags (i8 is left alone: C's char type aliases all).
+_TAGGED_INTEGERS = frozenset({"i16", "i32", "i64"})
+
+
+def tag_integer_accesses(module: Module) -> Module:
+    r"""``module`` with a TBAA tag of type ``"long"`` on every load and store of an integer or a vector of
+    integers (16 to 64 bits) that has none, in place: what Enzyme's type analysis reads to know that memory
+    holds integers, where nothing else tells it (an ``np.arange`` filled by a vectorized loop, in forward mode).
+
+    One type for all of them: LLVM learns no more about aliasing than without tags (two accesses with the same
+    type may alias, as may an access without a tag and any other), so the tags cannot change what the
+    optimizer may do; they only type the memory.
+
+    Examples
+    --------
+    >>> m = parse("define void @f(ptr %p) {\n  store <4 x i64> zeroinitializer, ptr %p, align 8\n"
+    ...           "  %v = load double, ptr %p, align 8\n  ret void\n}\n")
+    >>> print(tag_integer_accesses(m).render(), end="")
+    define void @f(ptr %p) {
+      store <4 x i64> zeroinitializer, ptr %p, align 8, !tbaa !3
+      %v = load double, ptr %p, align 8
+      ret void
+    }
+    !0 = !{!"Simple C/C++ TBAA"}
+    !1 = !{!"omnipotent char", !0, i64 0}
+    !2 = !{!"long", !1, i64 0}
+    !3 = !{!2, !2, i64 0}
+    """
+    numbers = [int(symbol[1:]) for symbol in module.metadata if symbol[1:].isdigit()]
+    root = max(numbers, default=-1) + 1
+    tag = f"!{root + 3}"
+    tagged = False
+    for function in module.definitions:
+        body = function.body or []
+        for index, line in enumerate(body):
+            if "tbaa" in line or not _integer_access(line):
+                continue
+            body[index] = line.rstrip() + f", !tbaa {tag}"
+            tagged = True
+    if tagged:
+        module.items += [Metadata(f"!{root}", '!{!"Simple C/C++ TBAA"}'),
+                         Metadata(f"!{root + 1}", f'!{{!"omnipotent char", !{root}, i64 0}}'),
+                         Metadata(f"!{root + 2}", f'!{{!"long", !{root + 1}, i64 0}}'),
+                         Metadata(tag, f"!{{!{root + 2}, !{root + 2}, i64 0}}")]
+    return module
+
+
+def _integer_access(line: str) -> bool:
+    """Whether body ``line`` is a non-atomic ``load``/``store`` of an integer type :data:`_TAGGED_INTEGERS` names
+    (or a vector of one)."""
+    if "load" not in line and "store" not in line:
+        return False
+    instruction = parse_instruction(line)
+    if instruction is None or instruction.opcode not in ("load", "store"):
+        return False
+    words = [t.text for t in significant(list(instruction.tokens))]
+    start = words.index(instruction.opcode) + 1
+    if start < len(words) and words[start] in ("atomic", "volatile"):
+        return False  # (left as they are)
+    first = words[start:start + 4]
+    if first[:1] == ["<"] and len(first) == 4 and first[2] == "x":
+        return first[3] in _TAGGED_INTEGERS
+    return first[:1] != [] and first[0] in _TAGGED_INTEGERS
