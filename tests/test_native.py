@@ -18,6 +18,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
+from numba import njit
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
@@ -205,3 +206,25 @@ def test_an_unused_child_ends_quietly():
     compiler = native.start()
     compiler.close()
     assert compiler._proc.returncode == 3
+
+
+def test_the_host_cpu_attributes_opt_writes_are_dropped_before_numba_compiles_the_derivative(capfd):
+    # opt-15 -mcpu=native names this CPU's features as LLVM 15 knows them; Numba's LLVM warned on stderr about
+    # the ones it no longer knows ('-avx512pf' is not a recognized feature) wherever it compiled a derivative
+    # into a caller. They go; Numba's target machine (the same host CPU) decides.
+    text = ('define double @f(double %x) #0 {\n  %y = fmul double %x, %x\n  ret double %y\n}\n\n'
+            'attributes #0 = { nounwind "target-cpu"="znver3" "target-features"="+avx2,-avx512pf" }\n')
+    fixed = native.drop_invariant_groups(_bitcode(text))
+    out = str(llvm.parse_bitcode(fixed, context=llvm.create_context()))
+    assert '"target-cpu"' in text and '"target-cpu"' not in out and '"target-features"' not in out
+    assert "nounwind" in out.split("attributes #0 = ", 1)[1]
+
+    @njit
+    def f(x, a):
+        return np.sum(np.sin(x) * a)
+
+    capfd.readouterr()
+    xs = np.linspace(0.0, 1.0, 6).reshape(2, 3)
+    got = pyjlad.vmap(pyjlad.grad(f), in_axes=(0, None))(xs, 2.0)
+    np.testing.assert_allclose(got, 2.0 * np.cos(xs), rtol=1e-14)
+    assert "is not a recognized feature" not in capfd.readouterr().err

@@ -31,6 +31,8 @@ from typing import Any
 import llvmlite.binding as llvm
 
 from ..errors import EnzymeError
+from ..ir.edit import drop_attributes
+from ..ir.module import parse
 from ..ir.rewrite import drop_attachment
 from . import native_child
 
@@ -45,11 +47,18 @@ _TAIL_LINES = 12
 
 
 #: Identifies what :func:`drop_invariant_groups` does (part of the cache keys of the modules it made).
-MODULE_FORM = "no-invariant-group/1"
+MODULE_FORM = "no-invariant-group/no-host-attributes/2"
+#: The function attributes ``opt -mcpu=native`` writes (:data:`pyjlad.engines.differentiate.HOST_TARGET`): LLVM 15's
+#: names for this CPU's features, some of which Numba's newer LLVM no longer knows and warns about on the user's
+#: stderr (``'-avx512pf' is not a recognized feature for this target``) wherever it compiles the derivative into
+#: a caller (``vmap``, derivatives called from ``@njit`` code). Without them Numba's target machine decides,
+#: for the same host CPU.
+_HOST_ATTRIBUTES = frozenset({'"target-cpu"', '"target-features"'})
 
 
 def drop_invariant_groups(bitcode: bytes) -> bytes:
-    """``bitcode`` without ``!invariant.group`` metadata (LLVM 22 bitcode); unchanged if it has none.
+    """``bitcode`` without ``!invariant.group`` metadata and without the host CPU's attributes
+    (:data:`_HOST_ATTRIBUTES`; LLVM 22 bitcode); unchanged if it has neither.
 
     Enzyme marks the loads and stores of its cache (the tape) ``!invariant.group``.
     LLVM 22's GVN, asking memory dependence analysis about such a load
@@ -75,6 +84,9 @@ def drop_invariant_groups(bitcode: bytes) -> bytes:
         return bitcode
     lines = text.split("\n")
     stripped_lines = [drop_attachment(line, "!invariant.group") for line in lines]
+    if any(key in text for key in _HOST_ATTRIBUTES):
+        stripped_lines = drop_attributes(parse("\n".join(stripped_lines), strict=False),
+                                         _HOST_ATTRIBUTES).render().split("\n")
     if stripped_lines == lines:
         return bitcode
     stripped = "\n".join(stripped_lines)

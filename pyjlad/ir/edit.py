@@ -143,19 +143,23 @@ def declare(module: Module, declaration: str) -> bool:
 
 
 def drop_attributes(module: Module, names: frozenset[str]) -> Module:
-    r"""``module`` with the attributes ``names`` (keywords such as ``argmemonly``) removed from every
-    attribute group, in place. Dropping a function attribute is always safe.
+    r"""``module`` with the attributes ``names`` (keywords such as ``argmemonly``, or the quoted keys of string
+    attributes such as ``"target-cpu"``) removed from every attribute group, in place. Dropping a function
+    attribute is always safe.
 
     Examples
     --------
     >>> m = parse("define void @f() #0 {\n  ret void\n}\n\nattributes #0 = { nounwind argmemonly }\n")
     >>> print(drop_attributes(m, frozenset({"argmemonly"})).render().splitlines()[-1])
     attributes #0 = { nounwind }
+    >>> m = parse('define void @f() #0 {\n  ret void\n}\n\nattributes #0 = { nounwind "target-cpu"="znver3" }\n')
+    >>> print(drop_attributes(m, frozenset({'"target-cpu"'})).render().splitlines()[-1])
+    attributes #0 = { nounwind }
     """
     for item in module.items:
         if isinstance(item, AttributeGroup):
             tokens = [t for entry in item.attributes for t in tokenize_attributes(entry)]
-            kept = [t for t in tokens if t not in names]
+            kept = [t for t in tokens if t not in names and t.split("=", 1)[0] not in names]
             if len(kept) != len(tokens):
                 item.attributes = [" ".join(kept)] if kept else []
     return drop_empty_attribute_groups(module)
