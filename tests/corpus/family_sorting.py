@@ -157,5 +157,5 @@ program(FAMILY, "searchsorted_gather/1d", searchsorted_gather,
         lambda r: (np.sort(r.standard_normal(6)) + 0.1 * np.arange(6), 0.05), wrt=(0, 1))
 program(FAMILY, "rank_loss/1d", rank_loss, _rank_loss, args(normal(6, gap=0.05)))
 program(FAMILY, "rank_loss/1d-hvp", rank_loss, _rank_loss, args(normal(6, gap=0.05)), transforms=("hvp",),
-        expect="refused", notes="np.argsort under forward-over-reverse: Enzyme 'Cannot deduce type of' its "
-        "result (the gradient works)")
+        notes="refused until 2026-11-28 (Enzyme 'Cannot deduce type of' the integer stores of np.argsort's "
+        "quicksort); pyjlad's last retry now types the module's integer accesses")
