@@ -390,8 +390,13 @@ FORWARD_INTEGER_CASES = [
 ]
 
 
+#: The cases also checked through the vector-mode forward sweep and the Hessian (each of those builds runs
+#: every failing attempt before the typed one: about a minute per case on the 2-core CI machine).
+ALL_SWEEPS_IDS = ("np.arange weights", "np.sum axis 0")
+
+
 @pytest.mark.parametrize("body, jbody, args", FORWARD_INTEGER_CASES)
-def test_forward_mode_through_integer_arrays_the_function_allocates(body, jbody, args):
+def test_forward_mode_through_integer_arrays_the_function_allocates(body, jbody, args, request):
     (x,) = args
     before = _copies(args)
     f = njit(body)
@@ -399,10 +404,11 @@ def test_forward_mode_through_integer_arrays_the_function_allocates(body, jbody,
     _, want_tangent = jax.jvp(jbody, (jnp.asarray(before[0]),), (jnp.asarray(tangent),))
     _, got_tangent = pyjlad.jvp(f, (x,), (tangent,))
     np.testing.assert_allclose(got_tangent, float(want_tangent), rtol=1e-12)
-    np.testing.assert_allclose(pyjlad.jacobian(f, x, mode="forward"), np.asarray(jax.grad(jbody)(before[0])),
-                               rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(pyjlad.hessian(f, x), np.asarray(jax.hessian(jbody)(before[0])), rtol=1e-12,
-                               atol=1e-12)
+    if request.node.callspec.id in ALL_SWEEPS_IDS:
+        np.testing.assert_allclose(pyjlad.jacobian(f, x, mode="forward"), np.asarray(jax.grad(jbody)(before[0])),
+                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(pyjlad.hessian(f, x), np.asarray(jax.hessian(jbody)(before[0])), rtol=1e-12,
+                                   atol=1e-12)
     _assert_unchanged(args, before)
 
 
