@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from .errors import ArgumentError, PyjladError, UnsupportedFunctionError
-from .export import as_numba_function, describe_function
+from .export import PARALLEL_CALLEE, as_numba_function, describe_function
 from .memo import cached_for
 
 __all__ = ["OutputLayout", "OutputShapeChanged", "output_layout", "output_wrapper"]
@@ -168,7 +168,10 @@ def _make_wrapper(func: Any, nargs: int, layout: OutputLayout) -> Any:
             lines.append(f"    {out}[0] = {source}")
     namespace: dict[str, Any] = {"f": target, "np": np, "OutputShapeChanged": OutputShapeChanged}
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from names we control
-    return numba.njit(namespace[f"{_identifier(name)}_outputs"])
+    wrapper = numba.njit(namespace[f"{_identifier(name)}_outputs"])
+    if getattr(target, "targetoptions", {}).get("parallel"):
+        setattr(wrapper, PARALLEL_CALLEE, name)  # its derivative runs the loops serially: export says so
+    return wrapper
 
 
 def _identifier(name: str) -> str:

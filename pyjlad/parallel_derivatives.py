@@ -6,6 +6,13 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
 (:mod:`pyjlad.openmp_loops`) running on ``numba.get_num_threads()`` threads of LLVM's OpenMP runtime
 (:mod:`pyjlad.openmp`).
 
+* Constant arrays: Numba hands each parallel loop its arrays through an array of pointers it builds in
+  memory (the gufunc's ``args``), and Enzyme stores into that array's shadow, for an array it holds
+  constant (an argument not differentiated, a temporary computed from constants), the array's own pointer.
+  The loop body's derivative sees only the pointers it loads, so it accumulated adjoints into the
+  constant array itself (the caller's array changed, later gradients wrong) or, in forward mode, read the
+  array as its own tangent. Every derivative call of a parallel module therefore asks for Enzyme's runtime
+  activity (:func:`with_runtime_activity`): where a shadow pointer equals its primal, it is constant.
 * Reverse mode: the reverse of each loop is a parallel loop over the same static schedule (Enzyme's
   own OpenMP support); adjoints of inputs shared between iterations are accumulated with atomic
   adds (so they may differ from run to run in the last bits), those of per-iteration elements are
@@ -21,7 +28,8 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
 The function's ``@njit`` callees run serially inside it. Everything else is today's serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
 :class:`~pyjlad.errors.ParallelFallbackWarning` saying why where the setting asked for a parallel
-one: Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``,
+one: derivatives of array results (the wrapper writing them, :mod:`pyjlad.outputs`, runs the loops
+serially), Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``,
 ``hessian``, batched products), a missing runtime, a loop the rewrite does not recognize, a copy
 Numba cannot compile.
 """
@@ -38,16 +46,18 @@ from numba.core.dispatcher import Dispatcher
 from . import config
 from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionError
 from .export_ir import compile_before_codegen
+from .ir import parse
+from .ir.edit import mark_enzyme_calls
 from .openmp import load_libomp
 from .openmp_loops import openmp_parallel_loops, parallel_call_count, unrecognized_parallel_calls
 from .portable import PortableModule
 
-__all__ = ["CACHE_TAG", "parallel_module", "parallel_wanted", "with_parallel_fallback"]
+__all__ = ["CACHE_TAG", "parallel_module", "parallel_wanted", "with_parallel_fallback", "with_runtime_activity"]
 
 T = TypeVar("T")
 
 #: Part of the cache key of a parallel derivative (a serial one has none).
-CACHE_TAG = "openmp-parallel-loops/1"
+CACHE_TAG = "openmp-parallel-loops/2"
 
 
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
@@ -81,6 +91,23 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     if "numba_parallel_for" in module.text or "@__kmpc_fork_call(" not in module.text:
         return None, "the OpenMP rewrite of its parallel loops did not survive the portable pipeline"
     return module, ""
+
+
+def with_runtime_activity(module_text: str) -> str:
+    r"""``module_text`` (a parallel copy with its driver) with every ``__enzyme_autodiff``/``__enzyme_fwddiff``
+    call asking for Enzyme's runtime activity (``enzyme_runtime_activity``): before it accumulates into (or,
+    in forward mode, reads) a shadow, the derivative compares the shadow pointer with its primal and treats
+    an equal one as constant. Needed for the pointers Numba passes its parallel loops in memory (see the
+    module docstring); the serial derivative, which has no such array, goes without.
+
+    Examples
+    --------
+    >>> text = with_runtime_activity("define void @d(ptr %x) {\n"
+    ...                              "  call void (...) @__enzyme_fwddiff(ptr @f, ptr %x)\n  ret void\n}\n")
+    >>> "@__enzyme_fwddiff(ptr @f, ptr @enzyme_runtime_activity, ptr %x)" in text
+    True
+    """
+    return mark_enzyme_calls(parse(module_text, strict=False), "enzyme_runtime_activity").render()
 
 
 def parallel_wanted(exported: Any, sweep: Any) -> bool:

@@ -243,6 +243,27 @@ def test_remote_stats_forward_mode_closed_form_and_repeatable(parallel_on) -> No
         np.testing.assert_array_equal(a, c)
 
 
+@njit(parallel=True)
+def row_norms_cubed(p):
+    s = 0.0
+    for i in prange(p.shape[0]):
+        s += np.linalg.norm(p[i]) ** 3
+    return s
+
+
+def test_linalg_norm_in_a_prange_loop(parallel_on) -> None:
+    """np.linalg.norm's runtime helper loaded doubles claiming 4-byte alignment, so the adjoint's atomic add
+    into it became a libatomic call the JIT could not link: "LLVM ERROR: Symbol not found:
+    __atomic_compare_exchange" killed the process. Closed form: d/dp_i |p_i|^3 = 3 |p_i| p_i."""
+    p = rng.normal(size=(7, 3))
+    p0 = p.copy()
+    expected = 3.0 * np.linalg.norm(p0, axis=1)[:, None] * p0
+    for threads in THREADS:
+        got = _in_parallel(threads, lambda: pyjlad.gradient(row_norms_cubed, p))
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+        np.testing.assert_array_equal(p, p0)
+
+
 def test_hvp_falls_back_with_a_warning(parallel_on) -> None:
     numba.set_num_threads(2)
     x = _x(300)
@@ -300,18 +321,21 @@ def field(x, w):
     return y
 
 
-def test_vjp_and_jacobian_of_an_array_valued_prange_function(parallel_on) -> None:
+def test_array_valued_prange_function_runs_serially_and_says_so(parallel_on) -> None:
     numba.set_num_threads(2)
     x, w, c = np.linspace(-1.0, 1.0, 50), 0.7, np.cos(np.arange(50.0))
     x0 = x.copy()
     jx, jw = jax.vjp(lambda a, b: jnp.tanh(b * a), jnp.asarray(x0), w)[1](jnp.asarray(c))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ParallelFallbackWarning)
+    # Array results: the wrapper writing them runs the loops serially, and says so.
+    with pytest.warns(ParallelFallbackWarning, match="array results"):
         value, (cx, cw) = pyjlad.vjp(field, (x, w), c)
-        jac = pyjlad.jacobian(field, x, w, wrt=0)
+    with pytest.warns(ParallelFallbackWarning, match="array results"):
+        _, tangent = pyjlad.jvp(field, (x, w), (np.ones(50), 0.0))
+    jac = pyjlad.jacobian(field, x, w, wrt=0)  # (the derivatives built above: warned once, when built)
     np.testing.assert_allclose(value, np.tanh(w * x0), rtol=1e-15)
     np.testing.assert_allclose(cx, np.asarray(jx), rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(cw, float(jw), rtol=1e-13)
+    np.testing.assert_allclose(tangent, w / np.cosh(w * x0) ** 2, rtol=1e-13)
     np.testing.assert_allclose(jac, np.asarray(jax.jacobian(lambda a: jnp.tanh(w * a))(jnp.asarray(x0))),
                                rtol=1e-13, atol=1e-15)
     np.testing.assert_array_equal(x, x0)

@@ -46,7 +46,7 @@ from ..errors import EnzymeError, OutOfMemoryError, PyjladError, ToolchainError,
 from ..export import ExportedFunction, describe_function, export, numba_argtypes
 from ..memo import cached_for
 from ..nested import NestedSweep, cache_key_parts, remember
-from ..parallel_derivatives import CACHE_TAG, with_parallel_fallback
+from ..parallel_derivatives import CACHE_TAG, with_parallel_fallback, with_runtime_activity
 from ..portable import RUNTIME_CALL_DTOR, PortableModule, has_recursion
 from ..rules import is_rule_symbol
 from ..toolchain import locate, opt_route
@@ -142,9 +142,12 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
                               exported.module.text, driver.text, *custom_rule_modules(exported),
                               *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
                               *cache_key_parts(exported.module.external_functions))
-        return _load_library(key, lambda: native.drop_invariant_groups(run_enzyme(
-            exported, driver.module((source() if source else exported.enzyme_module).text), host=True)), driver.symbol,
-            _derivative_name(exported, sweep))
+        def module() -> str:  # the parallel copy's derivative calls need runtime activity (see its module)
+            return with_runtime_activity(driver.module(source().text)) if source else driver.module(
+                exported.enzyme_module.text)
+
+        return _load_library(key, lambda: native.drop_invariant_groups(run_enzyme(exported, module(), host=True)),
+                             driver.symbol, _derivative_name(exported, sweep))
     try:
         library = with_parallel_fallback(exported, sweep, load)
     except (EnzymeError, ToolchainError):

@@ -10,6 +10,7 @@ Each edits the module in place, re-rendering only what it changes: every other b
 * :func:`declare`: append a declaration unless the module already has the function.
 * :func:`drop_attributes`: remove function attributes from every attribute group.
 * :func:`tag_integer_accesses`: give every integer load and store one TBAA type, "long".
+* :func:`mark_enzyme_calls`: give every ``__enzyme_autodiff``/``__enzyme_fwddiff`` call one more marker.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from collections.abc import Callable
 from ..errors import IRError
 from .downlevel import tokenize_attributes
 from .instructions import parse_instruction, significant
-from .lexer import decode_name, substitute, symbol_for, tokenize
-from .module import AttributeGroup, Function, Metadata, Module, parse
+from .lexer import closing, decode_name, split_top_level, substitute, symbol_for, tokenize
+from .module import AttributeGroup, Function, GlobalVariable, Metadata, Module, parse
 from .rewrite import map_items
 
 __all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups",
-           "tag_integer_accesses"]
+           "tag_integer_accesses", "mark_enzyme_calls"]
 
 
 def _functions(module: Module) -> list[Function]:
@@ -271,3 +272,57 @@ def _integer_access(line: str) -> bool:
     if first[:1] == ["<"] and len(first) == 4 and first[2] == "x":
         return first[3] in _TAGGED_INTEGERS
     return first[:1] != [] and first[0] in _TAGGED_INTEGERS
+
+
+#: The calls Enzyme lowers (pyjlad's own ``__enzyme_fwddiff_<suffix>`` names included).
+_ENZYME_CALLS = ("@__enzyme_autodiff", "@__enzyme_fwddiff")
+
+
+def mark_enzyme_calls(module: Module, marker: str) -> Module:
+    r"""``module`` with Enzyme's marker ``marker`` (a flag such as ``enzyme_runtime_activity``, which takes no
+    value) passed to every call of ``__enzyme_autodiff*``/``__enzyme_fwddiff*``, right after the function
+    differentiated, and the marker's global declared, in place. A call that passes it already is left alone.
+
+    Examples
+    --------
+    >>> m = parse("declare void @__enzyme_autodiff(...)\n@enzyme_dup = external global i32\n"
+    ...           "define void @d(ptr %x, ptr %dx) {\n"
+    ...           "  call void (...) @__enzyme_autodiff(ptr @f, ptr @enzyme_dup, ptr %x, ptr %dx)\n  ret void\n}\n")
+    >>> print(mark_enzyme_calls(m, "enzyme_runtime_activity").render(), end="")
+    declare void @__enzyme_autodiff(...)
+    @enzyme_dup = external global i32
+    define void @d(ptr %x, ptr %dx) {
+      call void (...) @__enzyme_autodiff(ptr @f, ptr @enzyme_runtime_activity, ptr @enzyme_dup, ptr %x, ptr %dx)
+      ret void
+    }
+    @enzyme_runtime_activity = external global i32
+    """
+    symbol = symbol_for(marker)
+    marked = False
+    for function in module.definitions:
+        body = function.body or []
+        for index, line in enumerate(body):
+            if "@__enzyme_" in line:
+                new = _marked_call(line, symbol)
+                marked |= new != line
+                body[index] = new
+    if marked and not any(isinstance(item, GlobalVariable) and item.symbol == symbol for item in module.items):
+        module.items.append(GlobalVariable(symbol, ["external"], "global", "i32"))
+        module.trailing_newline = True
+    return module
+
+
+def _marked_call(line: str, symbol: str) -> str:
+    """Body ``line`` with ``ptr <symbol>`` after the first argument if it calls one of :data:`_ENZYME_CALLS`."""
+    instruction = parse_instruction(line)
+    call = instruction.call() if instruction is not None else None
+    if call is None or not call.callee.startswith(_ENZYME_CALLS) or symbol in call.values:
+        return line
+    tokens = list(instruction.tokens)
+    start = next(k for k, t in enumerate(tokens) if t.text == call.callee and k + 1 < len(tokens)
+                 and tokens[k + 1].text == "(") + 1
+    first = split_top_level(tokens[start + 1:closing(tokens, start)])[0]
+    cut = start + 1 + len(first)  # the comma after the function (or the closing parenthesis)
+    head = "".join(t.text for t in tokens[:cut])
+    rest = "".join(t.text for t in tokens[cut:])
+    return f"{head}, ptr {symbol}{rest}"

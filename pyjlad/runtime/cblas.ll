@@ -35,7 +35,7 @@ define linkonce_odr i32 @numba_xxdot.s(i8 %kind, i8 %conj, i64 %n, ptr %x, ptr %
 entry:
   %n32 = trunc i64 %n to i32
   %r = call float @cblas_sdot(i32 %n32, ptr %x, i32 1, ptr %y, i32 1)
-  store float %r, ptr %out, align 8
+  store float %r, ptr %out, align 4
   ret i32 0
 }
 
@@ -63,8 +63,8 @@ entry:
   %m32 = trunc i64 %m to i32
   %n32 = trunc i64 %n to i32
   %lda32 = trunc i64 %lda to i32
-  %al = load float, ptr %alpha, align 8
-  %be = load float, ptr %beta, align 8
+  %al = load float, ptr %alpha, align 4
+  %be = load float, ptr %beta, align 4
   call void @cblas_sgemv(i32 102, i32 %trans.cblas, i32 %m32, i32 %n32, float %al, ptr %a, i32 %lda32, ptr %x, i32 1, float %be, ptr %y, i32 1)
   ret i32 0
 }
@@ -80,14 +80,14 @@ loop:
 body:
   %offset = mul i64 %i, %incx
   %p = getelementptr double, ptr %x, i64 %offset
-  %v = load double, ptr %p, align 4
+  %v = load double, ptr %p, align 8
   %sq = fmul double %v, %v
   %sum = fadd double %acc, %sq
   %next = add i64 %i, 1
   br label %loop
 done:
   %r = call double @llvm.sqrt.f64(double %acc)
-  store double %r, ptr %out, align 4
+  store double %r, ptr %out, align 8
   ret i32 0
 }
 
@@ -151,8 +151,8 @@ entry:
   %lda32 = trunc i64 %lda to i32
   %ldb32 = trunc i64 %ldb to i32
   %ldc32 = trunc i64 %ldc to i32
-  %al = load float, ptr %alpha, align 8
-  %be = load float, ptr %beta, align 8
+  %al = load float, ptr %alpha, align 4
+  %be = load float, ptr %beta, align 4
   call void @cblas_sgemm(i32 102, i32 %transa.cblas, i32 %transb.cblas, i32 %m32, i32 %n32, i32 %k32, float %al, ptr %a, i32 %lda32, ptr %b, i32 %ldb32, float %be, ptr %c, i32 %ldc32)
   ret i32 0
 }
