@@ -18,7 +18,7 @@ from ..errors import (
     EnzymeError,
 )
 from ..export import ExportedFunction
-from ..ir.edit import tag_integer_accesses
+from ..ir.edit import tag_integer_accesses, type_float_copies
 from ..ir.module import parse
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
@@ -237,6 +237,21 @@ def _integers_typed(module: str | bytes) -> str:
     return tag_integer_accesses(parse(text, strict=False)).render()
 
 
+#: Enzyme could not type a ``memcpy``/``memmove`` (see :func:`_copies_typed`).
+_COPY_TYPE_FAILURE = "Cannot deduce type of copy"
+#: Enzyme's type analysis met two types for one value.
+_TYPE_CONFLICT = "Illegal updateAnalysis"
+
+
+def _copies_typed(module: str | bytes) -> str:
+    """``module`` with its copies of float array elements typed for Enzyme (:func:`pyjlad.ir.edit.type_float_copies`).
+
+    Before any retry with loose types, which take an untyped copy for integers: a copy of doubles that
+    Enzyme takes for integers copies no adjoint, a silently zero gradient."""
+    text = module.decode() if isinstance(module, bytes) else module
+    return type_float_copies(parse(text, strict=False)).render()
+
+
 #: Enzyme v0.0.289's forward mode reached a value's use before its definition (see :mod:`pyjlad.block_order`).
 _BLOCK_ORDER_FAILURE = "forwardModeInvertedPointerFallback"
 
@@ -276,7 +291,8 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
     toolchain = locate()
     label = exported.abi.entry
     dump(label, "driver", module_text)
-    module, reordered, typed = _enzyme_input(toolchain, exported, module_text), False, False
+    module, reordered, typed, copies = _enzyme_input(toolchain, exported, module_text), False, False, False
+    untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
     passes, options = PASSES, NO_SPECULATION_ARGS
@@ -291,9 +307,21 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
                 _log.debug("Enzyme's forward mode met a use before its definition in %s: retrying with the "
                            "blocks in dominance order", exported.name)
                 module, reordered = _enzyme_input(toolchain, exported, module_text, dominance=True), True
+                module = _copies_typed(module) if copies else module
                 module = _integers_typed(module) if typed else module
                 dump(label, "enzyme.input-blocks-in-dominance-order", module)
                 continue
+            if _COPY_TYPE_FAILURE in exc.diagnostics and not copies:
+                _log.debug("Enzyme could not type a copy in %s: retrying with float copies typed", exported.name)
+                untyped, module, copies = module, _copies_typed(module), True
+                dump(label, "enzyme.input-copies-typed", module)
+                continue
+            if untyped is not None and _TYPE_CONFLICT in exc.diagnostics:
+                # The copies' types contradict what Enzyme deduced elsewhere: the attempts as before.
+                _log.debug("typing the copies of %s contradicted Enzyme's types: without them", exported.name)
+                module, untyped = untyped, None
+                continue
+            untyped = None
             attempt = _next_attempt(passes, options, exc.diagnostics)
             if attempt is None and not typed and any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
                 # The last resort for a type failure: every attempt again, the integers in memory typed.

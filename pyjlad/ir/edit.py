@@ -11,6 +11,7 @@ Each edits the module in place, re-rendering only what it changes: every other b
 * :func:`drop_attributes`: remove function attributes from every attribute group.
 * :func:`tag_integer_accesses`: give every integer load and store one TBAA type, "long".
 * :func:`mark_enzyme_calls`: give every ``__enzyme_autodiff``/``__enzyme_fwddiff`` call one more marker.
+* :func:`type_float_copies`: tell Enzyme what a ``memcpy``/``memmove`` of float array elements copies.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .module import AttributeGroup, Function, GlobalVariable, Metadata, Module, 
 from .rewrite import map_items
 
 __all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups",
-           "tag_integer_accesses", "mark_enzyme_calls"]
+           "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies"]
 
 
 def _functions(module: Module) -> list[Function]:
@@ -326,3 +327,68 @@ def _marked_call(line: str, symbol: str) -> str:
     head = "".join(t.text for t in tokens[:cut])
     rest = "".join(t.text for t in tokens[cut:])
     return f"{head}, ptr {symbol}{rest}"
+
+
+#: Enzyme's type annotation for each float element type: ``@<hint>(ptr p, i64 n)`` says ``p`` points to
+#: that type in its first ``n`` bytes (removed by the optimizer after Enzyme).
+_FLOAT_HINTS = {"double": ("__enzyme_double", 8), "float": ("__enzyme_float", 4)}
+
+
+def type_float_copies(module: Module) -> Module:
+    r"""``module`` with a type annotation before every call (``llvm.memcpy``, ``llvm.memmove``, a function
+    of Numba's) passed an element of a float array (a ``getelementptr double``/``float``: the code indexes
+    that memory as floats), in place: ``call void @__enzyme_double(ptr %p, i64 8)`` says the element at
+    ``%p`` is a double.
+
+    Enzyme must know what a copy copies to copy its adjoint too; it learns a temporary array's type from
+    the element the code stores at its start, so a copy from an element further in (``y[k:].copy()``, or
+    ``y[k:].flatten()`` and ``np.median(y[k:])``, which copy in a function of their own, of a temporary
+    ``y``) had no type: with loose types Enzyme took it for integers and the gradient through it was zero.
+
+    Examples
+    --------
+    >>> m = parse("define void @f(ptr %a, ptr %b, i64 %k, i64 %n) {\n"
+    ...           "  %p = getelementptr double, ptr %a, i64 %k\n"
+    ...           "  call void @llvm.memcpy.p0.p0.i64(ptr %b, ptr %p, i64 %n, i1 false)\n  ret void\n}\n")
+    >>> print(type_float_copies(m).render(), end="")
+    define void @f(ptr %a, ptr %b, i64 %k, i64 %n) {
+      %p = getelementptr double, ptr %a, i64 %k
+      call void @__enzyme_double(ptr %p, i64 8)
+      call void @llvm.memcpy.p0.p0.i64(ptr %b, ptr %p, i64 %n, i1 false)
+      ret void
+    }
+    declare void @__enzyme_double(ptr nocapture readnone, i64) readnone nounwind willreturn
+    """
+    used: set[str] = set()
+    for function in module.definitions:
+        body = function.body or []
+        elements = {}
+        for line in body:
+            instruction = parse_instruction(line) if "getelementptr" in line else None
+            if instruction is not None and instruction.opcode == "getelementptr" and instruction.result:
+                words = [t.text for t in significant(list(instruction.tokens))]
+                after = words[words.index("getelementptr") + 1:]
+                element = after[1] if after[:1] == ["inbounds"] and len(after) > 1 else after[0] if after else ""
+                if element in _FLOAT_HINTS:
+                    elements[instruction.result] = element
+                    base = next((w for w in after[after.index("ptr") + 1:][:1] if w.startswith("%")), None) \
+                        if "ptr" in after else None
+                    if base is not None:
+                        elements.setdefault(base, element)  # the base of a float array's element: the array
+        typed = []
+        for line in body:
+            if elements and "call" in line and "@__enzyme_" not in line:
+                instruction = parse_instruction(line)
+                call = instruction.call() if instruction is not None else None
+                if call is not None and call.callee.startswith("@"):
+                    indent = line[: len(line) - len(line.lstrip())]
+                    for value in dict.fromkeys(call.values):
+                        if value in elements:
+                            hint, size = _FLOAT_HINTS[elements[value]]
+                            typed.append(f"{indent}call void @{hint}(ptr {value}, i64 {size})")
+                            used.add(hint)
+            typed.append(line)
+        function.body[:] = typed
+    for hint in sorted(used):
+        declare(module, f"declare void @{hint}(ptr nocapture readnone, i64) readnone nounwind willreturn")
+    return module
