@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+import numba
 import pytest
 from cases import EXPORTED
 
@@ -48,3 +49,13 @@ def _record_exported_modules():
     export_module._export = original
     failures = portability_failures(EXPORTED)
     assert not failures, "exported modules an LLVM version rejects:\n" + "\n".join(failures)
+
+
+@pytest.fixture
+def parallel_on(monkeypatch: pytest.MonkeyPatch):
+    """``PYJLAD_PARALLEL_DERIVATIVES=1`` for one test, and Numba's thread count restored after it
+    (tests/test_parallel_*.py)."""
+    monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
+    before = numba.get_num_threads()
+    yield
+    numba.set_num_threads(before)

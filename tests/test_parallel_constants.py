@@ -17,6 +17,7 @@ import numba
 import numpy as np
 import pytest
 from numba import njit, prange
+from test_parallel_derivatives import shared_tanh  # sum(tanh(w @ v)), its rows in parallel
 
 import pyjlad
 from pyjlad.errors import ParallelFallbackWarning
@@ -25,14 +26,6 @@ from pyjlad.openmp import libomp_path
 pytestmark = pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed")
 rng = np.random.default_rng(1717)
 THREADS = (1, 2)
-
-
-@pytest.fixture
-def parallel_on(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
-    before = numba.get_num_threads()
-    yield
-    numba.set_num_threads(before)
 
 
 @njit(parallel=True)
@@ -52,17 +45,6 @@ def two_loops(x, y):
     for i in prange(x.shape[0]):
         t += x[i] * y[i] * y[i]
     return s + t
-
-
-@njit(parallel=True)
-def rows(w, v):
-    s = 0.0
-    for i in prange(w.shape[0]):
-        acc = 0.0
-        for j in range(w.shape[1]):
-            acc += w[i, j] * v[j]
-        s += np.tanh(acc)
-    return s
 
 
 @njit(parallel=True)
@@ -109,7 +91,7 @@ def test_reverse_mode_with_a_constant_matrix_and_a_constant_temporary(parallel_o
     w, v = rng.normal(size=(24, 6)), rng.normal(size=6) / 4
     w0, v0 = w.copy(), v.copy()
     sech2 = 1.0 / np.cosh(w0 @ v0) ** 2
-    _check_twice(lambda: pyjlad.gradient(rows, w, v, wrt=1), [w0.T @ sech2], (w, v))
+    _check_twice(lambda: pyjlad.gradient(shared_tanh, w, v, wrt=1), [w0.T @ sech2], (w, v))
     x = rng.uniform(-1.0, 1.0, 33)
     x0 = x.copy()
     weights = np.arange(33) * 0.5 + 1.0

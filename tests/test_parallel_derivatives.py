@@ -36,14 +36,6 @@ rng = np.random.default_rng(17)
 THREADS = (1, 2)
 
 
-@pytest.fixture
-def parallel_on(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
-    before = numba.get_num_threads()
-    yield
-    numba.set_num_threads(before)
-
-
 @njit(parallel=True)
 def reduction(x):
     s = 0.0
