@@ -337,8 +337,8 @@ _FLOAT_HINTS = {"double": ("__enzyme_double", 8), "float": ("__enzyme_float", 4)
 def type_float_copies(module: Module) -> Module:
     r"""``module`` with a type annotation before every call (``llvm.memcpy``, ``llvm.memmove``, a function
     of Numba's) passed an element of a float array (a ``getelementptr double``/``float``: the code indexes
-    that memory as floats), in place: ``call void @__enzyme_double(ptr %p, i64 8)`` says the element at
-    ``%p`` is a double.
+    that memory as floats) or the pointer such an element is indexed from, in place:
+    ``call void @__enzyme_double(ptr %p, i64 8)`` says the element at ``%p`` is a double.
 
     Enzyme must know what a copy copies to copy its adjoint too; it learns a temporary array's type from
     the element the code stores at its start, so a copy from an element further in (``y[k:].copy()``, or
