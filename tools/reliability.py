@@ -169,7 +169,9 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float) -> subproc
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ, **extra)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT), env.get("PYTHONPATH", "")])
+    # no empty entry: it would put the working directory (the temporary directory) on the path, where any
+    # stray file shadows a module (a /tmp/nt.py made every probe worker fail to start)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "tests"), str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONFAULTHANDLER", "1")
     return env
 
