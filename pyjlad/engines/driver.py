@@ -46,7 +46,7 @@ from ..abi import ArrayArg, FunctionABI
 from ..activity import MODES, Activity, as_activities
 from ..errors import ArgumentError
 from ..ir import parse
-from ..ir.edit import drop_attributes
+from ..ir.edit import FLOAT_TYPE_HINTS, drop_attributes, type_hint_declaration
 from .entry_status import STATUS_ENTRY_SUFFIX, status_by_pointer
 
 #: The LLVM 15 attributes saying a function accesses memory only through its pointer arguments.
@@ -118,9 +118,8 @@ def _result_slot_type(abi: FunctionABI) -> str:
 
 #: Enzyme's type annotations: ``__enzyme_double(p, n)`` says ``p`` points to doubles in its first
 #: ``n`` bytes (``__enzyme_float`` likewise for floats). Removed by the optimizer afterwards.
-_TYPE_HINT = {"double": ("__enzyme_double", 8), "float": ("__enzyme_float", 4)}
-_TYPE_HINT_DECLS = [f"declare void @{fn}(ptr nocapture readnone, i64) readnone nounwind willreturn"
-                    for fn, _ in _TYPE_HINT.values()]
+_TYPE_HINT = FLOAT_TYPE_HINTS
+_TYPE_HINT_DECLS = [type_hint_declaration(fn) for fn, _ in _TYPE_HINT.values()]
 
 
 def _type_hints(abi: FunctionABI, params, names) -> list[str]:

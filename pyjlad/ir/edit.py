@@ -26,7 +26,8 @@ from .module import AttributeGroup, Function, GlobalVariable, Metadata, Module, 
 from .rewrite import map_items
 
 __all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups",
-           "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies"]
+           "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies", "FLOAT_TYPE_HINTS",
+           "type_hint_declaration"]
 
 
 def _functions(module: Module) -> list[Function]:
@@ -330,8 +331,13 @@ def _marked_call(line: str, symbol: str) -> str:
 
 
 #: Enzyme's type annotation for each float element type: ``@<hint>(ptr p, i64 n)`` says ``p`` points to
-#: that type in its first ``n`` bytes (removed by the optimizer after Enzyme).
-_FLOAT_HINTS = {"double": ("__enzyme_double", 8), "float": ("__enzyme_float", 4)}
+#: that type in its first ``n`` bytes (removed by the optimizer after Enzyme; also used by the drivers).
+FLOAT_TYPE_HINTS = {"double": ("__enzyme_double", 8), "float": ("__enzyme_float", 4)}
+
+
+def type_hint_declaration(hint: str) -> str:
+    """The ``declare`` line of Enzyme's type annotation ``hint`` (a name of :data:`FLOAT_TYPE_HINTS`)."""
+    return f"declare void @{hint}(ptr nocapture readnone, i64) readnone nounwind willreturn"
 
 
 def type_float_copies(module: Module) -> Module:
@@ -362,19 +368,7 @@ def type_float_copies(module: Module) -> Module:
     used: set[str] = set()
     for function in module.definitions:
         body = function.body or []
-        elements = {}
-        for line in body:
-            instruction = parse_instruction(line) if "getelementptr" in line else None
-            if instruction is not None and instruction.opcode == "getelementptr" and instruction.result:
-                words = [t.text for t in significant(list(instruction.tokens))]
-                after = words[words.index("getelementptr") + 1:]
-                element = after[1] if after[:1] == ["inbounds"] and len(after) > 1 else after[0] if after else ""
-                if element in _FLOAT_HINTS:
-                    elements[instruction.result] = element
-                    base = next((w for w in after[after.index("ptr") + 1:][:1] if w.startswith("%")), None) \
-                        if "ptr" in after else None
-                    if base is not None:
-                        elements.setdefault(base, element)  # the base of a float array's element: the array
+        elements = _float_elements(body)
         typed = []
         for line in body:
             if elements and "call" in line and "@__enzyme_" not in line:
@@ -382,13 +376,30 @@ def type_float_copies(module: Module) -> Module:
                 call = instruction.call() if instruction is not None else None
                 if call is not None and call.callee.startswith("@"):
                     indent = line[: len(line) - len(line.lstrip())]
-                    for value in dict.fromkeys(call.values):
-                        if value in elements:
-                            hint, size = _FLOAT_HINTS[elements[value]]
-                            typed.append(f"{indent}call void @{hint}(ptr {value}, i64 {size})")
-                            used.add(hint)
+                    for value in dict.fromkeys(v for v in call.values if v in elements):
+                        hint, size = FLOAT_TYPE_HINTS[elements[value]]
+                        typed.append(f"{indent}call void @{hint}(ptr {value}, i64 {size})")
+                        used.add(hint)
             typed.append(line)
         function.body[:] = typed
     for hint in sorted(used):
-        declare(module, f"declare void @{hint}(ptr nocapture readnone, i64) readnone nounwind willreturn")
+        declare(module, type_hint_declaration(hint))
     return module
+
+
+def _float_elements(body: list[str]) -> dict[str, str]:
+    """The float element type (``double``/``float``) of each ``getelementptr <type>`` result in ``body``, and of
+    each pointer such an element is indexed from."""
+    elements: dict[str, str] = {}
+    for line in body:
+        instruction = parse_instruction(line) if "getelementptr" in line else None
+        if instruction is None or instruction.opcode != "getelementptr" or not instruction.result:
+            continue
+        words = [t.text for t in significant(list(instruction.tokens))]
+        after = [w for w in words[words.index("getelementptr") + 1:] if w != "inbounds"]
+        if after and after[0] in FLOAT_TYPE_HINTS:
+            elements[instruction.result] = after[0]
+            base = after[after.index("ptr") + 1] if "ptr" in after[:-1] else ""
+            if base.startswith("%"):
+                elements.setdefault(base, after[0])
+    return elements
