@@ -48,13 +48,14 @@ from .portable_pipeline import make_portable
 
 __all__ = [
     "ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function", "result_type",
-    "PARALLEL_CALLEE",
+    "PARALLEL_TWIN",
 ]
 
 #: Attribute of a generated ``@njit`` wrapper (:mod:`pyjlad.outputs`) that calls a ``parallel=True`` function:
-#: that function's name. The wrapper's derivative runs the loops serially, and says so where the parallel
-#: derivative was asked for (:mod:`pyjlad.parallel_derivatives`).
-PARALLEL_CALLEE = "pyjlad_parallel_callee"
+#: a function of no arguments returning the wrapper's ``parallel=True`` twin, which has that function inlined,
+#: so that its ``prange`` loops are the twin's own parallel loops (:mod:`pyjlad.parallel_derivatives`
+#: differentiates the twin where the parallel derivative is asked for).
+PARALLEL_TWIN = "pyjlad_parallel_twin"
 
 
 @dataclass(frozen=True)
@@ -181,12 +182,11 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
             def parallel(forward: bool = False) -> tuple[PortableModule | None, str]:
                 return cached_for(target, ("parallel-module", argtypes, forward),
                                   lambda: parallel_module(target, argtypes, entry, forward=forward))
-        elif getattr(target, PARALLEL_CALLEE, None):  # the results wrapper of a parallel function (pyjlad.outputs)
+        elif getattr(target, PARALLEL_TWIN, None):  # the results wrapper of a parallel function (pyjlad.outputs)
             def parallel(forward: bool = False) -> tuple[PortableModule | None, str]:
-                callee = getattr(target, PARALLEL_CALLEE)
-                return None, (f"it is the wrapper pyjlad generates to write {callee}'s array results, and "
-                              f"derivatives of array results (jvp, vjp, jacobian) run {callee}'s parallel loops "
-                              "serially for now (grad and value_and_grad of a scalar result run them in parallel)")
+                return cached_for(target, ("parallel-module", argtypes, forward),
+                                  lambda: parallel_module(getattr(target, PARALLEL_TWIN)(), argtypes, entry,
+                                                          forward=forward))
 
     args_abi = [arg_abi(i, t) for i, t in enumerate(argtypes)]
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):

@@ -22,6 +22,7 @@ buffer (they have no derivative).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ import numba
 import numpy as np
 
 from .errors import ArgumentError, PyjladError, UnsupportedFunctionError
-from .export import PARALLEL_CALLEE, as_numba_function, describe_function
+from .export import PARALLEL_TWIN, as_numba_function, describe_function
 from .memo import cached_for
 
 __all__ = ["OutputLayout", "OutputShapeChanged", "output_layout", "output_wrapper"]
@@ -166,12 +167,39 @@ def _make_wrapper(func: Any, nargs: int, layout: OutputLayout) -> Any:
             lines.append(f"    {'    ' * ndim}{out}[{index}] = v{k}[{index}]")
         else:
             lines.append(f"    {out}[0] = {source}")
-    namespace: dict[str, Any] = {"f": target, "np": np, "OutputShapeChanged": OutputShapeChanged}
-    exec("\n".join(lines), namespace)  # noqa: S102 - generated from names we control
-    wrapper = numba.njit(namespace[f"{_identifier(name)}_outputs"])
+    source, wrapper_name = "\n".join(lines), f"{_identifier(name)}_outputs"
+    wrapper = numba.njit(_defined(source, wrapper_name, target))
     if getattr(target, "targetoptions", {}).get("parallel"):
-        setattr(wrapper, PARALLEL_CALLEE, name)  # its derivative runs the loops serially: export says so
+        setattr(wrapper, PARALLEL_TWIN, _parallel_twin(target, source, wrapper_name))
     return wrapper
+
+
+def _defined(source: str, name: str, callee: Any) -> Any:
+    """The Python function ``name`` that ``source`` defines, calling ``callee`` as ``f``."""
+    namespace: dict[str, Any] = {"f": callee, "np": np, "OutputShapeChanged": OutputShapeChanged}
+    exec(source, namespace)  # noqa: S102 - generated from names we control
+    return namespace[name]
+
+
+#: Options of a ``parallel=True`` function that its wrapper's parallel twin takes too (how its code is compiled).
+_TWIN_OPTIONS = ("fastmath", "error_model", "boundscheck")
+
+
+def _parallel_twin(target: Any, source: str, name: str) -> Callable[[], Any]:
+    """The builder of the wrapper's ``parallel=True`` twin, whose call of ``target`` is inlined (Numba's
+    ``inline="always"``): ``target``'s ``prange`` loops become the twin's own parallel loops, which
+    :mod:`pyjlad.parallel_derivatives` differentiates (a call of another ``parallel=True`` function
+    would run serially in it). Built on first use, once."""
+    built: list[Any] = []
+
+    def twin() -> Any:
+        if not built:
+            options = {k: v for k, v in target.targetoptions.items() if k in _TWIN_OPTIONS}
+            inlined = numba.njit(inline="always", **options)(target.py_func)
+            built.append(numba.njit(parallel=True, **options)(_defined(source, name, inlined)))
+        return built[0]
+
+    return twin
 
 
 def _identifier(name: str) -> str:

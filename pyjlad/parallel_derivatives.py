@@ -25,13 +25,14 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
   by the thread that writes its value, and ``prange`` reductions combine their per-thread parts as
   Numba does: identical run to run.
 
-The function's ``@njit`` callees run serially inside it. Everything else is today's serial
+The function's ``@njit`` callees run serially inside it. Array and tuple results: the wrapper writing
+them (:mod:`pyjlad.outputs`) has a ``parallel=True`` twin with the function inlined, whose loops are
+the twin's own. Everything else is today's serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
 :class:`~pyjlad.errors.ParallelFallbackWarning` saying why where the setting asked for a parallel
-one: derivatives of array results (the wrapper writing them, :mod:`pyjlad.outputs`, runs the loops
-serially), Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``,
+one: Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``,
 ``hessian``, batched products), a missing runtime, a loop the rewrite does not recognize, a copy
-Numba cannot compile.
+Numba cannot compile, a copy Enzyme fails on.
 """
 
 from __future__ import annotations

@@ -313,24 +313,60 @@ def field(x, w):
     return y
 
 
-def test_array_valued_prange_function_runs_serially_and_says_so(parallel_on) -> None:
-    numba.set_num_threads(2)
+def test_array_valued_prange_function_differentiates_in_parallel(parallel_on) -> None:
     x, w, c = np.linspace(-1.0, 1.0, 50), 0.7, np.cos(np.arange(50.0))
     x0 = x.copy()
     jx, jw = jax.vjp(lambda a, b: jnp.tanh(b * a), jnp.asarray(x0), w)[1](jnp.asarray(c))
-    # Array results: the wrapper writing them runs the loops serially, and says so.
-    with pytest.warns(ParallelFallbackWarning, match="array results"):
-        value, (cx, cw) = pyjlad.vjp(field, (x, w), c)
-    with pytest.warns(ParallelFallbackWarning, match="array results"):
-        _, tangent = pyjlad.jvp(field, (x, w), (np.ones(50), 0.0))
-    jac = pyjlad.jacobian(field, x, w, wrt=0)  # (the derivatives built above: warned once, when built)
-    np.testing.assert_allclose(value, np.tanh(w * x0), rtol=1e-15)
-    np.testing.assert_allclose(cx, np.asarray(jx), rtol=1e-13, atol=1e-15)
-    np.testing.assert_allclose(cw, float(jw), rtol=1e-13)
-    np.testing.assert_allclose(tangent, w / np.cosh(w * x0) ** 2, rtol=1e-13)
+    # Array results: the wrapper writing them has the function inlined, its prange loop a parallel loop
+    # (_in_parallel: a fallback to the serial derivative is an error).
+    for threads in (1, 2):
+        value, (cx, cw) = _in_parallel(threads, lambda: pyjlad.vjp(field, (x, w), c))
+        _, tangent = _in_parallel(threads, lambda: pyjlad.jvp(field, (x, w), (np.ones(50), 0.0)))
+        np.testing.assert_allclose(value, np.tanh(w * x0), rtol=1e-15)
+        np.testing.assert_allclose(cx, np.asarray(jx), rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(cw, float(jw), rtol=1e-13)
+        np.testing.assert_allclose(tangent, w / np.cosh(w * x0) ** 2, rtol=1e-13)
+    jac = pyjlad.jacobian(field, x, w, wrt=0)  # vector mode: serial (warned when built)
     np.testing.assert_allclose(jac, np.asarray(jax.jacobian(lambda a: jnp.tanh(w * a))(jnp.asarray(x0))),
                                rtol=1e-13, atol=1e-15)
     np.testing.assert_array_equal(x, x0)
+
+
+@njit(parallel=True)
+def field_and_energy(x, w):
+    """A tuple result: an array written in a ``prange`` loop and a ``prange`` reduction of it."""
+    y = np.empty_like(x)
+    e = 0.0
+    for i in prange(x.shape[0]):
+        y[i] = np.sin(w[1] * x[i]) + w[0] * x[i]
+        e += y[i] * x[i]
+    return y, e
+
+
+def test_tuple_result_with_a_prange_reduction_in_parallel(parallel_on) -> None:
+    x, w = np.linspace(-1.0, 1.0, 301), np.array([0.5, -1.2])
+    cy, ce = np.cos(np.arange(301.0)), 0.75
+    x0, w0 = x.copy(), w.copy()
+
+    def twin(a, b):
+        y = jnp.sin(b[1] * a) + b[0] * a
+        return y, jnp.sum(y * a)
+
+    (jy, je), pull = jax.vjp(twin, jnp.asarray(x0), jnp.asarray(w0))
+    jx, jw = pull((jnp.asarray(cy), ce))
+    _, (ty, te) = jax.jvp(twin, (jnp.asarray(x0), jnp.asarray(w0)), (jnp.ones(301), jnp.asarray([1.0, -1.0])))
+    for threads in (2, 1, 2):
+        (y, e), (cx, cw) = _in_parallel(threads, lambda: pyjlad.vjp(field_and_energy, (x, w), (cy, ce)))
+        _, (dy, de) = _in_parallel(threads, lambda: pyjlad.jvp(field_and_energy, (x, w),
+                                                                 (np.ones(301), np.array([1.0, -1.0]))))
+        np.testing.assert_allclose(y, np.asarray(jy), rtol=1e-14)
+        np.testing.assert_allclose(e, float(je), rtol=1e-13)
+        np.testing.assert_allclose(cx, np.asarray(jx), rtol=1e-13, atol=1e-14)
+        np.testing.assert_allclose(cw, np.asarray(jw), rtol=1e-12)
+        np.testing.assert_allclose(dy, np.asarray(ty), rtol=1e-13, atol=1e-14)
+        np.testing.assert_allclose(de, float(te), rtol=1e-12)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(w, w0)
 
 
 _FRESH_PROCESS = """
