@@ -5,6 +5,11 @@ Enzyme differentiates OpenMP parallel loops written against LLVM's runtime inter
 ``libgomp``, which does not export those, so the derivative needs LLVM's ``libomp``: Debian's
 ``libomp5-15`` (installed by ``scripts/setup.sh``), found without configuration by
 :func:`libomp_path` and loaded into the process, for the JIT to resolve, by :func:`load_libomp`.
+
+Enzyme's atomic adds into adjoints whose alignment it does not know (the reverse of a copy, ``w.copy()``
+in a ``prange`` body: ``atomicrmw fadd ... align 1``) are compiled into calls of GNU's ``libatomic``
+(``__atomic_compare_exchange``); :func:`load_libatomic` loads it for the JIT (without it, the JIT
+stopped the whole process: "Symbol not found").
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import ctypes.util
 import functools
 import os
 
-__all__ = ["CANDIDATES", "JIT_SYMBOLS", "libomp_path", "load_libomp"]
+__all__ = ["CANDIDATES", "JIT_SYMBOLS", "libomp_path", "load_libatomic", "load_libomp"]
 
 #: The runtime's functions a parallel derivative calls (the pass's and Enzyme's), bound to LLVM's library
 #: explicitly: GNU's ``libgomp``, loaded by Numba's ``omp`` threading layer, exports the ``omp_*`` ones too,
@@ -73,4 +78,32 @@ def load_libomp() -> str | None:
     library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     for name in JIT_SYMBOLS:  # ahead of GNU's libgomp (Numba's "omp" threading layer) exporting the same omp_*
         llvm.add_symbol(name, ctypes.cast(getattr(library, name), ctypes.c_void_p).value)
+    return path
+
+
+#: Where Debian's ``libatomic1`` puts GNU's atomic-operations library.
+LIBATOMIC_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/libatomic.so.1",
+    "/usr/lib/aarch64-linux-gnu/libatomic.so.1",
+)
+
+
+@functools.cache
+def load_libatomic() -> str | None:
+    """Load GNU's ``libatomic`` into the process for the JIT (once); its path, or None if it is missing.
+
+    Examples
+    --------
+    >>> load_libatomic() == load_libatomic()
+    True
+    """
+    path = next((p for p in LIBATOMIC_CANDIDATES if os.path.exists(p)), None) or ctypes.util.find_library("atomic")
+    if not path:
+        return None
+    import llvmlite.binding as llvm
+
+    try:
+        llvm.load_library_permanently(path)
+    except RuntimeError:
+        return None
     return path

@@ -26,7 +26,8 @@ True
 
 from __future__ import annotations
 
-__all__ = ["EXAMPLE", "openmp_parallel_loops", "parallel_call_count", "unrecognized_parallel_calls"]
+__all__ = ["EXAMPLE", "blas_in_parallel_loops", "openmp_parallel_loops", "parallel_call_count",
+           "unrecognized_parallel_calls"]
 
 _CALL = "call void @numba_parallel_for("
 _FAILED = "@pyjlad.omp.failed"
@@ -315,6 +316,38 @@ def openmp_parallel_loops(text: str, forward: bool = False) -> str:
     present = _defined_or_declared(body)
     declared = [d for d in wanted.strip().split("\n") if d.strip() and _declared_name(d) not in present]
     return body.rstrip("\n") + "\n\n" + "\n".join(tasks) + "\n" + "\n".join(declared) + "\n"
+
+
+#: What a user wrote for each BLAS routine Numba calls (through ``numba_xxdot``/``xxgemv``/``xxgemm``).
+_BLAS_CONSTRUCTS = {"dot": "np.dot of two vectors", "gemv": "a matrix-vector product (@, np.dot)",
+                    "gemm": "a matrix product (@, np.dot)"}
+
+
+def blas_in_parallel_loops(text: str) -> list[str]:
+    """What the parallel loops of ``text`` (rewritten by :func:`openmp_parallel_loops`) compute with BLAS, in words.
+
+    Enzyme differentiates a BLAS call by its own rules, which add into the adjoint of a matrix or vector with
+    BLAS itself (``cblas_dger``, ``cblas_daxpy``): without atomic operations. Inside a parallel loop, where
+    every thread adds into the adjoint of an array the iterations share, that is a data race (a silently
+    wrong gradient, different from run to run). Returns ``[]`` where no loop body reaches a BLAS routine.
+
+    Examples
+    --------
+    >>> blas_in_parallel_loops(openmp_parallel_loops(EXAMPLE))
+    []
+    """
+    from .ir import parse
+    from .ir.analysis import reachable
+
+    module = parse(text, strict=False)
+    tasks = [f.symbol for f in module.definitions if f.symbol.startswith("@pyjlad.omp.task.")]
+    found: dict[str, None] = {}
+    for task in tasks:
+        for symbol in reachable(module, task):
+            if symbol.startswith("@cblas_"):
+                routine = symbol[len("@cblas_") + 1:]
+                found[_BLAS_CONSTRUCTS.get(routine, f"BLAS {routine}")] = None
+    return list(found)
 
 
 def _report_failures(lines: list[str]) -> list[str] | None:

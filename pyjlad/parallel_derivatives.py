@@ -51,8 +51,13 @@ from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionErr
 from .export_ir import compile_before_codegen
 from .ir import parse
 from .ir.edit import mark_enzyme_calls
-from .openmp import load_libomp
-from .openmp_loops import openmp_parallel_loops, parallel_call_count, unrecognized_parallel_calls
+from .openmp import load_libatomic, load_libomp
+from .openmp_loops import (
+    blas_in_parallel_loops,
+    openmp_parallel_loops,
+    parallel_call_count,
+    unrecognized_parallel_calls,
+)
 from .portable import PortableModule
 
 __all__ = ["CACHE_TAG", "parallel_module", "parallel_wanted", "with_parallel_fallback", "with_runtime_activity"]
@@ -60,7 +65,7 @@ __all__ = ["CACHE_TAG", "parallel_module", "parallel_wanted", "with_parallel_fal
 T = TypeVar("T")
 
 #: Part of the cache key of a parallel derivative (a serial one has none).
-CACHE_TAG = "openmp-parallel-loops/2"
+CACHE_TAG = "openmp-parallel-loops/3"
 
 
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
@@ -93,6 +98,11 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
         return None, f"its parallel copy could not be exported ({type(exc).__name__}: {str(exc)[:200]})"
     if "numba_parallel_for" in module.text or "@__kmpc_fork_call(" not in module.text:
         return None, "the OpenMP rewrite of its parallel loops did not survive the portable pipeline"
+    blas = [] if forward else blas_in_parallel_loops(module.text)
+    if blas:
+        return None, (f"its prange loops compute {' and '.join(blas)} with BLAS, whose reverse-mode derivative "
+                      "(Enzyme's BLAS rules) adds into the adjoints of arrays shared between iterations without "
+                      "atomic operations, a data race; write the product as a loop to keep the derivative parallel")
     return module, ""
 
 
@@ -136,6 +146,8 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
                          "several cotangents at once, and forward mode with one tangent are)")
     if load_libomp() is None:
         return _fallback(exported.name, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
+    if load_libatomic() is None:
+        return _fallback(exported.name, "GNU's libatomic is not installed (Debian: apt-get install libatomic1)")
     why = _numba_threading_layer()
     if why:
         return _fallback(exported.name, why)

@@ -15,6 +15,8 @@ need=()
 command -v opt-15 >/dev/null || need+=(llvm-15)
 # LLVM 15's OpenMP runtime (__kmpc_*), for parallel derivatives of prange code (pyjlad.openmp).
 [ -e /usr/lib/llvm-15/lib/libomp.so.5 ] || need+=(libomp5-15)
+# GNU's libatomic: the atomic adds of those derivatives that LLVM compiles into library calls.
+[ -e "/usr/lib/$(uname -m)-linux-gnu/libatomic.so.1" ] || need+=(libatomic1)
 command -v patchelf >/dev/null || need+=(patchelf)
 if [ "$want_tests" = 1 ]; then
   for v in 16 19 22; do command -v "llvm-as-$v" >/dev/null || need+=("llvm-$v"); done
