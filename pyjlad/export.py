@@ -42,20 +42,13 @@ from .ir.analysis import numba_entry
 from .ir.names import c_identifier
 from .log import get_logger, timed
 from .memo import cached_for
-from .parallel_derivatives import parallel_module
+from .parallel_derivatives import PARALLEL_TWIN, parallel_module
 from .portable import PortableModule
 from .portable_pipeline import make_portable
 
 __all__ = [
     "ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function", "result_type",
-    "PARALLEL_TWIN",
 ]
-
-#: Attribute of a generated ``@njit`` wrapper (:mod:`pyjlad.outputs`) that calls a ``parallel=True`` function:
-#: a function of no arguments returning the wrapper's ``parallel=True`` twin, which has that function inlined,
-#: so that its ``prange`` loops are the twin's own parallel loops (:mod:`pyjlad.parallel_derivatives`
-#: differentiates the twin where the parallel derivative is asked for).
-PARALLEL_TWIN = "pyjlad_parallel_twin"
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ import numba
 import numpy as np
 
 from .errors import ArgumentError, PyjladError, UnsupportedFunctionError
-from .export import PARALLEL_TWIN, as_numba_function, describe_function
+from .export import as_numba_function, describe_function
 from .memo import cached_for
+from .parallel_derivatives import PARALLEL_TWIN
 
 __all__ = ["OutputLayout", "OutputShapeChanged", "output_layout", "output_wrapper"]
 
@@ -170,7 +171,9 @@ def _make_wrapper(func: Any, nargs: int, layout: OutputLayout) -> Any:
     source, wrapper_name = "\n".join(lines), f"{_identifier(name)}_outputs"
     wrapper = numba.njit(_defined(source, wrapper_name, target))
     if getattr(target, "targetoptions", {}).get("parallel"):
-        setattr(wrapper, PARALLEL_TWIN, _parallel_twin(target, source, wrapper_name))
+        twin = _parallel_twin(target, source, wrapper_name)
+        twin.results_of = name  # type: ignore[attr-defined]
+        setattr(wrapper, PARALLEL_TWIN, twin)
     return wrapper
 
 

@@ -59,10 +59,17 @@ from .openmp_loops import (
     unrecognized_parallel_calls,
 )
 from .portable import PortableModule
+from .refusals import enzyme_reason
 
-__all__ = ["CACHE_TAG", "parallel_module", "parallel_wanted", "with_parallel_fallback", "with_runtime_activity"]
+__all__ = ["CACHE_TAG", "PARALLEL_TWIN", "parallel_module", "parallel_wanted", "with_parallel_fallback", "with_runtime_activity"]
 
 T = TypeVar("T")
+
+#: Attribute of a generated ``@njit`` wrapper (:mod:`pyjlad.outputs`) that calls a ``parallel=True`` function:
+#: a function of no arguments returning the wrapper's ``parallel=True`` twin, which has that function inlined,
+#: so that its ``prange`` loops are the twin's own (differentiated where the parallel derivative is asked for).
+#: Its attribute ``results_of`` is the function's name.
+PARALLEL_TWIN = "pyjlad_parallel_twin"
 
 #: Part of the cache key of a parallel derivative (a serial one has none).
 CACHE_TAG = "openmp-parallel-loops/3"
@@ -142,15 +149,15 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     if sweep.kind != "ad" or (sweep.width > 1 and sweep.mode == "forward"):
         what = ("Hessian-vector products" if sweep.kind == "hvp"
                 else "forward-mode vector sweeps (several tangents at once: jacobian(mode='forward'), batched jvp)")
-        return _fallback(exported.name, f"{what} of parallel loops are not parallel yet (reverse mode, also with "
+        return _fallback(exported, f"{what} of parallel loops are not parallel yet (reverse mode, also with "
                          "several cotangents at once, and forward mode with one tangent are)")
     if load_libomp() is None:
-        return _fallback(exported.name, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
+        return _fallback(exported, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
     if load_libatomic() is None:
-        return _fallback(exported.name, "GNU's libatomic is not installed (Debian: apt-get install libatomic1)")
+        return _fallback(exported, "GNU's libatomic is not installed (Debian: apt-get install libatomic1)")
     why = _numba_threading_layer()
     if why:
-        return _fallback(exported.name, why)
+        return _fallback(exported, why)
     return True
 
 
@@ -196,13 +203,16 @@ def with_parallel_fallback(exported: Any, sweep: Any, load: Callable[[Callable[[
     try:
         return load(source)
     except _NotParallel as exc:
-        _fallback(exported.name, str(exc))
+        _fallback(exported, str(exc))
     except (PyjladError, RuntimeError) as exc:  # EnzymeError, ToolchainError, a module that does not load
-        last = (str(exc).strip().splitlines() or [""])[0][:200]
-        _fallback(exported.name, f"Enzyme or the JIT failed on its parallel loops ({last})")
+        reason = enzyme_reason(getattr(exc, "diagnostics", "") or "") or (str(exc).strip().splitlines() or [""])[0]
+        _fallback(exported, f"Enzyme or the JIT failed on its parallel loops ({reason[:200]})")
     return load(None)
 
 
-def _fallback(name: str, why: str) -> bool:
+def _fallback(exported: Any, why: str) -> bool:
+    # The wrapper writing a function's results (pyjlad.outputs) says whose they are: the name the user knows.
+    twin = getattr(getattr(exported, "run", None), PARALLEL_TWIN, None)
+    name = getattr(twin, "results_of", exported.name)
     warnings.warn(f"the derivative of {name} runs serially: {why}", ParallelFallbackWarning, stacklevel=5)
     return False

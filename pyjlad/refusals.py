@@ -35,7 +35,7 @@ from typing import Any
 
 from .errors import EnzymeError
 
-__all__ = ["Construct", "HELPER_CONSTRUCTS", "explain", "demangle", "uses"]
+__all__ = ["Construct", "HELPER_CONSTRUCTS", "enzyme_reason", "explain", "demangle", "uses"]
 
 
 @dataclass(frozen=True)
@@ -281,7 +281,7 @@ _TOOLCHAIN_FAILURES = ("Failed to load passes", "Could not load library", "unkno
 _SUMMARY_RE = re.compile(r"Assertion `.*' failed|^Illegal \w+|^LLVM ERROR")
 
 
-def _summary(diagnostics: str) -> str:
+def enzyme_reason(diagnostics: str) -> str:
     """Enzyme's one-line reason, for the end of the message (IR dumps skipped)."""
     lines = [line.strip() for line in diagnostics.splitlines() if not line.lstrip().startswith(";")]
     for line in lines:
@@ -290,8 +290,9 @@ def _summary(diagnostics: str) -> str:
             if reason and reason != "<analysis>":
                 return reason[:200]
     for line in lines:
-        if _SUMMARY_RE.search(line):
-            return line[:200]
+        found = _SUMMARY_RE.search(line)
+        if found:  # an assertion: the assertion itself, not the program and function before it
+            return (found.group(0) if found.group(0).startswith("Assertion") else line)[:200]
     return next((line[:200] for line in lines if line.startswith("error:") and "<analysis>" not in line), "")
 
 
@@ -339,7 +340,7 @@ def explain(exported: Any, error: EnzymeError, helpers: list[str]) -> EnzymeErro
                      "exc.diagnostics attached.")
     for advice in dict.fromkeys(c.advice for _, c in found):
         lines.append(f"What to do: {advice}.")
-    summary = _summary(diagnostics)
+    summary = enzyme_reason(diagnostics)
     if summary:
         lines.append(f"Enzyme's message: {summary}")
     lines.append("Enzyme's full report is in exc.diagnostics.")

@@ -112,3 +112,28 @@ def test_copy_of_a_shared_array_in_a_prange_loop(parallel_on) -> None:
         np.testing.assert_allclose(gx, np.full(n, w[0]), rtol=1e-15)
         np.testing.assert_allclose(gw, [x.sum(), 2 * n * w[1]], rtol=1e-15)
     np.testing.assert_array_equal(w, [2.0, 3.0])
+
+
+@njit(parallel=True)
+def periodic_weights(x, w):
+    y = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        y[i] = np.sin(w[i % w.shape[0]] * x[i])
+    return y
+
+
+def test_a_fallback_names_the_users_function_and_enzymes_reason(parallel_on) -> None:
+    # Enzyme v0.0.289 cannot type the parallel copy of this array-valued loop (the index i % m): it runs
+    # serially, and the warning names the function (not pyjlad's wrapper writing its result) and Enzyme's reason.
+    x, w, c = np.linspace(-1.0, 1.0, 31), np.array([0.5, -1.2, 2.0]), np.cos(np.arange(31.0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ParallelFallbackWarning)
+        _, (cx, cw) = pyjlad.vjp(periodic_weights, (x, w), c)
+    said = [str(m.message) for m in caught if issubclass(m.category, ParallelFallbackWarning)]
+    assert len(said) == 1, said
+    assert said[0].startswith("the derivative of periodic_weights runs serially: Enzyme or the JIT failed")
+    assert "no construct" not in said[0] and ("Assertion `" in said[0] or "cannot" in said[0].lower()), said[0]
+    ws = w[np.arange(31) % 3]
+    np.testing.assert_allclose(cx, c * ws * np.cos(ws * x), rtol=1e-14)
+    np.testing.assert_allclose(cw, [np.sum((c * x * np.cos(ws * x))[np.arange(31) % 3 == k]) for k in range(3)],
+                               rtol=1e-13)

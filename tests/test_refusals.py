@@ -168,11 +168,11 @@ def test_an_unidentified_failure_is_called_a_defect_and_names_the_numba_operatio
 
 def test_enzyme_reason_skips_ir_comment_lines():
     """An IR dump's ``; Function Attrs`` comment is not Enzyme's reason."""
-    from pyjlad.refusals import _summary
+    from pyjlad.refusals import enzyme_reason
 
     diagnostics = ("; Function Attrs: nounwind Enzyme: cached\n"
                    "error: in function f: Enzyme: cannot handle unknown binary operator\n")
-    assert _summary(diagnostics) == "cannot handle unknown binary operator"
+    assert enzyme_reason(diagnostics) == "cannot handle unknown binary operator"
 
 
 def test_demangle_reads_numba_symbols():
