@@ -16,9 +16,11 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
 * Reverse mode: the reverse of each loop is a parallel loop over the same static schedule (Enzyme's
   own OpenMP support); adjoints of inputs shared between iterations are accumulated with atomic
   adds (so they may differ from run to run in the last bits), those of per-iteration elements are
-  written by one thread each (identical run to run). Vector mode (several cotangents per sweep:
-  ``jacobian(mode="reverse")``, batched ``vjp``) is Enzyme's too, the same parallel loop over
-  ``width`` adjoints.
+  written by one thread each (identical run to run). Not in vector mode (several cotangents per
+  sweep): Enzyme builds it, but its code stopped the process (a segmentation fault) on a ``prange``
+  map of 2,000 elements and a pairwise kernel of 400 at width 32, so ``jacobian`` and batched
+  products run the serial vector-mode derivative (which was also 30-40x faster than one parallel
+  sweep per row, what ``jacobian`` ran before with this setting on).
 * Forward mode: Enzyme v0.0.289 stops on the OpenMP call in forward mode (an assertion in
   ``AdjointGenerator::visitOMPCall``, which looks up the call in the overwritten-arguments map only
   reverse mode fills), so the fork gets a registered forward derivative of pyjlad's: the same fork
@@ -32,8 +34,8 @@ them (:mod:`pyjlad.outputs`) has a ``parallel=True`` twin with the function inli
 the twin's own. Everything else is today's serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
 :class:`~pyjlad.errors.ParallelFallbackWarning` saying why where the setting asked for a parallel
-one: Hessian-vector products, forward-mode vector sweeps (several tangents at once:
-``jacobian(mode="forward")``, batched ``jvp``; the fork's registered forward derivative takes one), a missing runtime, a loop the rewrite does not recognize, a copy
+one: Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``, batched
+``jvp``/``vjp``), a missing runtime, a loop the rewrite does not recognize, a copy
 Numba cannot compile, a copy Enzyme fails on.
 """
 
@@ -146,11 +148,11 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     """
     if getattr(exported, "make_parallel_module", None) is None or not config.parallel_derivatives():
         return False
-    if sweep.kind != "ad" or (sweep.width > 1 and sweep.mode == "forward"):
+    if sweep.kind != "ad" or sweep.width > 1:
         what = ("Hessian-vector products" if sweep.kind == "hvp"
-                else "forward-mode vector sweeps (several tangents at once: jacobian(mode='forward'), batched jvp)")
-        return _fallback(exported, f"{what} of parallel loops are not parallel yet (reverse mode, also with "
-                         "several cotangents at once, and forward mode with one tangent are)")
+                else "vector-mode sweeps (several directions at once: jacobian, batched jvp/vjp)")
+        return _fallback(exported, f"{what} of parallel loops are not parallel yet (reverse and forward mode with "
+                         "one direction are)")
     if load_libomp() is None:
         return _fallback(exported, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
     if load_libatomic() is None:

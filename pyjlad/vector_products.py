@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 import numpy as np
 from numba import types as nbtypes
 
-from . import config
 from .engines import default_engine_name
 from .errors import ArgumentTypeError
 from .export import result_type
@@ -77,13 +76,6 @@ def check_chunk(chunk: int | None) -> int:
 
 def _vector_engine(engine: str | None) -> bool:
     return (engine or default_engine_name()) in ("embedded", "llvm", "enzyme")
-
-
-def _parallel_reverse(f: Any) -> bool:
-    """Whether reverse sweeps of ``f`` run its ``prange`` loops in parallel (a ``parallel=True`` function with
-    the parallel-derivatives setting on: :mod:`pyjlad.parallel_derivatives`); those take one sweep per
-    direction, each parallel, where a vector-mode sweep would run serially."""
-    return config.parallel_derivatives() and bool(getattr(f, "targetoptions", {}).get("parallel"))
 
 
 def _layout_tries(f: Any, engine: str | None, key: tuple[Any, ...]) -> tuple[bool, ...]:
@@ -143,7 +135,7 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     them stacked, zero past ``stop - start``), the input cotangents of each ``active`` argument,
     stacked ``(count, *shape)`` (``None`` for the others). ``None`` where vector mode does not apply.
     """
-    if width < 2 or count == 0 or not _vector_engine(engine) or _parallel_reverse(f):
+    if width < 2 or count == 0 or not _vector_engine(engine):
         return None
     try:
         return planned(f, primals, lambda plan: _reverse(f, plan, primals, active, count, seeds, width, engine))
@@ -214,7 +206,7 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
     """:func:`pyjlad.jacobian` in vector mode: ``width`` rows (reverse) or columns (forward) per
     sweep; ``None`` where vector mode does not apply (or ``f``'s output is no float or float array:
     the caller explains)."""
-    if width < 2 or not _vector_engine(engine) or (mode == "reverse" and _parallel_reverse(f)):
+    if width < 2 or not _vector_engine(engine):
         return None
     try:
         return planned(f, args, lambda plan: _jacobian(f, plan, args, indices, mode, width, engine))
