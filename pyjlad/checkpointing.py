@@ -153,7 +153,7 @@ class CheckpointedLoop:
             before = state.copy()
             try:
                 out = self.step(state, arg, 0)
-            except TypingError as exc:
+            except (TypingError, TypeError) as exc:  # Numba's typing, or a wrong number of arguments
                 raise ArgumentTypeError(f"step cannot be called as step(state, params, k) with a {state.dtype} "
                                         f"array of shape {state.shape}, params {_describe(params)} and an int k: "
                                         f"{str(exc).splitlines()[0]}") from None
@@ -166,7 +166,7 @@ class CheckpointedLoop:
             state = before
         try:
             value = self.loss(state.copy())
-        except TypingError as exc:
+        except (TypingError, TypeError) as exc:
             raise ArgumentTypeError(f"loss cannot be called as loss(state) with a {state.dtype} array of shape "
                                     f"{state.shape}: {str(exc).splitlines()[0]}") from None
         if not isinstance(value, (float, np.floating)):
@@ -246,7 +246,11 @@ class _Kernels:
 
         @njit
         def advance(s, p, k0, nsteps, every, buf, off, nsnap):
-            """``nsteps`` steps from ``s``; every ``every``-th state (``nsnap`` of them) into ``buf[off:]``."""
+            """``nsteps`` steps from ``s``; every ``every``-th state (``nsnap`` of them) into ``buf[off:]``.
+
+            From a copy of ``s``: ``s`` is a snapshot row when recomputing, and a step that writes into its
+            state argument (only some steps do; the check in ``_checked`` sees step 0) must not change it."""
+            s = s.copy()
             for i in range(nsteps + 1):
                 if i % every == 0 and i // every < nsnap:
                     buf[off + i // every] = s

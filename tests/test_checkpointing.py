@@ -257,3 +257,61 @@ def test_errors():
     value, (du, dp) = pyjlad.checkpointed_loop(scale, sumsq, 1000, max_memory=need).value_and_grad(u0, 1.0)
     close(du, 2.0 * u0)
     close(dp, 2000.0 * 3)
+
+
+@njit
+def clip_then_advect(u, c, k):
+    """Sets negative entries to zero in place (from some step on: not at step 0), then an upwind step."""
+    for i in range(u.size):
+        if u[i] < 0.0:
+            u[i] = 0.0
+    n = u.size
+    out = np.empty_like(u)
+    for i in range(n):
+        out[i] = u[i] - c * (u[i] - u[i - 1]) - 0.3 * np.sin(0.5 * k) * u[(i + 2) % n]
+    return out
+
+
+@njit
+def weighted_sum(u):
+    return np.sum(u * np.arange(1.0, u.size + 1))
+
+
+def test_step_writing_its_state_on_later_steps_at_every_level():
+    # Before: with more than one level of snapshots, recomputation handed the step a snapshot row, which
+    # the in-place clip changed: the gradient was wrong (value right), with one level right.
+    def twin(u, c):
+        for k in range(40):
+            u = jnp.where(u < 0.0, 0.0, u)
+            u = u - c * (u - jnp.roll(u, 1)) - 0.3 * jnp.sin(0.5 * k) * jnp.roll(u, -2)
+        return jnp.sum(u * jnp.arange(1.0, u.size + 1))
+
+    u0 = np.array([0.1, 0.9, 0.4, 0.05, 0.7, 0.3])
+    u_copy = u0.copy()
+    want_value, (want_u, want_c) = jax.value_and_grad(twin, argnums=(0, 1))(jnp.asarray(u_copy), 1.3)
+    for cap in (10**6, 728, smallest(40, u0.nbytes, 8).memory_bytes):
+        loop = pyjlad.checkpointed_loop(clip_then_advect, weighted_sum, 40, max_memory=cap)
+        value, (du, dc) = loop.value_and_grad(u0, 1.3)
+        close(value, float(want_value))
+        close(du, np.asarray(want_u))
+        close(dc, float(want_c))
+        np.testing.assert_array_equal(u0, u_copy)
+    assert len(loop.last_schedule.strides) >= 2  # the smallest cap: several levels
+
+
+@njit
+def two_argument_loss(u, c):
+    return np.sum(u) * c
+
+
+@njit
+def two_argument_step(u, c):
+    return u * c
+
+
+def test_wrong_signatures_say_what_is_expected():
+    u0 = np.ones(3)
+    with pytest.raises(pyjlad.ArgumentTypeError, match=r"loss cannot be called as loss\(state\)"):
+        pyjlad.checkpointed_loop(scale, two_argument_loss, 4).value_and_grad(u0, 2.0)
+    with pytest.raises(pyjlad.ArgumentTypeError, match=r"step cannot be called as step\(state, params, k\)"):
+        pyjlad.checkpointed_loop(two_argument_step, sumsq, 4).value_and_grad(u0, 2.0)
