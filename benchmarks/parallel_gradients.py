@@ -59,6 +59,18 @@ def stencil(u, k):
     return s
 
 
+@njit(parallel=True)
+def interactions(x, w):
+    """An array result: output ``i`` reads the whole shared input."""
+    y = np.empty_like(x)
+    for i in prange(x.shape[0]):
+        s = 0.0
+        for j in range(x.shape[0]):
+            s += np.tanh(w * x[i] - x[j])
+        y[i] = s
+    return y
+
+
 def _serial_twin(f):
     """The same kernel as a separate dispatcher, so its derivative is built with the setting off."""
     return njit(parallel=True)(f.py_func)
@@ -168,6 +180,49 @@ def main() -> None:
             (p, _), _, _, (j, cpu), (s, _) = times[threads]
             speed = f"{times[1][3][0] / j:.2f}x" if threads == 2 else ""
             print(f"| {name} | {threads} | {j * 1e3:.2f} | {cpu * 1e3:.2f} | {s * 1e3:.2f} | {j / p:.1f} | {speed} |")
+
+    _array_results(ns, rng, jax)
+
+
+def _array_results(ns, rng, jax) -> None:
+    """Derivatives of an array result, ``vjp`` (one cotangent) and ``jvp`` (one tangent), the setting on and off
+    (pyjlad's wrapper writing the result has the function inlined: :mod:`pyjlad.outputs`)."""
+    x, w = rng.uniform(-2, 2, ns.pairs // 4), 0.7
+    cot = rng.normal(size=x.shape)
+    serial = _serial_twin(interactions)
+    calls = {}
+    for setting, f in (("serial", serial), ("parallel", interactions)):
+        if setting == "parallel":
+            os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
+        else:
+            os.environ.pop("PYJLAD_PARALLEL_DERIVATIVES", None)
+        calls[setting, "vjp"] = lambda f=f: pyjlad.vjp(f, (x, w), cot)
+        calls[setting, "jvp"] = lambda f=f: pyjlad.jvp(f, (x, w), (cot, 0.0))
+        for call in (calls[setting, "vjp"], calls[setting, "jvp"]):
+            call()  # built now, under this setting
+    os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
+
+    def twin(a):
+        return jax.numpy.sum(jax.numpy.tanh(w * a[:, None] - a[None, :]), axis=1)
+
+    jx, jcot = jax.numpy.asarray(x), jax.numpy.asarray(cot)
+    jvjp = jax.jit(lambda a, c: jax.vjp(twin, a)[1](c))
+    jax_t = _time(lambda: jax.block_until_ready(jvjp(jx, jcot)), ns.repeat, 1)[0]
+    times = {}
+    for threads in (1, 2):
+        numba.set_num_threads(threads)
+        times[threads] = {key: _time(call, ns.repeat, threads)[0] for key, call in calls.items()}
+        times[threads]["primal"] = _time(lambda: interactions(x, w), ns.repeat, threads)[0]
+    print(f"\nArray result (`interactions`, n = {x.shape[0]}: output i sums tanh(w x_i - x_j) over j), "
+          f"`vjp` and `jvp`: jax.jit(vjp) {jax_t * 1e3:.2f} ms.\n")
+    print("| derivative | threads | primal ms | parallel ms | serial ms | speedup 1->2 |")
+    print("|---|---|---|---|---|---|")
+    for what in ("vjp", "jvp"):
+        for threads in (1, 2):
+            t = times[threads]
+            speed = f"{times[1]['parallel', what] / t['parallel', what]:.2f}x" if threads == 2 else ""
+            print(f"| {what} | {threads} | {t['primal'] * 1e3:.2f} | {t['parallel', what] * 1e3:.2f} | "
+                  f"{t['serial', what] * 1e3:.2f} | {speed} |")
 
 
 if __name__ == "__main__":
