@@ -46,11 +46,12 @@ def libomp_path() -> str | None:
     >>> path is None or "libomp" in path
     True
     """
-    for path in CANDIDATES:
-        if os.path.exists(path):
-            return path
-    found = ctypes.util.find_library("omp")
-    return found or None
+    return _installed(CANDIDATES, "omp")
+
+
+def _installed(candidates: tuple[str, ...], name: str) -> str | None:
+    """The first of ``candidates`` that exists, else where the system's loader finds ``lib<name>``, else None."""
+    return next((p for p in candidates if os.path.exists(p)), None) or ctypes.util.find_library(name) or None
 
 
 @functools.cache
@@ -97,8 +98,8 @@ def load_libatomic() -> str | None:
     >>> load_libatomic() == load_libatomic()
     True
     """
-    path = next((p for p in LIBATOMIC_CANDIDATES if os.path.exists(p)), None) or ctypes.util.find_library("atomic")
-    if not path:
+    path = _installed(LIBATOMIC_CANDIDATES, "atomic")
+    if path is None:
         return None
     import llvmlite.binding as llvm
 

@@ -11,6 +11,7 @@ differentiated (no fallback warning, ``__kmpc_fork_call`` in it). Forward mode (
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -332,16 +333,17 @@ def test_array_valued_prange_function_differentiates_in_parallel(parallel_on) ->
     np.testing.assert_array_equal(x, x0)
 
 
-@njit(parallel=True)
-def interactions(x, w):
-    """Each output reads the whole shared input (adjoints accumulated atomically by every thread)."""
-    y = np.empty_like(x)
-    for i in prange(x.shape[0]):
-        s = 0.0
-        for j in range(x.shape[0]):
-            s += np.tanh(w * x[i] - x[j])
-        y[i] = s
-    return y
+def _benchmark_kernels():
+    """benchmarks/parallel_gradients.py, whose kernels the tests share."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_gradients.py"
+    spec = importlib.util.spec_from_file_location("parallel_gradients_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: Each output reads the whole shared input (adjoints accumulated atomically by every thread).
+interactions = _benchmark_kernels().interactions
 
 
 def _interactions_jax(a, b):
