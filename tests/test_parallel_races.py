@@ -112,6 +112,7 @@ def test_copy_of_a_shared_array_in_a_prange_loop(parallel_on) -> None:
         np.testing.assert_allclose(gx, np.full(n, w[0]), rtol=1e-15)
         np.testing.assert_allclose(gw, [x.sum(), 2 * n * w[1]], rtol=1e-15)
     np.testing.assert_array_equal(w, [2.0, 3.0])
+    np.testing.assert_array_equal(x, np.arange(1.0, 5.0))
 
 
 @njit(parallel=True)
@@ -126,6 +127,7 @@ def test_a_fallback_names_the_users_function_and_enzymes_reason(parallel_on) -> 
     # Enzyme v0.0.289 cannot type the parallel copy of this array-valued loop (the index i % m): it runs
     # serially, and the warning names the function (not pyjlad's wrapper writing its result) and Enzyme's reason.
     x, w, c = np.linspace(-1.0, 1.0, 31), np.array([0.5, -1.2, 2.0]), np.cos(np.arange(31.0))
+    x0, w0, c0 = x.copy(), w.copy(), c.copy()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ParallelFallbackWarning)
         _, (cx, cw) = pyjlad.vjp(periodic_weights, (x, w), c)
@@ -137,3 +139,5 @@ def test_a_fallback_names_the_users_function_and_enzymes_reason(parallel_on) -> 
     np.testing.assert_allclose(cx, c * ws * np.cos(ws * x), rtol=1e-14)
     np.testing.assert_allclose(cw, [np.sum((c * x * np.cos(ws * x))[np.arange(31) % 3 == k]) for k in range(3)],
                                rtol=1e-13)
+    for a, a0 in ((x, x0), (w, w0), (c, c0)):
+        np.testing.assert_array_equal(a, a0)
