@@ -72,9 +72,7 @@ def load_libomp() -> str | None:
     # from Numba's own threads (GNU's runtime) and from the user's code: park them at once, unless the
     # user chose otherwise. Read when the runtime starts (its first parallel loop).
     os.environ.setdefault("KMP_BLOCKTIME", "0")
-    try:
-        llvm.load_library_permanently(path)
-    except RuntimeError:
+    if not _loaded_for_jit(path):
         return None
     library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     for name in JIT_SYMBOLS:  # ahead of GNU's libgomp (Numba's "omp" threading layer) exporting the same omp_*
@@ -99,12 +97,15 @@ def load_libatomic() -> str | None:
     True
     """
     path = _installed(LIBATOMIC_CANDIDATES, "atomic")
-    if path is None:
-        return None
+    return path if path is not None and _loaded_for_jit(path) else None
+
+
+def _loaded_for_jit(path: str) -> bool:
+    """Whether the library at ``path`` could be loaded into the process, where the JIT resolves symbols."""
     import llvmlite.binding as llvm
 
     try:
         llvm.load_library_permanently(path)
     except RuntimeError:
-        return None
-    return path
+        return False
+    return True

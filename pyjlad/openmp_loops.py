@@ -26,6 +26,9 @@ True
 
 from __future__ import annotations
 
+from .ir import parse
+from .ir.analysis import reachable
+
 __all__ = ["EXAMPLE", "blas_in_parallel_loops", "openmp_parallel_loops", "parallel_call_count",
            "unrecognized_parallel_calls"]
 
@@ -336,9 +339,6 @@ def blas_in_parallel_loops(text: str) -> list[str]:
     >>> blas_in_parallel_loops(openmp_parallel_loops(EXAMPLE))
     []
     """
-    from .ir import parse
-    from .ir.analysis import reachable
-
     module = parse(text, strict=False)
     tasks = [f.symbol for f in module.definitions if f.symbol.startswith("@pyjlad.omp.task.")]
     found: dict[str, None] = {}

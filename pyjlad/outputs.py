@@ -22,6 +22,7 @@ buffer (they have no derivative).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -193,14 +194,12 @@ def _parallel_twin(target: Any, source: str, name: str) -> Callable[[], Any]:
     ``inline="always"``): ``target``'s ``prange`` loops become the twin's own parallel loops, which
     :mod:`pyjlad.parallel_derivatives` differentiates (a call of another ``parallel=True`` function
     would run serially in it). Built on first use, once."""
-    built: list[Any] = []
 
+    @functools.cache
     def twin() -> Any:
-        if not built:
-            options = {k: v for k, v in target.targetoptions.items() if k in _TWIN_OPTIONS}
-            inlined = numba.njit(inline="always", **options)(target.py_func)
-            built.append(numba.njit(parallel=True, **options)(_defined(source, name, inlined)))
-        return built[0]
+        options = {k: v for k, v in target.targetoptions.items() if k in _TWIN_OPTIONS}
+        inlined = numba.njit(inline="always", **options)(target.py_func)
+        return numba.njit(parallel=True, **options)(_defined(source, name, inlined))
 
     return twin
 

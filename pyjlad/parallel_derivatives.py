@@ -17,10 +17,9 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
   own OpenMP support); adjoints of inputs shared between iterations are accumulated with atomic
   adds (so they may differ from run to run in the last bits), those of per-iteration elements are
   written by one thread each (identical run to run). Not in vector mode (several cotangents per
-  sweep): Enzyme builds it, but its code stopped the process (a segmentation fault) on a ``prange``
-  map of 2,000 elements and a pairwise kernel of 400 at width 32, so ``jacobian`` and batched
-  products run the serial vector-mode derivative (which was also 30-40x faster than one parallel
-  sweep per row, what ``jacobian`` ran before with this setting on).
+  sweep): Enzyme builds it, but its code stopped the process (a segmentation fault) on larger
+  inputs, so ``jacobian`` and batched products run the serial vector-mode derivative (also much
+  faster than one parallel sweep per row, what ``jacobian`` ran before with this setting on).
 * Forward mode: Enzyme v0.0.289 stops on the OpenMP call in forward mode (an assertion in
   ``AdjointGenerator::visitOMPCall``, which looks up the call in the overwritten-arguments map only
   reverse mode fills), so the fork gets a registered forward derivative of pyjlad's: the same fork

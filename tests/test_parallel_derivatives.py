@@ -352,7 +352,7 @@ def _interactions_jax(a, b):
 
 def test_jacobian_and_batched_vjp_keep_the_serial_vector_mode_and_say_so(parallel_on) -> None:
     # Several directions per sweep: the serial vector-mode derivative (Enzyme's parallel one crashed on larger
-    # inputs; one parallel sweep per row, what jacobian ran before, was 30-40x slower than this).
+    # inputs; one parallel sweep per row, what jacobian ran before, was much slower than this).
     x, w = _x(40), 0.7
     x0 = x.copy()
     cots = rng.normal(size=(5, 40))
