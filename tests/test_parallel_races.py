@@ -50,14 +50,25 @@ def shared_vector_dot(x, w):
     return total
 
 
+@njit(parallel=True)
+def row_block_times_shared_matrix(x, w):
+    total = 0.0
+    for i in prange(x.shape[0]):
+        h = x[i:i + 1, :] @ w   # (1 x d) @ (d x k): a matrix product (gemm)
+        total += np.sum(h * h)
+    return total
+
+
 def _cases():
     x = rng.normal(size=(60, 8))
     s, w = rng.normal(size=(5, 8)) / 3, rng.normal(size=8) / 3
     sq = rng.normal(size=(8, 8))
+    wm = rng.normal(size=(8, 3))
     return {
         "tanh(S @ x_i)": (tanh_of_shared_matrix_times_rows, (x, s), "matrix-vector",
                           lambda: ((1 - np.tanh(x @ s.T) ** 2).T @ x)),
         "x_i . (S @ x_i)": (quadratic_forms, (x, sq), "matrix-vector", lambda: x.T @ x),
+        "x_i W (2-D)": (row_block_times_shared_matrix, (x, wm), "matrix product", lambda: 2 * x.T @ (x @ wm)),
         # Numba's parfor pass turns np.dot of two vectors into a loop: no BLAS, parallel with Enzyme's atomics
         "tanh(w . x_i)": (shared_vector_dot, (x, w), None, lambda: x.T @ (1 - np.tanh(x @ w) ** 2)),
     }
