@@ -111,7 +111,10 @@ class CheckpointedLoop:
     def __call__(self, state0: Any, params: Any) -> float:
         """The loop's value: ``n_steps`` steps from ``state0``, then ``loss`` (no snapshots)."""
         state, p = self._checked(state0, params)
-        return float(_kernels(self.step, self.loss, np.ndim(p) > 0).run(state, p, self.n_steps))
+        pristine = np.copy(p)
+        value = float(_kernels(self.step, self.loss, np.ndim(p) > 0).run(state, p, self.n_steps))
+        _params_unchanged(p, pristine)
+        return value
 
     def schedule(self, state0: Any, params: Any) -> Schedule:
         """The schedule the gradient at ``(state0, params)`` uses (from the sizes alone; nothing runs)."""
@@ -133,6 +136,7 @@ class CheckpointedLoop:
         from .transforms import value_and_grad
 
         state, p = self._checked(state0, params)
+        pristine = p.copy()
         schedule = plan(self.n_steps, state.nbytes, p.nbytes, self.max_memory)
         kern = _kernels(self.step, self.loss, p.ndim > 0)
         run = _Run(kern, schedule, state, p)
@@ -140,6 +144,7 @@ class CheckpointedLoop:
         value, lam = value_and_grad(self.loss, engine="embedded")(final)
         lam = np.ascontiguousarray(lam, dtype=state.dtype).reshape(state.shape)
         d_state0 = run.reverse(lam)
+        _params_unchanged(p, pristine)
         self.last_schedule = Schedule(schedule.n_steps, schedule.strides, schedule.state_bytes,
                                       schedule.params_bytes, schedule.states_stored, run.forward_steps)
         d_params = float(run.dp_scalar) if p.ndim == 0 else run.dp.copy()
@@ -163,6 +168,7 @@ class CheckpointedLoop:
                                     f"{state.dtype}; it returned {got}")
             if not np.array_equal(before, state, equal_nan=True):
                 raise ArgumentError("step modifies its state argument; it must return a new array instead")
+            _params_unchanged(p, _as_params(params))
             state = before
         try:
             value = self.loss(state.copy())
@@ -172,6 +178,13 @@ class CheckpointedLoop:
         if not isinstance(value, (float, np.floating)):
             raise ArgumentTypeError(f"loss must return a float, it returned {type(value).__name__}")
         return state, arg
+
+
+def _params_unchanged(p: Any, pristine: Any) -> None:
+    """Raise where the step wrote into ``p``, the loop's copy of the parameters (equal to ``pristine`` before)."""
+    if not np.array_equal(p, pristine, equal_nan=True):
+        raise ArgumentError("step modifies its params argument; the checkpointed loop reruns steps, so every step "
+                            "must see the same params: compute a new value instead of writing into params")
 
 
 def _describe(params: Any) -> str:

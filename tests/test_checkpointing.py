@@ -315,3 +315,29 @@ def test_wrong_signatures_say_what_is_expected():
         pyjlad.checkpointed_loop(scale, two_argument_loss, 4).value_and_grad(u0, 2.0)
     with pytest.raises(pyjlad.ArgumentTypeError, match=r"step cannot be called as step\(state, params, k\)"):
         pyjlad.checkpointed_loop(two_argument_step, sumsq, 4).value_and_grad(u0, 2.0)
+
+
+@njit
+def _scaling_params_at_step_zero(u, p, k):
+    p[0] = p[0] * 1.1
+    return u * p[0]
+
+
+@njit
+def _scaling_params_at_step_two(u, p, k):
+    if k == 2:
+        p[0] = p[0] * 1.1
+    return u * p[0]
+
+
+@pytest.mark.parametrize("step", [_scaling_params_at_step_zero, _scaling_params_at_step_two])
+@pytest.mark.parametrize("call", ["value", "value_and_grad"])
+def test_a_step_writing_its_params_is_refused(step, call):
+    # Rerunning such steps gave silently wrong values and gradients (1.1**20 too large).
+    s0, p = np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0])
+    s_copy, p_copy = s0.copy(), p.copy()
+    loop = pyjlad.checkpointed_loop(step, sumsq, 4)
+    with pytest.raises(pyjlad.ArgumentError, match="modifies its params"):
+        loop(s0, p) if call == "value" else loop.value_and_grad(s0, p)
+    np.testing.assert_array_equal(s0, s_copy)
+    np.testing.assert_array_equal(p, p_copy)
