@@ -51,6 +51,14 @@ def shared_vector_dot(x, w):
 
 
 @njit(parallel=True)
+def shared_vector_matmul(x, w):
+    total = 0.0
+    for i in prange(x.shape[0]):
+        total += np.tanh(w @ x[i])
+    return total
+
+
+@njit(parallel=True)
 def row_block_times_shared_matrix(x, w):
     total = 0.0
     for i in prange(x.shape[0]):
@@ -71,6 +79,9 @@ def _cases():
         "x_i W (2-D)": (row_block_times_shared_matrix, (x, wm), "matrix product", lambda: 2 * x.T @ (x @ wm)),
         # Numba's parfor pass turns np.dot of two vectors into a loop: no BLAS, parallel with Enzyme's atomics
         "tanh(w . x_i)": (shared_vector_dot, (x, w), None, lambda: x.T @ (1 - np.tanh(x @ w) ** 2)),
+        # while w @ x_i of two vectors stays a BLAS call (ddot)
+        "tanh(w @ x_i)": (shared_vector_matmul, (x, w), "a dot product of two vectors with @",
+                          lambda: x.T @ (1 - np.tanh(x @ w) ** 2)),
     }
 
 
