@@ -26,8 +26,11 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .ir import parse
 from .ir.analysis import reachable
+from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
 __all__ = ["EXAMPLE", "blas_in_parallel_loops", "openmp_parallel_loops", "parallel_call_count",
            "unrecognized_parallel_calls"]
@@ -78,6 +81,8 @@ declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)
 declare void @NRT_decref(ptr)
 """
 
+_PRIVATE_DECLARATIONS = "\n".join(["", *declarations(), ""])
+
 _FORWARD_DECLARATIONS = """
 declare void @__enzyme_fwddiff_pyjlad_omp(...)
 @enzyme_dup = external global i32
@@ -85,8 +90,12 @@ declare void @__enzyme_fwddiff_pyjlad_omp(...)
 """
 
 
-def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False) -> str:
+def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
+          private: Mapping[int, tuple[str, str, str]] | None = None) -> str:
     """The OpenMP task running ``kernel`` over this thread's static share of the schedule's rows.
+
+    ``private``: for argument ``j``, this thread's private copy of it (``(setup, pointer, release)``
+    of :func:`pyjlad.private_adjoints.private_copy`), which its rows read instead.
 
     With ``shadows``, the forward-mode derivative of that task: it takes the shadow of the argument
     array after the arguments (``%dargs``) and runs Enzyme's forward derivative of ``kernel`` on each
@@ -104,6 +113,11 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
               f"  %nv{j} = getelementptr inbounds i8, ptr %av{j}, i64 %off{j}\n"
               f"  %np{j} = getelementptr inbounds ptr, ptr %rowargs, i64 {j}\n"
               f"  store ptr %nv{j}, ptr %np{j}, align 8\n" for j in range(narrays)]
+    private = private or {}
+    for j, (_, pointer, _) in private.items():
+        arrays[j] = arrays[j].replace(f"ptr %av{j}, i64 %off{j}", f"ptr {pointer}, i64 %off{j}")
+    setup = "".join(p[0] for p in private.values())
+    release = "".join(p[2] for p in private.values())
     if shadows:
         arrays += [f"  %dap{j} = getelementptr inbounds ptr, ptr %dargs, i64 {j}\n"
                    f"  %dav{j} = load ptr, ptr %dap{j}, align 8\n"
@@ -138,6 +152,7 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
         "  %over = icmp sgt i64 %hi0, %top\n"
         "  %hi = select i1 %over, i64 %top, i64 %hi0\n"
         "  %go = icmp sle i64 %lo, %hi\n"
+        + setup +
         "  br i1 %go, label %row, label %fini\n"
         "row:\n"
         "  %r = phi i64 [ %lo, %init ], [ %next, %row ]\n"
@@ -147,6 +162,7 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
         "  br i1 %more, label %row, label %fini\n"
         "fini:\n"
         "  call void @__kmpc_for_static_fini(ptr @pyjlad.omp.loc, i32 %tid)\n"
+        + release +
         "  br label %exit\n"
         "exit:\n"
         "  ret void\n"
@@ -197,7 +213,17 @@ def _split_arguments(text: str) -> list[str]:
     return [part.strip() for part in text.split(",")]
 
 
-def _rewrite_call(line: str, index: int, forward: bool = False) -> tuple[str, str] | None:
+def _private_copies(text: str, kernel: str, layout: LoopLayout | None) -> dict[int, tuple[str, str, str]]:
+    """The private copies (:mod:`pyjlad.private_adjoints`) of the arguments of loop body ``kernel`` worth one."""
+    if layout is None or not layout.complete or not layout.candidates:
+        return {}
+    read_only = read_only_arguments(text, kernel, [a.index for a in layout.arrays])
+    written = [a for a in layout.arrays if a.index not in read_only]
+    return {a.index: private_copy(a, written) for a in layout.candidates if a.index in read_only}
+
+
+def _rewrite_call(line: str, index: int, forward: bool = False,
+                  private: Mapping[int, tuple[str, str, str]] | None = None) -> tuple[str, str] | None:
     """``(replacement lines, task definition)`` for one ``numba_parallel_for`` call, or None if unrecognized."""
     start = line.index(_CALL) + len(_CALL)
     end = line.rfind(")")
@@ -231,7 +257,7 @@ def _rewrite_call(line: str, index: int, forward: bool = False) -> tuple[str, st
     replacement = (f"{indent}{n32} = trunc i64 {threads[1]} to i32\n"
                    f"{indent}call void @omp_set_num_threads(i32 {n32})\n"
                    f"{fork}")
-    tasks = _task(task, kernel, ndim, narrays)
+    tasks = _task(task, kernel, ndim, narrays, private=private if not forward else None)
     return replacement, tasks + _forward_fork(index, kernel, ndim, narrays) if forward else tasks
 
 
@@ -253,11 +279,15 @@ def unrecognized_parallel_calls(text: str) -> int:
     return parallel_call_count(text)
 
 
-def openmp_parallel_loops(text: str, forward: bool = False) -> str:
+def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str, LoopLayout] | None = None) -> str:
     """``text`` (a module's LLVM IR) with each recognized ``numba_parallel_for`` call made an OpenMP parallel loop.
 
     ``forward``: for Enzyme's forward mode, each fork in a function of its own whose derivative
     is registered (:func:`_forward_fork`).
+
+    ``layouts``: the array layout of each loop's body, by its symbol
+    (:func:`pyjlad.private_adjoints.recording_loop_layouts`); in reverse mode, each thread then reads
+    the arrays every iteration reads from a private copy (:mod:`pyjlad.private_adjoints`).
 
     Unchanged if it holds no such call. Calls of unrecognized shape are left as they were
     (:func:`unrecognized_parallel_calls` counts them).
@@ -281,6 +311,7 @@ def openmp_parallel_loops(text: str, forward: bool = False) -> str:
     out: list[str] = []
     tasks: list[str] = []
     schedules: set[str] = set()
+    privatized = False
     function = ""
     entry_at = 0  # where the current function's entry block starts in ``out`` (forward mode's packs go there)
     for line in text.split("\n"):
@@ -290,7 +321,11 @@ def openmp_parallel_loops(text: str, forward: bool = False) -> str:
         elif entry_at == len(out) and line.endswith(":") and not line.startswith(" "):
             entry_at += 1  # after the entry block's label
         if _CALL in line:
-            rewritten = _rewrite_call(line, len(tasks), forward)
+            kernel = line[line.index(_CALL) + len(_CALL):].split(",")[0].split()[-1]
+            private = {} if forward or not layouts else _private_copies(
+                text, kernel, layouts.get(kernel.lstrip("@").strip('"')))
+            privatized = privatized or bool(private)
+            rewritten = _rewrite_call(line, len(tasks), forward, private)
             if rewritten is not None:
                 if forward:
                     out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [4 x ptr], align 8")
@@ -315,7 +350,7 @@ def openmp_parallel_loops(text: str, forward: bool = False) -> str:
     if reported is None:
         return text
     body = "\n".join(reported)
-    wanted = _DECLARATIONS + (_FORWARD_DECLARATIONS if forward else "")
+    wanted = _DECLARATIONS + (_FORWARD_DECLARATIONS if forward else "") + (_PRIVATE_DECLARATIONS if privatized else "")
     present = _defined_or_declared(body)
     declared = [d for d in wanted.strip().split("\n") if d.strip() and _declared_name(d) not in present]
     return body.rstrip("\n") + "\n\n" + "\n".join(tasks) + "\n" + "\n".join(declared) + "\n"

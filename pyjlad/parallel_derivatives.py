@@ -60,6 +60,7 @@ from .openmp_loops import (
     unrecognized_parallel_calls,
 )
 from .portable import PortableModule
+from .private_adjoints import LoopLayout, recording_loop_layouts
 from .refusals import enzyme_reason
 
 __all__ = ["CACHE_TAG", "PARALLEL_TWIN", "parallel_module", "parallel_wanted", "with_parallel_fallback", "with_runtime_activity"]
@@ -73,7 +74,7 @@ T = TypeVar("T")
 PARALLEL_TWIN = "pyjlad_parallel_twin"
 
 #: Part of the cache key of a parallel derivative (a serial one has none).
-CACHE_TAG = "openmp-parallel-loops/3"
+CACHE_TAG = "openmp-parallel-loops/4"
 
 
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
@@ -87,7 +88,8 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     from .portable_pipeline import make_portable
 
     copy = unvectorized_copy(dispatcher, keep_parallel=True)
-    with branch_preserving_compile(), calls_kept():
+    layouts: dict[str, LoopLayout] = {}
+    with branch_preserving_compile(), calls_kept(), recording_loop_layouts(layouts):
         try:
             fresh = compile_before_codegen(copy, argtypes)
         except Exception as exc:  # noqa: BLE001 - any failure of the copy means the serial derivative
@@ -97,7 +99,7 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     cres, text = fresh
     if parallel_call_count(text) == 0:
         return None, "Numba made no parallel loop of it for these argument types"
-    rewritten = openmp_parallel_loops(text, forward=forward)
+    rewritten = openmp_parallel_loops(text, forward=forward, layouts=layouts)
     if unrecognized_parallel_calls(rewritten):
         return None, "one of its parallel loops has a form the OpenMP rewrite does not recognize"
     try:

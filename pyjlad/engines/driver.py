@@ -94,10 +94,13 @@ class Driver:
             module_text = status_by_pointer(module_text, self.entry)
         if self.aggregate_shadows:
             module_text = drop_attributes(parse(module_text), ARGUMENT_MEMORY_ONLY).render()
-        # Enzyme's markers the module declares already (its own Enzyme calls: pyjlad.openmp_loops)
+        # Enzyme's markers and type annotations the module declares already (its own Enzyme calls and
+        # private copies: pyjlad.openmp_loops, pyjlad.private_adjoints)
         present = {line.split("=")[0].strip() for line in module_text.split("\n") if line.startswith("@enzyme_")}
+        present |= {_declared(line) for line in module_text.split("\n") if line.startswith("declare void @__enzyme_")}
         driver = "\n".join(line for line in self.text.split("\n")
-                            if not (line.startswith("@enzyme_") and line.split("=")[0].strip() in present))
+                            if not (line.startswith("@enzyme_") and line.split("=")[0].strip() in present)
+                            and not (line.startswith("declare void @__enzyme_") and _declared(line) in present))
         return module_text + "\n" + driver
 
 
@@ -238,6 +241,11 @@ _MARKERS = [
     f"declare void @{RELEASE}(ptr)",
     "",
 ]
+
+
+def _declared(line: str) -> str:
+    """The ``@`` symbol a ``declare`` line names."""
+    return line.split("(")[0].split()[-1]
 
 
 def _digest(*parts: object) -> str:

@@ -1,0 +1,315 @@
+"""Per-thread private copies of the arrays every iteration of a parallel loop reads (reverse mode).
+
+In the reverse sweep of a parallel loop (:mod:`pyjlad.openmp_loops`), Enzyme accumulates the adjoint
+of an array shared between iterations with atomic adds. Where every iteration reads the whole array
+(``for i in prange(n): for j in range(n): ... x[j]``), all threads add into the same elements at the
+same time: ``n**2`` contended atomic adds, and two threads ran slower than one. Instead, each thread of
+the loop's task copies such an array into memory of its own (``malloc`` and ``memcpy``) and runs its
+rows on the copy. Enzyme then accumulates into the copy's shadow, which only that thread touches (its
+atomic adds are not contended), and the reverse of the ``memcpy`` adds that shadow into the shared
+one once per thread.
+
+An array is copied only where that is sound and pays off:
+
+* it is an argument array of the loop's body (not a reduction's array, not a scalar) whose shape and
+  strides the loop's ``dims`` and ``steps`` hold (recorded from Numba's lowering of the loop,
+  :func:`recording_loop_layouts`), of floating-point elements;
+* the loop's body reads it somewhere at an index other than the loop's own index
+  (:func:`_read_across_iterations`; ``x[i]``, ``x[i - 1]`` are not copied: each element's adjoint
+  gets few adds, the copy would cost more than it saves);
+* the body only loads through it (:func:`read_only_arguments`, on the body's LLVM IR);
+* at run time, it does not overlap an array the body may write (checked in the task; an overlapping
+  one is used in place).
+
+Examples
+--------
+>>> layout = ArrayLayout(index=1, itemsize=8, dims=(2,), steps=(4,))
+>>> "@malloc(" in private_copy(layout, [])[0]
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .ir.edit import FLOAT_TYPE_HINTS, type_hint_declaration
+
+__all__ = ["ArrayLayout", "LoopLayout", "declarations", "private_copy", "read_only_arguments",
+           "recording_loop_layouts"]
+
+
+def declarations() -> list[str]:
+    """The ``declare`` lines the IR of :func:`private_copy` needs."""
+    return ["declare ptr @malloc(i64)", "declare void @free(ptr)",
+            "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+            *(type_hint_declaration(hint) for hint, _ in FLOAT_TYPE_HINTS.values())]
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """Where a parallel loop's body finds one array argument: ``args[index]`` its data, its shape
+    ``dims[d]`` for ``d`` in ``dims``, its strides (bytes) ``steps[s]`` for ``s`` in ``steps``."""
+
+    index: int
+    itemsize: int
+    dims: tuple[int, ...]
+    steps: tuple[int, ...]
+
+
+@dataclass
+class LoopLayout:
+    """The array arguments of one parallel loop's body (a Numba parfor gufunc).
+
+    ``candidates``: float arrays read across iterations (worth a private copy); ``arrays``: every user
+    array argument with a known layout; ``complete``: whether every user array argument has one.
+    """
+
+    candidates: list[ArrayLayout] = field(default_factory=list)
+    arrays: list[ArrayLayout] = field(default_factory=list)
+    complete: bool = True
+
+
+def _symbol(name: str) -> str:
+    """``name`` without its ``@`` and quotes."""
+    return name.lstrip("@").strip('"')
+
+
+def _read_across_iterations(parfor: object, name: str) -> bool:
+    """Whether the body of ``parfor`` (a Numba ``Parfor``) uses array ``name`` other than at its loop index."""
+    from numba.core import ir
+
+    index = {parfor.index_var.name} | {nest.index_variable.name for nest in parfor.loop_nests}
+    statements = [s for block in parfor.loop_body.values() for s in block.body]
+    defined: dict[str, list[object]] = {}
+    for s in statements:
+        if isinstance(s, ir.Assign):
+            defined.setdefault(s.target.name, []).append(s.value)
+    derived = set(index)  # the loop index and what is computed from it and loop-invariant values only
+    changed = True
+    while changed:
+        changed = False
+        for var, values in defined.items():
+            if var in derived or len(values) != 1 or not isinstance(values[0], ir.Expr):
+                continue
+            expr = values[0]
+            if expr.op not in ("binop", "inplace_binop", "unary", "cast", "build_tuple"):
+                continue
+            used = [v.name for v in expr.list_vars()]
+            if any(u in derived for u in used) and all(u in derived or u not in defined for u in used):
+                derived.add(var)
+                changed = True
+    for s in statements:
+        if name not in {v.name for v in s.list_vars()}:
+            continue
+        value = getattr(s, "value", None)
+        if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.value is not None \
+                and getattr(value.value, "name", None) == name:
+            if value.op == "getattr":
+                continue  # x.shape, x.size
+            if value.op == "getitem" and value.index.name in derived:
+                continue
+            if value.op == "static_getitem" and value.index_var is not None and value.index_var.name in derived:
+                continue
+        if isinstance(s, (ir.SetItem, ir.StaticSetItem)) and s.target.name == name:
+            continue  # a write: read_only_arguments keeps the array shared
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
+    """While active, Numba's lowering of each parfor records its body's array layout in ``layouts``,
+    keyed by the gufunc wrapper's symbol (as in ``numba_parallel_for``'s first argument)."""
+    from numba.core import types
+    from numba.parfors import parfor_lowering as lowering
+
+    lower, call = lowering._lower_parfor_parallel_std, lowering.call_parallel_gufunc
+    current: list[object] = []
+
+    def lower_parfor(lowerer, parfor):  # type: ignore[no-untyped-def]
+        current.append(parfor)
+        try:
+            return lower(lowerer, parfor)
+        finally:
+            current.pop()
+
+    def call_gufunc(lowerer, cres, gu_signature, outer_sig, expr_args, expr_arg_types,
+                    loop_ranges, redvars, *rest):  # type: ignore[no-untyped-def]
+        try:
+            layouts["__gufunc__." + cres.fndesc.mangled_name] = _layout(
+                current[-1] if current else None, gu_signature, list(expr_args), list(expr_arg_types),
+                len(redvars), rest[-2], types)
+        except Exception:  # noqa: BLE001 - no layout means no private copies
+            pass
+        return call(lowerer, cres, gu_signature, outer_sig, expr_args, expr_arg_types, loop_ranges, redvars, *rest)
+
+    lowering._lower_parfor_parallel_std, lowering.call_parallel_gufunc = lower_parfor, call_gufunc
+    try:
+        yield
+    finally:
+        lowering._lower_parfor_parallel_std, lowering.call_parallel_gufunc = lower, call
+
+
+def _layout(parfor: object, gu_signature: tuple, expr_args: list[str], expr_arg_types: list,
+            nredvars: int, races: object, types: object) -> LoopLayout:
+    """The :class:`LoopLayout` of a gufunc call as Numba 0.6x's ``call_parallel_gufunc`` lays it out."""
+    sin, sout = gu_signature
+    sched_sig, signatures = sin[0], list(sin[1:]) + list(sout)
+    names = expr_args[1:]
+    ninouts = len(names) - nredvars
+    symbols = [sched_sig[0]]
+    for sig in signatures:
+        symbols += [s for s in sig if s not in symbols]
+    nargs = len(names)
+    stride = 1  # sched's stride comes first
+    out = LoopLayout()
+    for i, (name, aty, sig) in enumerate(zip(names, expr_arg_types, signatures)):
+        array = isinstance(aty, types.ArrayCompatible)
+        count = 1 if array and i < ninouts and name in races else (aty.ndim if array else 0)
+        user = i < ninouts and isinstance(aty, types.npytypes.Array) and name not in races
+        if user:
+            if len(sig) != aty.ndim or aty.ndim == 0:
+                out.complete = False
+            else:
+                layout = ArrayLayout(index=i + 1, itemsize=aty.dtype.bitwidth // 8 if hasattr(aty.dtype, "bitwidth") else 0,
+                                     dims=tuple(1 + symbols.index(s) for s in sig),
+                                     steps=tuple(1 + nargs + stride + k for k in range(aty.ndim)))
+                out.arrays.append(layout)
+                if aty.dtype in (types.float32, types.float64) and parfor is not None and _read_across_iterations(parfor, name):
+                    out.candidates.append(layout)
+        stride += count
+    return out
+
+
+_DEF = re.compile(r"^\s*(%[-\w.$\"']+) = (.*)$")
+
+
+def read_only_arguments(text: str, kernel: str, indices: list[int]) -> set[int]:
+    """Which of ``args[j]`` (``j`` in ``indices``) the body ``kernel`` (a ``define`` in ``text``) only loads through.
+
+    Conservative: a pointer derived from ``args[j]`` (``getelementptr``, ``phi``, ``select``) used in any
+    other way than as the address of a load, or in an ``icmp``, makes ``j`` not read-only.
+    """
+    name = _symbol(kernel)
+    lines: list[str] = []
+    inside = False
+    for line in text.split("\n"):
+        if line.startswith("define ") and (f"@{name}(" in line or f'@"{name}"(' in line):
+            inside = True
+            args = re.search(r"\(ptr(?: [\w()]+)* (%[-\w.]+), ptr", line)
+            if args is None:
+                return set()
+            base = args.group(1)
+        elif inside and line == "}":
+            break
+        elif inside:
+            lines.append(line.split(", !")[0])
+    if not inside:
+        return set()
+    defs = [(m.group(1), m.group(2)) for m in map(_DEF.match, lines) if m]
+    offsets = {base: 0}
+    for var, rhs in defs:  # %p = getelementptr i8, ptr %args, i64 8*j
+        m = re.fullmatch(rf"getelementptr(?: inbounds)? (?:i8|ptr), ptr {re.escape(base)}, i64 (\d+)", rhs)
+        if m:
+            offsets[var] = int(m.group(1)) * (1 if rhs.startswith(("getelementptr i8", "getelementptr inbounds i8")) else 8)
+    result: set[int] = set()
+    for j in indices:
+        slots = {v for v, off in offsets.items() if off == 8 * j}
+        roots = {var for var, rhs in defs if re.fullmatch(r"load ptr, ptr (%[-\w.]+)(?:, align \d+)?", rhs)
+                 and rhs.split()[3].rstrip(",") in slots}
+        if _only_loaded(roots, defs, lines):
+            result.add(j)
+    return result
+
+
+def _only_loaded(roots: set[str], defs: list[tuple[str, str]], lines: list[str]) -> bool:
+    """Whether every use of the pointers ``roots`` (and of those derived from them) only reads memory."""
+    if not roots:
+        return False
+    derived = set(roots)
+    changed = True
+    while changed:
+        changed = False
+        for var, rhs in defs:
+            if var in derived or not rhs.startswith(("getelementptr", "phi ptr", "select")):
+                continue
+            if any(re.search(rf"{re.escape(d)}\b(?![-\w.])", rhs) for d in derived):
+                derived.add(var)
+                changed = True
+    for line in lines:
+        used = [d for d in derived if re.search(rf"{re.escape(d)}(?![-\w.])", line.split("=", 1)[-1] if
+                                                 _DEF.match(line) else line)]
+        if not used:
+            continue
+        m = _DEF.match(line)
+        rhs = m.group(2) if m else line.strip()
+        if m and m.group(1) in derived:
+            continue  # a derived pointer's own definition
+        if re.match(r"load (?:atomic )?[\w<> x]+, ptr ", rhs) and not any(
+                re.search(rf"{re.escape(d)}(?![-\w.])", rhs.split("ptr ", 1)[1].split(",", 1)[1]
+                          if "," in rhs.split("ptr ", 1)[1] else "") for d in used):
+            continue
+        if rhs.startswith("icmp "):
+            continue
+        return False
+    return True
+
+
+def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, str, str]:
+    """IR for one thread's private copy of ``args[layout.index]``: ``(setup, row pointer, release)``.
+
+    ``setup`` (in the task's entry, before its rows) allocates and fills the copy; the row pointer
+    ``%priv{j}`` is the copy's counterpart of the argument's data pointer, or that pointer itself where
+    the argument overlaps an array in ``written`` (a possible alias the body writes); ``release`` frees it.
+    """
+    j = layout.index
+    p = f"%priv{j}"
+    hint, size = FLOAT_TYPE_HINTS["double" if layout.itemsize == 8 else "float"]
+    lines = [f"  {p}.slot = getelementptr inbounds ptr, ptr %args, i64 {j}",
+             f"  {p}.data = load ptr, ptr {p}.slot, align 8"]
+    lines += _extent(layout, f"{p}.")
+    lines += [f"  {p}.src = getelementptr inbounds i8, ptr {p}.data, i64 {p}.lo",
+              f"  {p}.alloc = add i64 {p}.bytes, 8",
+              f"  {p}.mem = call ptr @malloc(i64 {p}.alloc)",
+              # Enzyme must know the copy copies floats to add its adjoint back (untyped: taken for integers)
+              f"  call void @{hint}(ptr {p}.src, i64 {size})",
+              f"  call void @{hint}(ptr {p}.mem, i64 {size})",
+              f"  call void @llvm.memcpy.p0.p0.i64(ptr {p}.mem, ptr {p}.src, i64 {p}.bytes, i1 false)",
+              f"  {p}.neg = sub i64 0, {p}.lo",
+              f"  {p}.copy = getelementptr inbounds i8, ptr {p}.mem, i64 {p}.neg"]
+    ok = "true"
+    for k, other in enumerate(written):
+        q = f"{p}.w{k}."
+        lines += [f"  {q}slot = getelementptr inbounds ptr, ptr %args, i64 {other.index}",
+                  f"  {q}data = load ptr, ptr {q}slot, align 8"]
+        lines += _extent(other, q)
+        lines += [f"  {q}a = ptrtoint ptr {p}.src to i64", f"  {q}b = add i64 {q}a, {p}.bytes",
+                  f"  {q}src = getelementptr inbounds i8, ptr {q}data, i64 {q}lo",
+                  f"  {q}c = ptrtoint ptr {q}src to i64", f"  {q}d = add i64 {q}c, {q}bytes",
+                  f"  {q}before = icmp ule i64 {q}b, {q}c", f"  {q}after = icmp ule i64 {q}d, {q}a",
+                  f"  {q}apart = or i1 {q}before, {q}after", f"  {q}ok = and i1 {ok}, {q}apart"]
+        ok = f"{q}ok"
+    lines.append(f"  {p} = select i1 {ok}, ptr {p}.copy, ptr {p}.data")
+    return "\n".join(lines) + "\n", p, f"  call void @free(ptr {p}.mem)\n"
+
+
+def _extent(layout: ArrayLayout, p: str) -> list[str]:
+    """IR computing ``{p}lo`` (bytes from the data pointer to the lowest element, <= 0) and ``{p}bytes`` (the span)."""
+    lines = []
+    lo, hi, empty = "0", str(layout.itemsize), "false"
+    for k, (d, s) in enumerate(zip(layout.dims, layout.steps)):
+        q = f"{p}{k}."
+        lines += [f"  {q}dp = getelementptr inbounds i64, ptr %dims, i64 {d}", f"  {q}n = load i64, ptr {q}dp, align 8",
+                  f"  {q}sp = getelementptr inbounds i64, ptr %steps, i64 {s}", f"  {q}s = load i64, ptr {q}sp, align 8",
+                  f"  {q}m = add i64 {q}n, -1", f"  {q}x = mul i64 {q}m, {q}s",
+                  f"  {q}neg = icmp slt i64 {q}x, 0", f"  {q}lo = select i1 {q}neg, i64 {q}x, i64 0",
+                  f"  {q}hi = select i1 {q}neg, i64 0, i64 {q}x",
+                  f"  {q}lo.t = add i64 {lo}, {q}lo", f"  {q}hi.t = add i64 {hi}, {q}hi",
+                  f"  {q}z = icmp sle i64 {q}n, 0", f"  {q}e = or i1 {empty}, {q}z"]
+        lo, hi, empty = f"{q}lo.t", f"{q}hi.t", f"{q}e"
+    lines += [f"  {p}span = sub i64 {hi}, {lo}", f"  {p}bytes = select i1 {empty}, i64 0, i64 {p}span",
+              f"  {p}lo = select i1 {empty}, i64 0, i64 {lo}"]
+    return lines
