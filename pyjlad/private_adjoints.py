@@ -31,11 +31,14 @@ True
 from __future__ import annotations
 
 import contextlib
-import re
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from .errors import IRLookupError, IRParseError
+from .ir import Instruction, parse
 from .ir.edit import FLOAT_TYPE_HINTS, type_hint_declaration
+from .ir.instructions import parse_instruction, significant
 
 __all__ = ["ArrayLayout", "LoopLayout", "declarations", "private_copy", "read_only_arguments",
            "recording_loop_layouts"]
@@ -77,8 +80,10 @@ def _symbol(name: str) -> str:
     return name.lstrip("@").strip('"')
 
 
-def _read_across_iterations(parfor: object, name: str) -> bool:
-    """Whether the body of ``parfor`` (a Numba ``Parfor``) uses array ``name`` other than at its loop index."""
+def _read_across_iterations(parfor: object) -> frozenset[str]:
+    """The variables the body of ``parfor`` (a Numba ``Parfor``, before lowering renames its loop index)
+    uses other than subscripted at its loop index (an offset of it, or a tuple with such a component:
+    ``x[i, j]``, ``x[i, :]``), as ``.shape``-like attributes, or as the target of a write."""
     from numba.core import ir
 
     index = {parfor.index_var.name} | {nest.index_variable.name for nest in parfor.loop_nests}
@@ -87,6 +92,9 @@ def _read_across_iterations(parfor: object, name: str) -> bool:
     for s in statements:
         if isinstance(s, ir.Assign):
             defined.setdefault(s.target.name, []).append(s.value)
+    # loop-invariant: defined outside the body, or a constant (or global) the body names
+    invariant = {var for var, values in defined.items()
+                 if len(values) == 1 and isinstance(values[0], (ir.Const, ir.Global, ir.FreeVar))}
     derived = set(index)  # the loop index and what is computed from it and loop-invariant values only
     changed = True
     while changed:
@@ -98,25 +106,35 @@ def _read_across_iterations(parfor: object, name: str) -> bool:
             if expr.op not in ("binop", "inplace_binop", "unary", "cast", "build_tuple"):
                 continue
             used = [v.name for v in expr.list_vars()]
-            if any(u in derived for u in used) and all(u in derived or u not in defined for u in used):
+            if any(u in derived for u in used) and all(u in derived or u in invariant or u not in defined
+                                                          for u in used):
                 derived.add(var)
                 changed = True
+    # an index tuple with a component from the loop index: each iteration its own row (column, ...)
+    partitioned = derived | {var for var, values in defined.items() if len(values) == 1
+                             and isinstance(values[0], ir.Expr) and values[0].op == "build_tuple"
+                             and any(v.name in derived for v in values[0].items)}
+    across: set[str] = set()
     for s in statements:
-        if name not in {v.name for v in s.list_vars()}:
-            continue
+        used = {v.name for v in s.list_vars()}
         value = getattr(s, "value", None)
-        if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.value is not None \
-                and getattr(value.value, "name", None) == name:
-            if value.op == "getattr":
-                continue  # x.shape, x.size
-            if value.op == "getitem" and value.index.name in derived:
-                continue
-            if value.op == "static_getitem" and value.index_var is not None and value.index_var.name in derived:
-                continue
-        if isinstance(s, (ir.SetItem, ir.StaticSetItem)) and s.target.name == name:
-            continue  # a write: read_only_arguments keeps the array shared
-        return True
-    return False
+        if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.op in ("getattr", "getitem",
+                                                                                 "static_getitem"):
+            array = value.value.name
+            index = value.index if value.op == "getitem" else value.index_var if value.op == "static_getitem" else None
+            if value.op == "getattr" or (index is not None and index.name in partitioned):
+                used.discard(array)  # x.shape; x[i], x[i - 1], x[i, j], x[i, :]
+        if isinstance(s, (ir.SetItem, ir.StaticSetItem)):
+            used.discard(s.target.name)  # a write: read_only_arguments keeps the array shared
+        across |= used
+    return frozenset(across)
+
+
+#: ``numba.parfors.parfor_lowering.call_parallel_gufunc``'s parameters in the Numba versions whose
+#: layout of a loop's ``args``, ``dims`` and ``steps`` :func:`_layout` follows (read in Numba 0.68's source).
+_GUFUNC_CALL_PARAMETERS = ("lowerer", "cres", "gu_signature", "outer_sig", "expr_args", "expr_arg_types",
+                           "loop_ranges", "redvars", "reddict", "redarrdict", "init_block", "index_var_typ", "races",
+                           "exp_name_to_tuple_var")
 
 
 @contextlib.contextmanager
@@ -127,10 +145,17 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
     from numba.parfors import parfor_lowering as lowering
 
     lower, call = lowering._lower_parfor_parallel_std, lowering.call_parallel_gufunc
-    current: list[object] = []
+    if tuple(inspect.signature(call).parameters) != _GUFUNC_CALL_PARAMETERS:
+        yield  # a Numba whose lowering this does not know: no layouts, no private copies
+        return
+    current: list[frozenset[str] | None] = []
 
     def lower_parfor(lowerer, parfor):  # type: ignore[no-untyped-def]
-        current.append(parfor)
+        try:
+            across: frozenset[str] | None = _read_across_iterations(parfor)
+        except Exception:  # noqa: BLE001 - a body this does not read: no private copies
+            across = None
+        current.append(across)
         try:
             return lower(lowerer, parfor)
         finally:
@@ -141,7 +166,7 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
         try:
             layouts["__gufunc__." + cres.fndesc.mangled_name] = _layout(
                 current[-1] if current else None, gu_signature, list(expr_args), list(expr_arg_types),
-                len(redvars), rest[-2], types)
+                len(redvars), rest[4], types)
         except Exception:  # noqa: BLE001 - no layout means no private copies
             pass
         return call(lowerer, cres, gu_signature, outer_sig, expr_args, expr_arg_types, loop_ranges, redvars, *rest)
@@ -153,7 +178,7 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
         lowering._lower_parfor_parallel_std, lowering.call_parallel_gufunc = lower, call
 
 
-def _layout(parfor: object, gu_signature: tuple, expr_args: list[str], expr_arg_types: list,
+def _layout(across: frozenset[str] | None, gu_signature: tuple, expr_args: list[str], expr_arg_types: list,
             nredvars: int, races: object, types: object) -> LoopLayout:
     """The :class:`LoopLayout` of a gufunc call as Numba 0.6x's ``call_parallel_gufunc`` lays it out."""
     sin, sout = gu_signature
@@ -178,54 +203,56 @@ def _layout(parfor: object, gu_signature: tuple, expr_args: list[str], expr_arg_
                                      dims=tuple(1 + symbols.index(s) for s in sig),
                                      steps=tuple(1 + nargs + stride + k for k in range(aty.ndim)))
                 out.arrays.append(layout)
-                if aty.dtype in (types.float32, types.float64) and parfor is not None and _read_across_iterations(parfor, name):
+                if aty.dtype in (types.float32, types.float64) and across is not None and name in across:
                     out.candidates.append(layout)
         stride += count
     return out
 
 
-_DEF = re.compile(r"^\s*(%[-\w.$\"']+) = (.*)$")
+#: Instructions whose result points into the memory of a pointer operand.
+_POINTER_STEPS = frozenset({"getelementptr", "phi", "select", "bitcast", "addrspacecast", "freeze"})
 
 
 def read_only_arguments(text: str, kernel: str, indices: list[int]) -> set[int]:
-    """Which of ``args[j]`` (``j`` in ``indices``) the body ``kernel`` (a ``define`` in ``text``) only loads through.
+    r"""Which of ``args[j]`` (``j`` in ``indices``) the body ``kernel`` (a ``define`` in ``text``) only loads through.
 
-    Conservative: a pointer derived from ``args[j]`` (``getelementptr``, ``phi``, ``select``) used in any
-    other way than as the address of a load, or in an ``icmp``, makes ``j`` not read-only.
+    Conservative: a pointer derived from the data pointer loaded from ``args[j]`` (through
+    ``getelementptr``, ``phi``, ``select``, casts) used in any other way than as the address of a load
+    or in an ``icmp`` makes ``j`` not read-only (a store, a call, ``ptrtoint`` all do).
+
+    >>> body = "\n".join([
+    ...     "define void @k(ptr %args, ptr %dims, ptr %steps, ptr %data) {", "entry:",
+    ...     "  %a = load ptr, ptr %args, align 8", "  %p1 = getelementptr i8, ptr %args, i64 8",
+    ...     "  %b = load ptr, ptr %p1, align 8", "  %x = load double, ptr %a, align 8",
+    ...     "  %q = getelementptr double, ptr %b, i64 1", "  store double %x, ptr %q, align 8",
+    ...     "  ret void", "}"])
+    >>> sorted(read_only_arguments(body, "@k", [0, 1]))
+    [0]
     """
-    name = _symbol(kernel)
-    lines: list[str] = []
-    inside = False
-    for line in text.split("\n"):
-        if line.startswith("define ") and (f"@{name}(" in line or f'@"{name}"(' in line):
-            inside = True
-            args = re.search(r"\(ptr(?: [\w()]+)* (%[-\w.]+), ptr", line)
-            if args is None:
-                return set()
-            base = args.group(1)
-        elif inside and line == "}":
-            break
-        elif inside:
-            lines.append(line.split(", !")[0])
-    if not inside:
+    try:
+        function = parse(text, strict=False).function(_symbol(kernel))
+    except (IRParseError, IRLookupError):
         return set()
-    defs = [(m.group(1), m.group(2)) for m in map(_DEF.match, lines) if m]
-    offsets = {base: 0}
-    for var, rhs in defs:  # %p = getelementptr i8, ptr %args, i64 8*j
-        m = re.fullmatch(rf"getelementptr(?: inbounds)? (?:i8|ptr), ptr {re.escape(base)}, i64 (\d+)", rhs)
-        if m:
-            offsets[var] = int(m.group(1)) * (1 if rhs.startswith(("getelementptr i8", "getelementptr inbounds i8")) else 8)
-    result: set[int] = set()
-    for j in indices:
-        slots = {v for v, off in offsets.items() if off == 8 * j}
-        roots = {var for var, rhs in defs if re.fullmatch(r"load ptr, ptr (%[-\w.]+)(?:, align \d+)?", rhs)
-                 and rhs.split()[3].rstrip(",") in slots}
-        if _only_loaded(roots, defs, lines):
-            result.add(j)
-    return result
+    if function.body is None or not function.parameters or function.parameters[0].name is None:
+        return set()
+    instructions = [i for i in map(parse_instruction, function.body) if i is not None]
+    offsets = {function.parameters[0].name: 0}  # pointers into the args array: their byte offset
+    data: dict[str, int] = {}  # data pointers loaded from args: the argument's index
+    for ins in instructions:
+        operands = ins.operands()
+        if ins.result is None or not operands or operands[0] not in offsets:
+            continue
+        if ins.opcode == "load":
+            data[ins.result] = offsets[operands[0]] // 8
+        elif ins.opcode == "getelementptr" and len(operands) == 1:
+            kept = [t.text for t in significant(list(ins.tokens)) if t.kind == "word"]
+            scale = {"i8": 1, "ptr": 8, "i64": 8}.get(next((w for w in kept[1:] if w != "inbounds"), ""))
+            if scale is not None and kept[-1].isdigit():
+                offsets[ins.result] = offsets[operands[0]] + scale * int(kept[-1])
+    return {j for j in indices if _only_loaded({v for v, slot in data.items() if slot == j}, instructions)}
 
 
-def _only_loaded(roots: set[str], defs: list[tuple[str, str]], lines: list[str]) -> bool:
+def _only_loaded(roots: set[str], instructions: list[Instruction]) -> bool:
     """Whether every use of the pointers ``roots`` (and of those derived from them) only reads memory."""
     if not roots:
         return False
@@ -233,28 +260,16 @@ def _only_loaded(roots: set[str], defs: list[tuple[str, str]], lines: list[str])
     changed = True
     while changed:
         changed = False
-        for var, rhs in defs:
-            if var in derived or not rhs.startswith(("getelementptr", "phi ptr", "select")):
-                continue
-            if any(re.search(rf"{re.escape(d)}\b(?![-\w.])", rhs) for d in derived):
-                derived.add(var)
+        for ins in instructions:
+            if ins.result is not None and ins.result not in derived and ins.opcode in _POINTER_STEPS \
+                    and derived & set(ins.operands()):
+                derived.add(ins.result)
                 changed = True
-    for line in lines:
-        used = [d for d in derived if re.search(rf"{re.escape(d)}(?![-\w.])", line.split("=", 1)[-1] if
-                                                 _DEF.match(line) else line)]
-        if not used:
+    for ins in instructions:
+        if not derived & set(ins.operands()) or (ins.opcode in _POINTER_STEPS and ins.result in derived):
             continue
-        m = _DEF.match(line)
-        rhs = m.group(2) if m else line.strip()
-        if m and m.group(1) in derived:
-            continue  # a derived pointer's own definition
-        if re.match(r"load (?:atomic )?[\w<> x]+, ptr ", rhs) and not any(
-                re.search(rf"{re.escape(d)}(?![-\w.])", rhs.split("ptr ", 1)[1].split(",", 1)[1]
-                          if "," in rhs.split("ptr ", 1)[1] else "") for d in used):
-            continue
-        if rhs.startswith("icmp "):
-            continue
-        return False
+        if ins.opcode not in ("load", "icmp"):  # a load's only local operand is its address
+            return False
     return True
 
 

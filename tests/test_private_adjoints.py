@@ -140,3 +140,55 @@ def test_private_copy_ir_and_unchanged_without_layouts():
     assert pointer == "%priv1" and "@malloc(" in setup and "select i1" in setup and "@free(" in release
     from pyjlad.openmp_loops import EXAMPLE
     assert "@malloc(" not in openmp_parallel_loops(EXAMPLE)
+
+
+@njit(parallel=True)
+def quadratic_forms(x, s):
+    e = 0.0
+    for i in prange(x.shape[0]):
+        for a in range(x.shape[1]):
+            for b in range(x.shape[1]):
+                e += x[i, a] * s[a, b] * x[i, b]
+    return e
+
+
+@njit(parallel=True)
+def neighbours(u):
+    e = 0.0
+    for i in prange(1, u.shape[0] - 1):
+        e += u[i] * (u[i - 1] + u[i + 1])
+    return e
+
+
+def _parallel_text(f, args):
+    from pyjlad.export import export, numba_argtypes
+
+    module, why = export(f, numba_argtypes(args)).make_parallel_module()
+    assert module is not None, why
+    return module.text
+
+
+def test_copies_made_only_for_arrays_read_across_iterations():
+    def copies(f, args):
+        return _parallel_text(f, args).count("@malloc(i64 %priv")
+
+    x = np.ones(10)
+    assert copies(pairwise, (x,)) == 1  # x[j] in every iteration: copied per thread
+    assert copies(neighbours, (x,)) == 0  # u[i - 1], u[i], u[i + 1]: read in place
+    assert copies(quadratic_forms, (np.ones((3, 2)), np.ones((2, 2)))) == 1  # s, not x (x[i, a]: row i)
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "reversed"])
+def test_shared_matrix_in_any_layout_against_jax(layout):
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(6)
+    base = rng.normal(size=(5, 10))
+    s = {"C": np.ascontiguousarray(base[:, :5]), "F": np.asfortranarray(base[:, :5]), "strided": base[:, ::2],
+         "reversed": base[::-1, 9:4:-1]}[layout]
+    x = rng.normal(size=(211, 5))
+    x0, s0 = x.copy(), np.array(s)
+    got = _grad(quadratic_forms, (x, s), (0, 1))
+    want = jax.grad(lambda a, m: jax.numpy.einsum("ia,ab,ib->", a, m, a), argnums=(0, 1))(x0, s0)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-11, atol=1e-10)
