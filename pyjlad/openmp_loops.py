@@ -357,8 +357,8 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
 
 
 #: What a user wrote for each BLAS routine Numba calls (through ``numba_xxdot``/``xxgemv``/``xxgemm``).
-_BLAS_CONSTRUCTS = {"dot": "a dot product of two vectors with @ (np.dot(a, b) becomes a loop and stays parallel)",
-                    "gemv": "a matrix-vector product (@, np.dot)", "gemm": "a matrix product (@, np.dot)"}
+_BLAS_CONSTRUCTS = {"dot": "a dot product of two vectors with @", "gemv": "a matrix-vector product (@, np.dot)",
+                    "gemm": "a matrix product (@, np.dot)"}
 
 
 def blas_in_parallel_loops(text: str) -> list[str]:

@@ -59,6 +59,7 @@ from .openmp_loops import (
     parallel_call_count,
     unrecognized_parallel_calls,
 )
+from .parfor_bodies import prepared_loop_bodies
 from .portable import PortableModule
 from .private_adjoints import LoopLayout, recording_loop_layouts
 from .refusals import enzyme_reason
@@ -74,7 +75,7 @@ T = TypeVar("T")
 PARALLEL_TWIN = "pyjlad_parallel_twin"
 
 #: Part of the cache key of a parallel derivative (a serial one has none).
-CACHE_TAG = "openmp-parallel-loops/4"
+CACHE_TAG = "openmp-parallel-loops/5"
 
 
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
@@ -99,7 +100,7 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     cres, text = fresh
     if parallel_call_count(text) == 0:
         return None, "Numba made no parallel loop of it for these argument types"
-    rewritten = openmp_parallel_loops(text, forward=forward, layouts=layouts)
+    rewritten = prepared_loop_bodies(openmp_parallel_loops(text, forward=forward, layouts=layouts))
     if unrecognized_parallel_calls(rewritten):
         return None, "one of its parallel loops has a form the OpenMP rewrite does not recognize"
     try:
@@ -112,7 +113,9 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     if blas:
         return None, (f"its prange loops compute {' and '.join(blas)} with BLAS, whose reverse-mode derivative "
                       "(Enzyme's BLAS rules) adds into the adjoints of arrays shared between iterations without "
-                      "atomic operations, a data race; write the product as a loop to keep the derivative parallel")
+                      "atomic operations, a data race; write the product as a loop to keep the derivative parallel"
+                      + (" (for two vectors, np.dot(a, b) is one: Numba makes it a loop)" if any(
+                          "two vectors" in b for b in blas) else ""))
     return module, ""
 
 

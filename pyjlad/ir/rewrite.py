@@ -3,7 +3,8 @@
 A pass that rewrites one item at a time as text (a definition's body, a global's initializer) uses
 :func:`map_items`: only the items whose text changes are parsed again, so the module's other items
 (and their parsed fields) are kept as they are. :func:`rename` renames one ``@`` symbol wherever it is
-a ``global`` token, and :func:`drop_attachment` removes a metadata attachment from one instruction line.
+a ``global`` token, :func:`drop_attachment` removes a metadata attachment from one instruction line, and
+:func:`drop_integer_freezes` replaces each ``freeze`` of an integer by the integer.
 
 >>> from pyjlad.ir import parse
 >>> module = parse("define void @f() {\\nentry:\\n  call void @g()\\n  ret void\\n}\\ndeclare void @g()\\n")
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable
 from .lexer import Token, substitute
 from .module import Function, Item, Module, parse, parse_instruction
 
-__all__ = ["drop_attachment", "items_of", "map_items", "rename"]
+__all__ = ["drop_attachment", "drop_integer_freezes", "items_of", "map_items", "rename"]
 
 
 def items_of(text: str) -> list[Item]:
@@ -94,3 +95,48 @@ def drop_attachment(line: str, name: str, opcodes: frozenset[str] = frozenset({"
                 and tokens[k + 2].text[1:].isdigit()):
             return "".join(t.text for t in tokens[:k - 2] + tokens[k + 3:])
     return line
+
+
+def drop_integer_freezes(module: Module, where: Callable[[Item], bool] = lambda item: True) -> Module:
+    """``module`` (edited in place) without the ``freeze`` of integers in the definitions ``where`` accepts: each
+    such ``%y = freeze iN %x`` is removed and ``%y`` replaced by ``%x`` (``freeze`` only differs from its
+    operand where that is ``undef`` or poison).
+
+    LLVM's optimizer freezes an integer it branches on (the remainder of Numba's ``i % m``); in a parallel
+    loop, Enzyme v0.0.289 takes such a ``freeze`` for a value with an adjoint and fails on it (assertion
+    ``addingType->isFPOrFPVectorTy()``).
+
+    >>> module = parse("define i64 @f(i64 %x) {\\nentry:\\n  %y = freeze i64 %x\\n  %z = add i64 %y, 1\\n"
+    ...                "  ret i64 %z\\n}\\n")
+    >>> print(drop_integer_freezes(module).render(), end="")
+    define i64 @f(i64 %x) {
+    entry:
+      %z = add i64 %x, 1
+      ret i64 %z
+    }
+    """
+    def rewrite(text: str) -> str:
+        lines = text.split("\n")
+        frozen: dict[str, str] = {}
+        for line in lines:
+            if "freeze i" not in line:
+                continue
+            instruction = parse_instruction(line)
+            operands = instruction.operands() if instruction is not None else []
+            words = [t.text for t in instruction.tokens if t.kind == "word"] if instruction is not None else []
+            if instruction is not None and instruction.opcode == "freeze" and len(operands) == 1 \
+                    and len(words) >= 2 and words[1][:1] == "i" and words[1][1:].isdigit():
+                frozen[instruction.result] = operands[0]
+        if not frozen:
+            return text
+
+        def unfrozen(name: str) -> str:
+            while name in frozen:
+                name = frozen[name]
+            return name
+
+        kept = [line for line in lines if not any(line.lstrip().startswith(f"{name} = freeze ") for name in frozen)]
+        return "\n".join(substitute(line, "local", unfrozen) for line in kept)
+
+    return map_items(module, rewrite, where=lambda item: isinstance(item, Function) and not item.is_declaration
+                     and where(item))

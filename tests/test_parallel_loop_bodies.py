@@ -1,0 +1,121 @@
+"""Loop bodies Enzyme refused to differentiate in parallel until pyjlad typed them (:mod:`pyjlad.parfor_bodies`).
+
+Each kernel indexes with ``i % m``: LLVM freezes the remainder it branches on and takes a 32-bit fast
+path through a ``trunc`` of the divisor, a scalar the loop reads from memory Enzyme cannot type. Before,
+each fell back to the serial derivative ("Assertion `addingType->isFPOrFPVectorTy()'", "Cannot deduce
+adding type (cast)"). Now each must run in parallel (a fallback warning is an error here) and match
+JAX float64 (float32 for the float32 kernel), computed from copies taken before the call, at 2 threads,
+equal to rounding run to run, the caller's arrays unchanged.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numba
+import numpy as np
+import pytest
+from numba import njit, prange
+
+import pyjlad
+from pyjlad.errors import ParallelFallbackWarning
+from pyjlad.openmp import libomp_path
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+jax.config.update("jax_enable_x64", True)
+
+pytestmark = pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _parallel(monkeypatch):
+    monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    yield
+    numba.set_num_threads(before)
+
+
+@njit(parallel=True)
+def cyclic_weights(a, w):
+    s = 0.0
+    for i in prange(a.shape[0]):
+        s += a[i] * w[i % w.shape[0]]
+    return s
+
+
+@njit(parallel=True)
+def softmax_loss(x, w):
+    n, k = x.shape[0], w.shape[1]
+    total = 0.0
+    for i in prange(n):
+        z = np.empty(k)
+        for c in range(k):
+            acc = 0.0
+            for d in range(x.shape[1]):
+                acc += x[i, d] * w[d, c]
+            z[c] = acc
+        top = np.max(z)
+        total += top + np.log(np.sum(np.exp(z - top))) - z[i % k]
+    return total / n
+
+
+@njit(parallel=True)
+def cyclic_map(x, w):
+    n = x.shape[0]
+    out = np.empty(n, x.dtype)
+    for i in prange(n):
+        out[i] = np.tanh(x[i]) * w[i % w.shape[0]] + x[n - 1 - i]
+    return out
+
+
+def _strict(call):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        return call()
+
+
+def _check(call, args, want, rtol):
+    copies = [a.copy() for a in args]
+    first = _strict(call)
+    for _ in range(5):
+        again = _strict(call)
+        for g, g0 in zip(again, first):
+            np.testing.assert_allclose(g, g0, rtol=1e-13, atol=1e-13 * np.abs(g0).max())
+    for g, w in zip(first, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=rtol, atol=rtol)
+    for a, a0 in zip(args, copies):
+        np.testing.assert_array_equal(a, a0)
+
+
+def test_cyclic_weights():
+    rng = np.random.default_rng(1)
+    a, w = rng.normal(size=301), rng.normal(size=7)
+    a0, w0 = a.copy(), w.copy()
+    want = jax.grad(lambda p, q: jnp.sum(p * q[jnp.arange(301) % 7]), argnums=(0, 1))(a0, w0)
+    _check(lambda: pyjlad.grad(cyclic_weights, wrt=(0, 1))(a, w), (a, w), want, 1e-12)
+
+
+def test_softmax_with_a_label_per_row():
+    rng = np.random.default_rng(2)
+    x, w = rng.normal(size=(200, 5)), rng.normal(size=(5, 3))
+    x0, w0 = x.copy(), w.copy()
+
+    def twin(p, q):
+        z = p @ q
+        return jnp.mean(jax.scipy.special.logsumexp(z, axis=1) - z[jnp.arange(200), jnp.arange(200) % 3])
+
+    want = jax.grad(twin, argnums=(0, 1))(x0, w0)
+    _check(lambda: pyjlad.grad(softmax_loss, wrt=(0, 1))(x, w), (x, w), want, 1e-12)
+
+
+def test_float32_array_result_vjp():
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=64).astype(np.float32), rng.normal(size=4).astype(np.float32)
+    ct = rng.normal(size=64).astype(np.float32)
+    x0, w0 = x.copy(), w.copy()
+    _, pullback = jax.vjp(lambda p, q: jnp.tanh(p) * jnp.tile(q, 16) + p[::-1], x0, w0)
+    want = pullback(ct.copy())
+    _check(lambda: pyjlad.vjp(cyclic_map, (x, w), ct)[1], (x, w, ct), want, 2e-5)
