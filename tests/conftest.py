@@ -52,6 +52,27 @@ def _record_exported_modules():
 
 
 @pytest.fixture
+def parallel_two_threads(parallel_on, monkeypatch: pytest.MonkeyPatch):
+    """:func:`parallel_on` at 2 threads (fewer where Numba has fewer), each derivative built afresh (no disk cache:
+    its key does not hold the parallel module)."""
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+
+
+@pytest.fixture(scope="session")
+def parallel_kernels():
+    """benchmarks/parallel_gradients.py as a module: the kernels it measures, which the tests share."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_gradients.py"
+    spec = importlib.util.spec_from_file_location("parallel_gradients_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
 def parallel_on(monkeypatch: pytest.MonkeyPatch):
     """``PYJLAD_PARALLEL_DERIVATIVES=1`` for one test, and Numba's thread count restored after it
     (tests/test_parallel_*.py)."""

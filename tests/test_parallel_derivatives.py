@@ -11,7 +11,6 @@ differentiated (no fallback warning, ``__kmpc_fork_call`` in it). Forward mode (
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -333,24 +332,12 @@ def test_array_valued_prange_function_differentiates_in_parallel(parallel_on) ->
     np.testing.assert_array_equal(x, x0)
 
 
-def _benchmark_kernels():
-    """benchmarks/parallel_gradients.py, whose kernels the tests share."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_gradients.py"
-    spec = importlib.util.spec_from_file_location("parallel_gradients_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-#: Each output reads the whole shared input (adjoints accumulated atomically by every thread).
-interactions = _benchmark_kernels().interactions
-
-
 def _interactions_jax(a, b):
     return jnp.sum(jnp.tanh(b * a[:, None] - a[None, :]), axis=1)
 
 
-def test_jacobian_and_batched_vjp_keep_the_serial_vector_mode_and_say_so(parallel_on) -> None:
+def test_jacobian_and_batched_vjp_keep_the_serial_vector_mode_and_say_so(parallel_on, parallel_kernels) -> None:
+    interactions = parallel_kernels.interactions
     # Several directions per sweep: the serial vector-mode derivative (Enzyme's parallel one crashed on larger
     # inputs; one parallel sweep per row, what jacobian ran before, was much slower than this).
     x, w = _x(40), 0.7

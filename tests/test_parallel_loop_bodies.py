@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import warnings
 
-import numba
 import numpy as np
 import pytest
 from numba import njit, prange
@@ -25,17 +24,8 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 jax.config.update("jax_enable_x64", True)
 
-pytestmark = pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed")
-
-
-@pytest.fixture(autouse=True)
-def _parallel(monkeypatch):
-    monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
-    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    yield
-    numba.set_num_threads(before)
+pytestmark = [pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed"),
+              pytest.mark.usefixtures("parallel_two_threads")]
 
 
 @njit(parallel=True)

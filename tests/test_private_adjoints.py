@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import warnings
 
-import numba
 import numpy as np
 import pytest
 from numba import njit, prange
@@ -18,25 +17,7 @@ from pyjlad.errors import ParallelFallbackWarning
 from pyjlad.openmp_loops import openmp_parallel_loops
 from pyjlad.private_adjoints import ArrayLayout, private_copy, read_only_arguments
 
-
-@pytest.fixture(autouse=True)
-def _parallel(monkeypatch):
-    monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
-    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
-    before = numba.get_num_threads()
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-    yield
-    numba.set_num_threads(before)
-
-
-@njit(parallel=True)
-def pairwise(x):
-    e = 0.0
-    for i in prange(x.shape[0]):
-        for j in range(x.shape[0]):
-            d = x[i] - x[j]
-            e += 1.0 / (1.0 + d * d)
-    return e
+pytestmark = pytest.mark.usefixtures("parallel_two_threads")
 
 
 @njit(parallel=True)
@@ -79,7 +60,8 @@ def _grad(f, args, wrt):
     return g if isinstance(g, tuple) else (g,)
 
 
-def test_pairwise_closed_form():
+def test_pairwise_closed_form(parallel_kernels):
+    pairwise = parallel_kernels.pairwise
     x = np.random.default_rng(1).uniform(-2, 2, 301)
     x0 = x.copy()
     (g,) = _grad(pairwise, (x,), (0,))
@@ -88,7 +70,8 @@ def test_pairwise_closed_form():
     np.testing.assert_allclose(g, h.sum(1) - h.sum(0), rtol=1e-12, atol=1e-12)
 
 
-def test_pairwise_identical_run_to_run():
+def test_pairwise_identical_run_to_run(parallel_kernels):
+    pairwise = parallel_kernels.pairwise
     x = np.random.default_rng(2).uniform(-2, 2, 200)
     first = _grad(pairwise, (x,), (0,))[0]
     for _ in range(3):
@@ -168,7 +151,9 @@ def _parallel_text(f, args):
     return module.text
 
 
-def test_copies_made_only_for_arrays_read_across_iterations():
+def test_copies_made_only_for_arrays_read_across_iterations(parallel_kernels):
+    pairwise = parallel_kernels.pairwise
+
     def copies(f, args):
         return _parallel_text(f, args).count("@malloc(i64 %priv")
 
