@@ -15,8 +15,8 @@ An array is copied only where that is sound and pays off:
   strides the loop's ``dims`` and ``steps`` hold (recorded from Numba's lowering of the loop,
   :func:`recording_loop_layouts`), of floating-point elements;
 * the loop's body reads it somewhere at an index other than the loop's own index
-  (:func:`_read_across_iterations`; ``x[i]``, ``x[i - 1]`` are not copied: each element's adjoint
-  gets few adds, the copy would cost more than it saves);
+  (:func:`_read_across_iterations`; ``x[i]``, ``x[i - 1]``, ``x[i, :]`` are not copied: each element's
+  adjoint gets few adds, the copy would cost more than it saves);
 * the body only loads through it (:func:`read_only_arguments`, on the body's LLVM IR);
 * at run time, it does not overlap an array the body may write (checked in the task; an overlapping
   one is used in place).
@@ -121,8 +121,9 @@ def _read_across_iterations(parfor: object) -> frozenset[str]:
         if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.op in ("getattr", "getitem",
                                                                                  "static_getitem"):
             array = value.value.name
-            index = value.index if value.op == "getitem" else value.index_var if value.op == "static_getitem" else None
-            if value.op == "getattr" or (index is not None and index.name in partitioned):
+            subscript = value.index if value.op == "getitem" else value.index_var if value.op == "static_getitem" \
+                else None
+            if value.op == "getattr" or (subscript is not None and subscript.name in partitioned):
                 used.discard(array)  # x.shape; x[i], x[i - 1], x[i, j], x[i, :]
         if isinstance(s, (ir.SetItem, ir.StaticSetItem)):
             used.discard(s.target.name)  # a write: read_only_arguments keeps the array shared
@@ -195,12 +196,12 @@ def _layout(across: frozenset[str] | None, gu_signature: tuple, expr_args: list[
         array = isinstance(aty, types.ArrayCompatible)
         count = 1 if array and i < ninouts and name in races else (aty.ndim if array else 0)
         user = i < ninouts and isinstance(aty, types.npytypes.Array) and name not in races
+        itemsize = getattr(aty.dtype, "bitwidth", 0) // 8 if user else 0
         if user:
-            if len(sig) != aty.ndim or aty.ndim == 0:
-                out.complete = False
+            if len(sig) != aty.ndim or aty.ndim == 0 or itemsize == 0:
+                out.complete = False  # (an element size unknown: no overlap check, no copies)
             else:
-                layout = ArrayLayout(index=i + 1, itemsize=aty.dtype.bitwidth // 8 if hasattr(aty.dtype, "bitwidth") else 0,
-                                     dims=tuple(1 + symbols.index(s) for s in sig),
+                layout = ArrayLayout(index=i + 1, itemsize=itemsize, dims=tuple(1 + symbols.index(s) for s in sig),
                                      steps=tuple(1 + nargs + stride + k for k in range(aty.ndim)))
                 out.arrays.append(layout)
                 if aty.dtype in (types.float32, types.float64) and across is not None and name in across:
