@@ -61,6 +61,21 @@ def cyclic_map(x, w):
     return out
 
 
+@njit(parallel=True)
+def loops_in_sequence(x, w):
+    n = x.shape[0]
+    a = np.empty(n)
+    for i in prange(n):
+        a[i] = np.exp(0.3 * x[i])
+    b = np.empty(n)
+    for i in prange(n):
+        b[i] = a[i] * w[i] + a[(i + 1) % n]
+    s = 0.0
+    for i in prange(n):
+        s += b[i] * b[i]
+    return s
+
+
 def _strict(call):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ParallelFallbackWarning)
@@ -109,3 +124,17 @@ def test_float32_array_result_vjp():
     _, pullback = jax.vjp(lambda p, q: jnp.tanh(p) * jnp.tile(q, 16) + p[::-1], x0, w0)
     want = pullback(ct.copy())
     _check(lambda: pyjlad.vjp(cyclic_map, (x, w), ct)[1], (x, w, ct), want, 2e-5)
+
+
+def test_loops_in_sequence_reading_a_neighbour_of_the_first_ones_result():
+    rng = np.random.default_rng(4)
+    x, w = rng.normal(size=40), rng.normal(size=40)
+    x0, w0 = x.copy(), w.copy()
+
+    def twin(p, q):
+        a = jnp.exp(0.3 * p)
+        b = a * q + jnp.roll(a, -1)
+        return jnp.sum(b * b)
+
+    want = jax.grad(twin, argnums=(0, 1))(x0, w0)
+    _check(lambda: pyjlad.grad(loops_in_sequence, wrt=(0, 1))(x, w), (x, w), want, 1e-12)
