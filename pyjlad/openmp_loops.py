@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .ir import parse
+from .ir import Module, parse
 from .ir.analysis import reachable
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
@@ -213,11 +213,11 @@ def _split_arguments(text: str) -> list[str]:
     return [part.strip() for part in text.split(",")]
 
 
-def _private_copies(text: str, kernel: str, layout: LoopLayout | None) -> dict[int, tuple[str, str, str]]:
+def _private_copies(module: Module | None, kernel: str, layout: LoopLayout | None) -> dict[int, tuple[str, str, str]]:
     """The private copies (:mod:`pyjlad.private_adjoints`) of the arguments of loop body ``kernel`` worth one."""
     if layout is None or not layout.complete or not layout.candidates:
         return {}
-    read_only = read_only_arguments(text, kernel, [a.index for a in layout.arrays])
+    read_only = read_only_arguments(module, kernel, [a.index for a in layout.arrays]) if module is not None else set()
     written = [a for a in layout.arrays if a.index not in read_only]
     return {a.index: private_copy(a, written) for a in layout.candidates if a.index in read_only}
 
@@ -312,6 +312,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     tasks: list[str] = []
     schedules: set[str] = set()
     privatized = False
+    parsed: Module | None = None
     function = ""
     entry_at = 0  # where the current function's entry block starts in ``out`` (forward mode's packs go there)
     for line in text.split("\n"):
@@ -322,8 +323,10 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
             entry_at += 1  # after the entry block's label
         if _CALL in line:
             kernel = line[line.index(_CALL) + len(_CALL):].split(",")[0].split()[-1]
-            private = {} if forward or not layouts else _private_copies(
-                text, kernel, layouts.get(kernel.lstrip("@").strip('"')))
+            layout = layouts.get(kernel.lstrip("@").strip('"')) if layouts and not forward else None
+            if layout is not None and layout.candidates and parsed is None:
+                parsed = parse(text, strict=False)  # once per module, for every loop's body
+            private = _private_copies(parsed, kernel, layout) if layout is not None else {}
             privatized = privatized or bool(private)
             rewritten = _rewrite_call(line, len(tasks), forward, private)
             if rewritten is not None:

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import IRLookupError, IRParseError
-from .ir import Instruction, parse
+from .ir import Instruction, Module, parse
 from .ir.edit import FLOAT_TYPE_HINTS, type_hint_declaration
 from .ir.instructions import parse_instruction, significant
 
@@ -214,8 +214,9 @@ def _layout(across: frozenset[str] | None, gu_signature: tuple, expr_args: list[
 _POINTER_STEPS = frozenset({"getelementptr", "phi", "select", "bitcast", "addrspacecast", "freeze"})
 
 
-def read_only_arguments(text: str, kernel: str, indices: list[int]) -> set[int]:
-    r"""Which of ``args[j]`` (``j`` in ``indices``) the body ``kernel`` (a ``define`` in ``text``) only loads through.
+def read_only_arguments(text: str | Module, kernel: str, indices: list[int]) -> set[int]:
+    r"""Which of ``args[j]`` (``j`` in ``indices``) the body ``kernel`` (a ``define`` in ``text``, IR text or a
+    parsed module) only loads through.
 
     Conservative: a pointer derived from the data pointer loaded from ``args[j]`` (through
     ``getelementptr``, ``phi``, ``select``, casts) used in any other way than as the address of a load
@@ -231,7 +232,8 @@ def read_only_arguments(text: str, kernel: str, indices: list[int]) -> set[int]:
     [0]
     """
     try:
-        function = parse(text, strict=False).function(_symbol(kernel))
+        module = parse(text, strict=False) if isinstance(text, str) else text
+        function = module.function(_symbol(kernel))
     except (IRParseError, IRLookupError):
         return set()
     if function.body is None or not function.parameters or function.parameters[0].name is None:
