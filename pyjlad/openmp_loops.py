@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .ir import Module, parse
+from . import private_bodies
+from .errors import IRLookupError, IRParseError
+from .ir import Module, decode_name, parse
 from .ir.analysis import reachable
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
@@ -91,11 +93,13 @@ declare void @__enzyme_fwddiff_pyjlad_omp(...)
 
 
 def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
-          private: Mapping[int, tuple[str, str, str]] | None = None) -> str:
+          private: Mapping[int, tuple[str, str, str]] | None = None, private_kernel: str | None = None) -> str:
     """The OpenMP task running ``kernel`` over this thread's static share of the schedule's rows.
 
-    ``private``: for argument ``j``, this thread's private copy of it (``(setup, pointer, release)``
-    of :func:`pyjlad.private_adjoints.private_copy`), which its rows read instead.
+    ``private``: for argument ``j``, this thread's private copy of it (``(setup, prefix, release)``
+    of :func:`pyjlad.private_adjoints.private_copy`). Where every copy was made (none overlapped an
+    array the body writes), the rows run ``private_kernel`` instead of ``kernel``: the body's copy that
+    takes the copies' row pointers as parameters after its own (:mod:`pyjlad.private_bodies`).
 
     With ``shadows``, the forward-mode derivative of that task: it takes the shadow of the argument
     array after the arguments (``%dargs``) and runs Enzyme's forward derivative of ``kernel`` on each
@@ -114,10 +118,18 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
               f"  %np{j} = getelementptr inbounds ptr, ptr %rowargs, i64 {j}\n"
               f"  store ptr %nv{j}, ptr %np{j}, align 8\n" for j in range(narrays)]
     private = private or {}
-    for j, (_, pointer, _) in private.items():
-        arrays[j] = arrays[j].replace(f"ptr %av{j}, i64 %off{j}", f"ptr {pointer}, i64 %off{j}")
+    if private and private_kernel is None:
+        raise ValueError("private copies need the body's copy that reads them (private_kernel)")
+    for j, (_, prefix, _) in private.items():  # the copy's row pointer, passed to private_kernel
+        arrays[j] += f"  %pnv{j} = getelementptr inbounds i8, ptr {prefix}.copy, i64 %off{j}\n"
     setup = "".join(p[0] for p in private.values())
     release = "".join(p[2] for p in private.values())
+    if private:  # every copy made: none overlaps an array the body writes
+        prefixes = [prefix for _, prefix, _ in private.values()]
+        setup += "".join(f"  %private.{k} = and i1 {'true' if k == 0 else f'%private.{k - 1}'}, {m}.ok\n"
+                         for k, m in enumerate(prefixes))
+        flag = f"%private.{len(prefixes) - 1}"
+        extra = "".join(f", ptr %pnv{j}" for j in private)
     if shadows:
         arrays += [f"  %dap{j} = getelementptr inbounds ptr, ptr %dargs, i64 {j}\n"
                    f"  %dav{j} = load ptr, ptr %dap{j}, align 8\n"
@@ -126,6 +138,15 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
                    f"  store ptr %dnv{j}, ptr %dnp{j}, align 8\n" for j in range(narrays)]
         call = (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {kernel}, ptr @enzyme_dup, ptr %rowargs, ptr %rowdargs, "
                 "ptr @enzyme_const, ptr %count, ptr @enzyme_const, ptr %steps, ptr @enzyme_const, ptr %data)\n")
+    elif private:
+        call = (f"  br i1 {flag}, label %row.private, label %row.shared\n"
+                "row.private:\n"
+                f"  call void {private_kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data{extra})\n"
+                "  br label %row.next\n"
+                "row.shared:\n"
+                f"  call void {kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data)\n"
+                "  br label %row.next\n"
+                "row.next:\n")
     else:
         call = f"  call void {kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data)\n"
     return (
@@ -155,7 +176,7 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
         + setup +
         "  br i1 %go, label %row, label %fini\n"
         "row:\n"
-        "  %r = phi i64 [ %lo, %init ], [ %next, %row ]\n"
+        f"  %r = phi i64 [ %lo, %init ], [ %next, {'%row.next' if private else '%row'} ]\n"
         + "".join(count) + "".join(arrays) + call +
         "  %next = add nsw i64 %r, 1\n"
         "  %more = icmp sle i64 %next, %hi\n"
@@ -257,7 +278,8 @@ def _rewrite_call(line: str, index: int, forward: bool = False,
     replacement = (f"{indent}{n32} = trunc i64 {threads[1]} to i32\n"
                    f"{indent}call void @omp_set_num_threads(i32 {n32})\n"
                    f"{fork}")
-    tasks = _task(task, kernel, ndim, narrays, private=private if not forward else None)
+    tasks = _task(task, kernel, ndim, narrays, private=private if not forward else None,
+                  private_kernel=private_body(index) if private and not forward else None)
     return replacement, tasks + _forward_fork(index, kernel, ndim, narrays) if forward else tasks
 
 
@@ -311,7 +333,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     out: list[str] = []
     tasks: list[str] = []
     schedules: set[str] = set()
-    privatized = False
+    privatized: dict[int, tuple[str, list[int]]] = {}  # the loops with private copies: body, copied arguments
     parsed: Module | None = None
     function = ""
     entry_at = 0  # where the current function's entry block starts in ``out`` (forward mode's packs go there)
@@ -327,9 +349,10 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
             if layout is not None and layout.candidates and parsed is None:
                 parsed = parse(text, strict=False)  # once per module, for every loop's body
             private = _private_copies(parsed, kernel, layout) if layout is not None else {}
-            privatized = privatized or bool(private)
             rewritten = _rewrite_call(line, len(tasks), forward, private)
             if rewritten is not None:
+                if private:
+                    privatized[len(tasks)] = (kernel, sorted(private))
                 if forward:
                     out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [4 x ptr], align 8")
                 out.append(rewritten[0])
@@ -353,10 +376,37 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     if reported is None:
         return text
     body = "\n".join(reported)
+    bodies = _private_bodies(body, privatized)
+    if bodies is None:
+        return text
     wanted = _DECLARATIONS + (_FORWARD_DECLARATIONS if forward else "") + (_PRIVATE_DECLARATIONS if privatized else "")
     present = _defined_or_declared(body)
     declared = [d for d in wanted.strip().split("\n") if d.strip() and _declared_name(d) not in present]
-    return body.rstrip("\n") + "\n\n" + "\n".join(tasks) + "\n" + "\n".join(declared) + "\n"
+    return body.rstrip("\n") + "\n\n" + "\n".join([*tasks, *bodies]) + "\n" + "\n".join(declared) + "\n"
+
+
+def private_body(index: int) -> str:
+    """The symbol of loop ``index``'s body copy its private rows run (see :mod:`pyjlad.private_bodies`)."""
+    return f"@pyjlad.omp.body.{index}"
+
+
+def _private_bodies(text: str, loops: Mapping[int, tuple[str, list[int]]]) -> list[str] | None:
+    """For each loop ``index`` whose body ``loops[index][0]`` reads copies of ``args[j]`` (``j`` in
+    ``loops[index][1]``): the body's copy :func:`private_body` (:func:`pyjlad.private_bodies.private_body`);
+    None if a body is not a definition of ``text``."""
+    if not loops:
+        return []
+    module = parse(text, strict=False)
+    copies = []
+    for index, (kernel, slots) in loops.items():
+        try:
+            function = module.function(decode_name(kernel))
+        except (IRParseError, IRLookupError):
+            return None
+        if function.body is None or not function.parameters or function.parameters[0].name is None:
+            return None
+        copies.append(private_bodies.private_body(function, private_body(index), slots))
+    return copies
 
 
 #: What a user wrote for each BLAS routine Numba calls (through ``numba_xxdot``/``xxgemv``/``xxgemm``).

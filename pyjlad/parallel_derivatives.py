@@ -75,7 +75,7 @@ T = TypeVar("T")
 PARALLEL_TWIN = "pyjlad_parallel_twin"
 
 #: Part of the cache key of a parallel derivative (a serial one has none).
-CACHE_TAG = "openmp-parallel-loops/5"
+CACHE_TAG = "openmp-parallel-loops/6"
 
 
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],

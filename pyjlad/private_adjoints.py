@@ -36,12 +36,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import IRLookupError, IRParseError
-from .ir import Instruction, Module, parse
+from .ir import Function, Instruction, Module, parse
 from .ir.edit import FLOAT_TYPE_HINTS, type_hint_declaration
 from .ir.instructions import parse_instruction, significant
 
-__all__ = ["ArrayLayout", "LoopLayout", "declarations", "private_copy", "read_only_arguments",
-           "recording_loop_layouts"]
+__all__ = ["ArrayLayout", "LoopLayout", "argument_pointers", "declarations", "derived_pointers", "private_copy",
+           "read_only_arguments", "recording_loop_layouts"]
 
 
 def declarations() -> list[str]:
@@ -239,8 +239,15 @@ def read_only_arguments(text: str | Module, kernel: str, indices: list[int]) -> 
     if function.body is None or not function.parameters or function.parameters[0].name is None:
         return set()
     instructions = [i for i in map(parse_instruction, function.body) if i is not None]
+    data = argument_pointers(function, instructions)
+    return {j for j in indices if _only_loaded({v for v, slot in data.items() if slot == j}, instructions)}
+
+
+def argument_pointers(function: Function, instructions: list[Instruction]) -> dict[str, int]:
+    """The data pointers a gufunc body ``function`` loads from its ``args`` array (its first parameter):
+    each value's argument index (``args[j]``)."""
     offsets = {function.parameters[0].name: 0}  # pointers into the args array: their byte offset
-    data: dict[str, int] = {}  # data pointers loaded from args: the argument's index
+    data: dict[str, int] = {}
     for ins in instructions:
         operands = ins.operands()
         if ins.result is None or not operands or operands[0] not in offsets:
@@ -252,15 +259,13 @@ def read_only_arguments(text: str | Module, kernel: str, indices: list[int]) -> 
             scale = {"i8": 1, "ptr": 8, "i64": 8}.get(next((w for w in kept[1:] if w != "inbounds"), ""))
             if scale is not None and kept[-1].isdigit():
                 offsets[ins.result] = offsets[operands[0]] + scale * int(kept[-1])
-    return {j for j in indices if _only_loaded({v for v, slot in data.items() if slot == j}, instructions)}
+    return data
 
 
-def _only_loaded(roots: set[str], instructions: list[Instruction]) -> bool:
-    """Whether every use of the pointers ``roots`` (and of those derived from them) only reads memory."""
-    if not roots:
-        return False
+def derived_pointers(roots: set[str], instructions: list[Instruction]) -> set[str]:
+    """``roots`` and the pointers derived from them (``getelementptr``, ``phi``, ``select``, casts)."""
     derived = set(roots)
-    changed = True
+    changed = bool(roots)
     while changed:
         changed = False
         for ins in instructions:
@@ -268,6 +273,14 @@ def _only_loaded(roots: set[str], instructions: list[Instruction]) -> bool:
                     and derived & set(ins.operands()):
                 derived.add(ins.result)
                 changed = True
+    return derived
+
+
+def _only_loaded(roots: set[str], instructions: list[Instruction]) -> bool:
+    """Whether every use of the pointers ``roots`` (and of those derived from them) only reads memory."""
+    if not roots:
+        return False
+    derived = derived_pointers(roots, instructions)
     for ins in instructions:
         if not derived & set(ins.operands()) or (ins.opcode in _POINTER_STEPS and ins.result in derived):
             continue
@@ -277,11 +290,12 @@ def _only_loaded(roots: set[str], instructions: list[Instruction]) -> bool:
 
 
 def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, str, str]:
-    """IR for one thread's private copy of ``args[layout.index]``: ``(setup, row pointer, release)``.
+    """IR for one thread's private copy of ``args[layout.index]``: ``(setup, prefix, release)``.
 
-    ``setup`` (in the task's entry, before its rows) allocates and fills the copy; the row pointer
-    ``%priv{j}`` is the copy's counterpart of the argument's data pointer, or that pointer itself where
-    the argument overlaps an array in ``written`` (a possible alias the body writes); ``release`` frees it.
+    ``setup`` (in the task's entry, before its rows) allocates and fills the copy: ``{prefix}.copy`` is
+    the copy's counterpart of the argument's data pointer, and ``{prefix}.ok`` is false where the
+    argument overlaps an array in ``written`` (a possible alias the body writes; its rows must then
+    read the argument in place); ``release`` frees the copy. ``prefix`` is ``%priv{j}``.
     """
     j = layout.index
     p = f"%priv{j}"
@@ -291,7 +305,7 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
     lines += _extent(layout, f"{p}.")
     lines += [f"  {p}.src = getelementptr inbounds i8, ptr {p}.data, i64 {p}.lo",
               f"  {p}.alloc = add i64 {p}.bytes, 8",
-              f"  {p}.mem = call ptr @malloc(i64 {p}.alloc)",
+              f"  {p}.mem = call noalias ptr @malloc(i64 {p}.alloc)",
               # Enzyme must know the copy copies floats to add its adjoint back (untyped: taken for integers)
               f"  call void @{hint}(ptr {p}.src, i64 {size})",
               f"  call void @{hint}(ptr {p}.mem, i64 {size})",
@@ -310,8 +324,8 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
                   f"  {q}before = icmp ule i64 {q}b, {q}c", f"  {q}after = icmp ule i64 {q}d, {q}a",
                   f"  {q}apart = or i1 {q}before, {q}after", f"  {q}ok = and i1 {ok}, {q}apart"]
         ok = f"{q}ok"
-    lines.append(f"  {p} = select i1 {ok}, ptr {p}.copy, ptr {p}.data")
-    return "\n".join(lines) + "\n", p, f"  call void @free(ptr {p}.mem)\n"
+    lines.append(f"  {p}.ok = or i1 {ok}, false")
+    return "\n".join(lines) + "\n", p, f"  call void @free(ptr nocapture {p}.mem)\n"
 
 
 def _extent(layout: ArrayLayout, p: str) -> list[str]:

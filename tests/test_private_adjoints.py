@@ -119,8 +119,8 @@ def test_read_only_arguments():
 
 
 def test_private_copy_ir_and_unchanged_without_layouts():
-    setup, pointer, release = private_copy(ArrayLayout(1, 8, (2,), (4,)), [ArrayLayout(2, 8, (3,), (5,))])
-    assert pointer == "%priv1" and "@malloc(" in setup and "select i1" in setup and "@free(" in release
+    setup, prefix, release = private_copy(ArrayLayout(1, 8, (2,), (4,)), [ArrayLayout(2, 8, (3,), (5,))])
+    assert prefix == "%priv1" and "@malloc(" in setup and "%priv1.ok = " in setup and "@free(" in release
     from pyjlad.openmp_loops import EXAMPLE
     assert "@malloc(" not in openmp_parallel_loops(EXAMPLE)
 
@@ -177,3 +177,64 @@ def test_shared_matrix_in_any_layout_against_jax(layout):
     want = jax.grad(lambda a, m: jax.numpy.einsum("ia,ab,ib->", a, m, a), argnums=(0, 1))(x0, s0)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-11, atol=1e-10)
+
+
+def test_private_rows_tape_nothing_they_read_from_the_copy(parallel_kernels):
+    """The pairwise kernel reads x[i] - x[j] for every pair: its reverse sweep reads the private copy again
+    (as the serial derivative reads x) instead of keeping n**2 differences on the tape (8 MiB at n = 1024,
+    before the body took the copy as a parameter: pyjlad.private_bodies)."""
+    from pyjlad.engines import pool
+
+    n = 1024
+    x = np.random.default_rng(8).normal(size=n)
+    grad = pyjlad.grad(parallel_kernels.pairwise)
+    (g,) = _grad(parallel_kernels.pairwise, (x,), (0,))  # built, checked for no fallback
+    pool.release()
+    grad(x)
+    kept = pool.kept_bytes()
+    pool.release()
+    assert kept < n * n  # 8 * n**2 bytes if the differences were taped; the shadows are smaller than a pool block
+    d = x[:, None] - x[None, :]
+    want = (-4 * d / (1 + d * d) ** 2).sum(axis=1)  # d/dx_k of sum_ij 1/(1 + (x_i - x_j)^2)
+    np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-10)
+
+
+@njit(parallel=True)
+def write_then_gather(a, idx):
+    b = a.copy()
+    x = b[:]
+    out = b[:]
+    e = 0.0
+    for i in prange(b.shape[0]):
+        out[i] = 2.0 * x[i]
+        e += x[idx[i]] * x[idx[i]]
+    return e
+
+
+def test_copy_overlapping_a_written_array_is_not_made():
+    """x and out view one buffer; each iteration writes out[i], then reads x[idx[i]], the element it wrote
+    (idx = arange): e = sum (2 a_i)^2. x is read at an index not the loop's own, so a copy is set up, but
+    at run time it overlaps out and the rows read x in place: from a copy they would get sum a_i^2."""
+    a = np.random.default_rng(9).normal(size=40)
+    idx = np.arange(40)
+    a0 = a.copy()
+    text = _parallel_text(write_then_gather, (a, idx))
+    assert text.count("@malloc(i64 %priv") == 1 and "@pyjlad.omp.body.0(" in text
+    (g,) = _grad(write_then_gather, (a, idx), (0,))
+    np.testing.assert_allclose(g, 8 * a0, rtol=1e-12, atol=1e-12)
+
+
+def test_adds_into_a_threads_own_adjoint_are_plain(parallel_kernels, tmp_path, monkeypatch):
+    """Enzyme adds into every adjoint of a parallel loop atomically; those into the private copy's adjoint
+    (x[i] and x[j] of the pairwise kernel) only its thread touches, so they are made plain
+    (pyjlad.private_bodies.plain_private_adds). Left atomic: the copy's adjoint added into x's, once per
+    element and thread, and the reduction's partial sums."""
+    monkeypatch.setenv("PYJLAD_DUMP_IR", str(tmp_path))
+    pairwise = njit(parallel=True)(parallel_kernels.pairwise.py_func)  # its own derivative, built (and dumped) here
+    x = np.random.default_rng(10).uniform(-2, 2, 300)
+    (g,) = _grad(pairwise, (x,), (0,))
+    outputs = list(tmp_path.glob("*/*-enzyme.output.ll"))
+    assert len(outputs) == 1
+    assert outputs[0].read_text().count("atomicrmw fadd") == 2  # 4 with the copy's adds atomic
+    d = x[:, None] - x[None, :]
+    np.testing.assert_allclose(g, (-4 * d / (1 + d * d) ** 2).sum(axis=1), rtol=1e-10, atol=1e-10)

@@ -10,6 +10,7 @@ different pipeline or option removes. A failure no retry fixes is explained in t
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 from .. import cache
 from ..block_order import dominance_ordered
@@ -26,6 +27,7 @@ from ..log import get_logger, timed
 from ..nested import explain_failure as explain_nested
 from ..nested import is_nested_driver, nested_modules
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
+from ..private_bodies import BODY_PREFIX, plain_private_adds
 from ..refusals import HELPER_CONSTRUCTS, explain
 from ..rules import is_rule_symbol, rule_modules
 from ..special import HANDLED as SPECIAL_FUNCTIONS
@@ -157,20 +159,26 @@ def _host_cpu() -> str:
 
 
 def _optimized_for_host(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
-                        options: tuple[str, ...]) -> bytes:
+                        options: tuple[str, ...], rewrite: Callable[[str], str] | None = None) -> bytes:
     """``passes`` run in two ``opt`` processes: up to Enzyme for the baseline target (Enzyme's input is prepared
     as it always was: ``scalarize-masked-mem-intrin`` scalarizes by what the target cannot do), then the final
     ``default<O2>`` with :data:`HOST_TARGET`, so that the derivative's loops are vectorized as wide as this CPU's
-    registers. The same ``options`` (SimplifyCFG's speculation limits among them) apply to both."""
+    registers. The same ``options`` (SimplifyCFG's speculation limits among them) apply to both. ``rewrite``
+    edits Enzyme's output (as IR text) before that optimization."""
     if not passes.endswith("," + _OPTIMIZE):
         return toolchain.run(module, passes, what=what, options=options)
-    differentiated = toolchain.run(module, passes[: -len(_OPTIMIZE) - 1], what=what, options=options)
+    differentiated = toolchain.run(module, passes[: -len(_OPTIMIZE) - 1], what=what,
+                                   options=(*options, "-S") if rewrite is not None else options)
+    if rewrite is not None:
+        differentiated = rewrite(differentiated.decode()).encode()
     return toolchain.run(differentiated, _OPTIMIZE, what=what, options=(*options, *HOST_TARGET))
 
 
 def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
-                   options: tuple[str, ...] = (), host: bool = False) -> bytes:
-    """Run Enzyme over ``module``; without its min-cut cache planner where that planner fails.
+                   options: tuple[str, ...] = (), host: bool = False,
+                   rewrite: Callable[[str], str] | None = None) -> bytes:
+    """Run Enzyme over ``module``; without its min-cut cache planner where that planner fails. With ``host``,
+    ``rewrite`` edits Enzyme's output before it is optimized (:func:`_optimized_for_host`).
 
     Enzyme v0.0.289's planner (``GradientUtils::computeMinCache``) adds the
     value a loop-carried reduction starts from (the preheader operand of a
@@ -184,7 +192,7 @@ def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what:
     reverse pass needs and cannot recompute, which is correct; only those
     functions pay for it (the planner saves tape memory, not correctness).
     """
-    run = functools.partial(_optimized_for_host, toolchain) if host else toolchain.run
+    run = functools.partial(_optimized_for_host, toolchain, rewrite=rewrite) if host else toolchain.run
     try:
         return run(module, passes, what=what, options=options)
     except EnzymeError as exc:
@@ -296,10 +304,12 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
     passes, options = PASSES, NO_SPECULATION_ARGS
+    # A parallel derivative's private rows (pyjlad.private_bodies): their adds into their own adjoints made plain.
+    rewrite = plain_private_adds if BODY_PREFIX in module_text else None
     while True:
         try:
             with timed(_log, "Enzyme on %s (options %s)", exported.name, " ".join(options) or "none"):
-                derivative = _differentiate(toolchain, module, passes, exported.name, options, host)
+                derivative = _differentiate(toolchain, module, passes, exported.name, options, host, rewrite)
             dump(label, "enzyme.output", derivative)
             return derivative
         except EnzymeError as exc:
