@@ -40,14 +40,16 @@ Numba cannot compile, a copy Enzyme fails on.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from numba import types as nbtypes
 from numba.core.dispatcher import Dispatcher
 
-from . import config
+from . import cache, config
 from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionError
 from .export_ir import compile_before_codegen
 from .ir import parse
@@ -64,7 +66,7 @@ from .portable import PortableModule
 from .private_adjoints import LoopLayout, recording_loop_layouts
 from .refusals import enzyme_reason
 
-__all__ = ["CACHE_TAG", "PARALLEL_TWIN", "parallel_module", "parallel_wanted", "with_parallel_fallback", "with_runtime_activity"]
+__all__ = ["PARALLEL_TWIN", "cache_tag", "parallel_module", "parallel_wanted", "with_parallel_fallback", "with_runtime_activity"]
 
 T = TypeVar("T")
 
@@ -74,8 +76,25 @@ T = TypeVar("T")
 #: Its attribute ``results_of`` is the function's name.
 PARALLEL_TWIN = "pyjlad_parallel_twin"
 
-#: Part of the cache key of a parallel derivative (a serial one has none).
-CACHE_TAG = "openmp-parallel-loops/6"
+#: The modules whose code makes the parallel module Enzyme differentiates, or edits Enzyme's output of it.
+_SOURCES = ("parallel_derivatives.py", "openmp_loops.py", "private_adjoints.py", "private_bodies.py",
+            "parfor_bodies.py", "openmp.py")
+
+
+@functools.cache
+def cache_tag() -> str:
+    """Part of the cache key of a parallel derivative (a serial one has none): the rewrite's name and a hash of
+    the source of the modules that make the parallel module (:data:`_SOURCES`). The key holds the function's
+    own module, not its parallel copy (built only on a miss), so a change of this code must change the key:
+    a disk cache written by an earlier version of it is not read."""
+    here = Path(__file__).resolve().parent
+    try:
+        sources = [(here / name).read_text() for name in _SOURCES]
+    except OSError:  # installed without its sources: the version names the code
+        from . import __version__
+
+        sources = [__version__]
+    return "openmp-parallel-loops:" + cache.cache_key(*sources)
 
 
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],

@@ -427,3 +427,25 @@ def test_a_cached_parallel_derivative_is_the_first_parallel_code_of_a_fresh_proc
     expected = 2 * np.sum(-2 * d / (1 + d * d) ** 2, axis=1)  # d/dx_k of sum_ij 1 / (1 + (x_i - x_j)^2)
     for run in runs:
         np.testing.assert_allclose(eval(run.stdout), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_the_cache_key_changes_with_the_code_that_makes_the_parallel_module(tmp_path, monkeypatch):
+    """The key of a parallel derivative holds the function's module, not its parallel copy (built on a miss
+    only): an edit of the rewrite must change the key, or a disk cache written before it is read after it."""
+    import shutil
+
+    from pyjlad import parallel_derivatives as pd
+
+    here = Path(pd.__file__).resolve().parent
+    for name in pd._SOURCES:
+        shutil.copy(here / name, tmp_path / name)
+    monkeypatch.setattr(pd, "__file__", str(tmp_path / "parallel_derivatives.py"))
+    pd.cache_tag.cache_clear()
+    try:
+        before = pd.cache_tag()
+        with open(tmp_path / "private_bodies.py", "a") as f:
+            f.write("\n# edited\n")
+        pd.cache_tag.cache_clear()
+        assert pd.cache_tag() != before
+    finally:
+        pd.cache_tag.cache_clear()

@@ -46,7 +46,7 @@ from ..errors import EnzymeError, OutOfMemoryError, PyjladError, ToolchainError,
 from ..export import ExportedFunction, describe_function, export, numba_argtypes
 from ..memo import cached_for
 from ..nested import NestedSweep, cache_key_parts, remember
-from ..parallel_derivatives import CACHE_TAG, with_parallel_fallback, with_runtime_activity
+from ..parallel_derivatives import cache_tag, with_parallel_fallback, with_runtime_activity
 from ..portable import RUNTIME_CALL_DTOR, PortableModule, has_recursion
 from ..rules import is_rule_symbol
 from ..toolchain import locate, opt_route
@@ -138,7 +138,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     # identified by their source (compiled only on a miss); rules by their IR.
     def load(source: Callable[[], PortableModule] | None) -> Any:  # the parallel copy (pyjlad.parallel_derivatives)
         key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
-                              toolchain.identity, host_target_key(), *([CACHE_TAG] if source else []),
+                              toolchain.identity, host_target_key(), *([cache_tag()] if source else []),
                               *(["aggregate-shadows/argmemonly-dropped"] if driver.aggregate_shadows else []),
                               exported.module.text, driver.text, *custom_rule_modules(exported),
                               *[f"{h}.{k}:{_lapack_source_hash()}" for h, k in exported.module.links],
