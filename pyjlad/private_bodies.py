@@ -13,7 +13,9 @@ as a parameter of its own, ``noalias readonly nocapture``, instead of loading it
 copy is memory the thread allocated for itself and that nothing writes while the rows run (the body
 only loads through it: :func:`pyjlad.private_adjoints.read_only_arguments`), which is what those
 attributes say. Enzyme then sees the copy's allocation at the call and reads the copy again in the
-reverse sweep instead of taping it. Rows whose copies were not made (an array overlapping one the body
+reverse sweep instead of taping it. (That needs alias analysis to see that the body's other writes
+cannot reach the copy: :func:`pyjlad.private_adjoints.private_copy` marks the ``malloc`` ``noalias``
+and nothing captures its pointer, not even ``free``, marked ``nocapture``.) Rows whose copies were not made (an array overlapping one the body
 writes) run the body as Numba compiled it (:func:`pyjlad.openmp_loops.openmp_parallel_loops`).
 
 Enzyme adds into the copy's adjoint with atomic adds, as into every adjoint in a parallel loop,
