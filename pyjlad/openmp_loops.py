@@ -99,7 +99,8 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
     ``private``: for argument ``j``, this thread's private copy of it (``(setup, prefix, release)``
     of :func:`pyjlad.private_adjoints.private_copy`). Where every copy was made (none overlapped an
     array the body writes), the rows run ``private_kernel`` instead of ``kernel``: the body's copy that
-    takes the copies' row pointers as parameters after its own (:mod:`pyjlad.private_bodies`).
+    takes the copies' row pointers as parameters after its own (:mod:`pyjlad.private_bodies`); no
+    copies are made without it.
 
     With ``shadows``, the forward-mode derivative of that task: it takes the shadow of the argument
     array after the arguments (``%dargs``) and runs Enzyme's forward derivative of ``kernel`` on each
@@ -117,9 +118,7 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
               f"  %nv{j} = getelementptr inbounds i8, ptr %av{j}, i64 %off{j}\n"
               f"  %np{j} = getelementptr inbounds ptr, ptr %rowargs, i64 {j}\n"
               f"  store ptr %nv{j}, ptr %np{j}, align 8\n" for j in range(narrays)]
-    private = private or {}
-    if private and private_kernel is None:
-        raise ValueError("private copies need the body's copy that reads them (private_kernel)")
+    private = private if private_kernel else {}  # the copies are read only through private_kernel
     for j, (_, prefix, _) in private.items():  # the copy's row pointer, passed to private_kernel
         arrays[j] += f"  %pnv{j} = getelementptr inbounds i8, ptr {prefix}.copy, i64 %off{j}\n"
     setup = "".join(p[0] for p in private.values())

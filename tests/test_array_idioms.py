@@ -419,9 +419,9 @@ def test_integer_accesses_are_typed_only_after_every_other_attempt_failed(monkey
     seen = []
     real = differentiate._differentiate
 
-    def spy(toolchain, module, passes, what, options=(), host=False):
+    def spy(toolchain, module, passes, what, options=(), host=False, rewrite=None):
         seen.append("!tbaa" in (module.decode() if isinstance(module, bytes) else module))
-        return real(toolchain, module, passes, what, options, host)
+        return real(toolchain, module, passes, what, options, host, rewrite)
 
     monkeypatch.setattr(differentiate, "_differentiate", spy)
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")

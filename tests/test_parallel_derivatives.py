@@ -449,3 +449,40 @@ def test_the_cache_key_changes_with_the_code_that_makes_the_parallel_module(tmp_
         assert pd.cache_tag() != before
     finally:
         pd.cache_tag.cache_clear()
+
+
+@njit(parallel=True)
+def conflicting_reduction(x):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        if x[i] > 0:
+            s += x[i]
+        else:
+            s *= 1.0 + x[i]
+    return s
+
+
+@pytest.mark.parametrize("setting", ["off", "on"])
+def test_a_function_numba_cannot_compile_in_parallel_gets_its_serial_gradient(setting, monkeypatch):
+    """As README says: Numba refuses the parallel function (two reduction operators on s), pyjlad differentiates
+    its serial meaning, s = (0 + 1) * (1 - 0.5) + 2, so ds/dx = (1 - 0.5, 1 + 0, 1); with the setting on, the
+    warning says why the derivative is serial."""
+    from numba.core.errors import UnsupportedRewriteError
+
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    if setting == "on":
+        monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
+    f = njit(parallel=True)(conflicting_reduction.py_func)  # its own derivative, built with this setting
+    x = np.array([1.0, -0.5, 2.0])
+    with pytest.raises(UnsupportedRewriteError, match="conflicting reduction operators"):
+        f(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g = pyjlad.grad(f)(x)
+    np.testing.assert_allclose(g, [0.5, 1.0, 1.0], rtol=1e-15)
+    np.testing.assert_array_equal(x, [1.0, -0.5, 2.0])
+    messages = [str(w.message) for w in caught if issubclass(w.category, ParallelFallbackWarning)]
+    if setting == "on":
+        assert messages and "Numba could not compile its parallel copy" in messages[0]
+    else:
+        assert not messages
