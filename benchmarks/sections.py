@@ -35,6 +35,7 @@ SECTIONS: dict[str, list[list[str]]] = {
     ],
     "vector-mode": [
         ["vector_mode.py", "--n", "64"],
+        ["vector_overhead.py", "--n", "64", "--chunk", "32"],
     ],
     "tapes": [
         ["tape_bytes.py"],

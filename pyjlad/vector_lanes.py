@@ -42,13 +42,22 @@ class Lanes:
         self.shadows = self.buffer[..., 1:]  # what the driver gets (its data pointer: shadow 0)
         ndim = self.primal.ndim
         self._stacked = self.shadows.transpose((ndim, *range(ndim)))  # the shadows as (W, *shape), a view
+        self._flat = self.buffer.reshape(-1)
 
     def load(self, primal: Any = None, directions: Any = None) -> None:
         """The primal (copied in; kept where ``None``) and the ``W`` shadows: ``directions`` stacked
         ``(W, *shape)``, or zeros."""
+        if directions is None and primal is not None:
+            self.buffer.fill(0)  # (whole: cheaper than the strided shadows)
+            self.primal[...] = primal
+            return
         if primal is not None:
             self.primal[...] = primal
         self._stacked[...] = 0 if directions is None else directions
+
+    def clear(self) -> None:
+        """Primal and shadows zero."""
+        self.buffer.fill(0)
 
     def load_units(self, primal: Any, start: int, stop: int) -> None:
         """As :meth:`load`, the shadows the unit directions ``start, ..., stop - 1`` (elements in C order),
@@ -60,9 +69,13 @@ class Lanes:
         [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
         """
         self.load(primal)
+        self.set_units(start, stop)
+
+    def set_units(self, start: int, stop: int) -> None:
+        """Shadow ``k`` one at element ``start + k``, for ``k < stop - start`` (the rest left as it is)."""
         stride = self.width + 1  # element e's shadow k sits at e * stride + 1 + k in the flat buffer
         first = start * stride + 1
-        self.buffer.reshape(-1)[first:first + (stop - start) * (stride + 1):stride + 1] = 1
+        self._flat[first:first + (stop - start) * (stride + 1):stride + 1] = 1
 
     def directions(self) -> np.ndarray:
         """The ``W`` shadows stacked ``(W, *shape)`` (a view)."""
@@ -93,11 +106,10 @@ class HessianLanes:
         self._tangents = self.buffer[..., 2:width + 2]
         self._products = self.buffer[..., width + 2:]
         self._stacked_tangents = self._tangents.transpose(axes)
-        self._stacked_products = self._products.transpose(axes)
 
     def load(self, primal: Any, directions: Any) -> None:
         """The primal (copied in), the ``W`` directions stacked ``(W, *shape)``; gradient and products zero."""
-        self.buffer[..., 1:] = 0
+        self.buffer.fill(0)  # (whole: cheaper than the strided shadows)
         self.primal[...] = primal
         self._stacked_tangents[...] = directions
 
@@ -105,6 +117,6 @@ class HessianLanes:
         """What the driver gets (their data pointers): the tangents, the gradient, the products."""
         return self._tangents, self.buffer[..., 1], self._products
 
-    def products(self) -> np.ndarray:
-        """``H v_k`` stacked ``(W, *shape)`` (a view)."""
-        return self._stacked_products
+    def columns(self) -> np.ndarray:
+        """``H v_k`` as the columns of a ``(size, W)`` matrix (a view)."""
+        return self._products.reshape(-1, self._products.shape[-1])

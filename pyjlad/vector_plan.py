@@ -22,8 +22,8 @@ from .outputs import output_layout, output_wrapper
 from .product_args import differentiable
 from .pytrees import has_container
 
-__all__ = ["Refused", "SweepPlan", "argtypes_of", "fresh", "shadowed", "size_key", "sweep_plan", "stack", "type_key",
-           "writes_of"]
+__all__ = ["Refused", "SweepPlan", "argtypes_of", "call_key", "fresh", "shadowed", "size_key", "sweep_plan", "stack",
+           "type_key", "writes_of"]
 
 
 class Refused(PyjladError):
@@ -120,6 +120,26 @@ class _Record:
 
 #: Sizes remembered per function and argument types (:func:`size_key`); more clear the table.
 _RESULT_SIZES = 64
+
+
+def call_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:
+    """:func:`type_key` and :func:`size_key` in one (what a repeated call must match to be replayed).
+
+    >>> import numpy as np
+    >>> call_key((np.zeros(3), 4)) == call_key((np.ones(3), 4)) != call_key((np.ones(2), 4))
+    True
+    """
+    key = []
+    for x in primals:
+        if isinstance(x, np.ndarray) and x.dtype.kind in "fiub":
+            key.append((x.dtype, x.shape, x.flags.num & _TYPED_FLAGS))
+        elif isinstance(x, (float, bool, np.floating, np.bool_)):
+            key.append(type(x))
+        elif isinstance(x, (int, np.integer)):
+            key.append((type(x), int(x)))
+        else:
+            return type_key(primals), size_key(primals)
+    return tuple(key)
 
 
 def size_key(primals: tuple[Any, ...]) -> tuple[Any, ...]:

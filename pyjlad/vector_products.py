@@ -38,7 +38,8 @@ from .product_args import differentiable
 from .pytrees import has_container
 from .sweep import compact_overlapping
 from .vector_lanes import HessianLanes
-from .vector_plan import Refused, SweepPlan, argtypes_of, fresh, sweep_plan, type_key, writes_of
+from .vector_plan import Refused, SweepPlan, argtypes_of, call_key, fresh, sweep_plan, type_key, writes_of
+from .vector_replay import remember, replayed
 from .vector_sweeps import (
     Chunks,
     NotInterleaved,
@@ -120,12 +121,19 @@ def _forward(f: Any, plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bo
 def _best_layout(f: Any, engine: str | None, tries: tuple[Any, ...], sweep: Callable[[bool], Any],
                  interleaving: bool = True) -> Any:
     """``sweep(interleaved)``, interleaved first unless refused for ``f`` and ``tries`` (then remembered)."""
+    return _chosen_layout(f, engine, tries, sweep, interleaving)[1]
+
+
+def _chosen_layout(f: Any, engine: str | None, tries: tuple[Any, ...], sweep: Callable[[bool], Any],
+                   interleaving: bool = True) -> tuple[bool, Any]:
+    """``(interleaved, sweep(interleaved))`` for the first layout that ran (see :func:`_best_layout`);
+    ``(False, None)`` where none did."""
     for interleaved in _layout_tries(f, engine, tries) if interleaving else (False,):
         try:
-            return sweep(interleaved)
+            return interleaved, sweep(interleaved)
         except NotInterleaved:
             _interleaving_refused(f, engine, tries)[0] = True
-    return None
+    return False, None
 
 
 def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
@@ -154,41 +162,62 @@ def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine:
     (forward over reverse, the outer forward sweep of width ``width``); ``None`` where vector
     mode does not apply."""
     x = args[wrt]
-    if width < 2 or not _vector_engine(engine) or not isinstance(x, np.ndarray) or has_container(args):
+    name = engine or default_engine_name()
+    if width < 2 or not _vector_engine(name) or not isinstance(x, np.ndarray) or has_container(args):
         return None
+    key = type_key(args)
+    replay_key = ("hessian", wrt, width, name, key)
+    found = replayed(f, replay_key, args)
+    if found is not None:
+        return found
     try:
-        key = type_key(args)
         argtypes = argtypes_of(args, key)
         writes = cached_for(f, ("vector-hvp-writes", key), lambda: writes_of(f, argtypes) if isinstance(
             result_type(f, argtypes), nbtypes.Float) else None)
-        return _best_layout(f, engine, ("hessian", key, wrt), lambda interleaved: _hessian(
+        interleaved, columns = _chosen_layout(f, engine, ("hessian", key, wrt), lambda interleaved: _hessian(
             f, args, wrt, width, engine, writes, interleaved), interleaving=bool(writes) and not writes[wrt])
     except Refused:
         return None
+    if columns is not None:
+        spare: list[Any] = []
+        remember(f, replay_key, lambda a: _hessian(f, a, wrt, width, engine, writes, interleaved, spare))
+    return columns
 
 
 def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | None, writes: Any,
-             interleaved: bool) -> np.ndarray:
+             interleaved: bool, spare: list[Any] | None = None) -> np.ndarray:
+    """The Hessian, ``width`` columns per sweep. ``spare``: a list in which a replay keeps the interleaved
+    buffer and the directions for its next call (taken while a call runs: concurrent calls make their own)."""
     x = args[wrt]
     n = x.size
     run = sweeper(f, engine, "hvp", "reverse", (), wrt, width, (wrt,) if interleaved else ())
     padded = -(-n // width) * width
-    eye = unit_rows(padded, n, x.dtype)  # the directions: rows (zero past n), one block per sweep
-    columns = np.zeros((padded, n), x.dtype)  # H e_j in row j: the sweeps write into views
+    kept = spare.pop() if spare else None
+    if kept is not None and kept[1].primal.shape != x.shape:
+        kept = None  # (a replay's key holds types, not shapes)
+    # The directions: rows (zero past n), one block per sweep (a sweep of the stacked layout may write into its
+    # block: kept between calls only where interleaved, which copies them into the lanes).
+    eye = kept[0] if kept is not None else unit_rows(padded, n, x.dtype)
+    lanes = (kept[1] if kept is not None else HessianLanes(x, width)) if interleaved else None
+    hessian = np.empty((n, n), x.dtype)  # column j: H e_j
     reuse = writes is not None and not any(writes)  # f writes no argument: the same ones for every sweep
     shared = compact_overlapping(fresh(args, writes), [wrt]) if reuse else None
-    lanes = HessianLanes(x, width) if interleaved else None
     for start in range(0, n, width):
+        stop = min(n, start + width)
         passed = shared if reuse else compact_overlapping(fresh(args, writes), [wrt])
         directions = eye[start:start + width].reshape((width, *x.shape))
         if lanes is not None:
             lanes.load(x, directions)
             passed = (*passed[:wrt], lanes.primal, *passed[wrt + 1:])
             run(passed, lanes.shadows())
-            columns[start:start + width] = lanes.products().reshape(width, n)
+            hessian[:, start:stop] = lanes.columns()[:, :stop - start]
         else:
-            run(passed, (directions, np.zeros(x.shape, x.dtype), columns[start:start + width].reshape((width, *x.shape))))
-    return np.ascontiguousarray(columns[:n].T).reshape(x.shape + x.shape)
+            products = np.zeros((width, *x.shape), x.dtype)
+            run(passed, (directions, np.zeros(x.shape, x.dtype), products))
+            hessian[:, start:stop] = products.reshape(width, n)[:stop - start].T
+    if spare is not None and lanes is not None and not spare:
+        spare.append((eye, lanes))
+    return hessian.reshape(x.shape + x.shape)
 
 
 def unit_chunks(index: int, shape: tuple[int, ...], dtype: Any, nargs: int) -> Chunks:
@@ -205,45 +234,69 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
                     engine: str | None) -> list[np.ndarray] | None:
     """:func:`pyjlad.jacobian` in vector mode: ``width`` rows (reverse) or columns (forward) per
     sweep; ``None`` where vector mode does not apply (or ``f``'s output is no float or float array:
-    the caller explains)."""
-    if width < 2 or not _vector_engine(engine):
+    the caller explains). A call like an earlier one replays its sweeps (:mod:`pyjlad.vector_replay`)."""
+    name = engine or default_engine_name()
+    if width < 2 or not _vector_engine(name):
         return None
+    replay_key = ("jacobian", indices, mode, width, name, call_key(args))
+    found = replayed(f, replay_key, args)
+    if found is not None:
+        return found
     try:
-        return planned(f, args, lambda plan: _jacobian(f, plan, args, indices, mode, width, engine))
+        replay = planned(f, args, lambda plan: _jacobian(f, plan, args, indices, mode, width, engine))
     except Refused:
         return None
+    if replay is None:
+        return None
+    remember(f, replay_key, replay[0])
+    return replay[1]
 
 
 def _jacobian(f: Any, plan: SweepPlan, args: tuple[Any, ...], indices: tuple[int, ...], mode: str, width: int,
-              engine: str | None) -> list[np.ndarray] | None:
+              engine: str | None) -> tuple[Callable[[tuple[Any, ...]], list[np.ndarray]], list[np.ndarray]] | None:
+    """``(replay, jacobians)``: the Jacobians, and how to compute them again for arguments of the same
+    types and sizes (``replay(args)``, the layouts already chosen)."""
     out_shape, out_dtype = np.shape(plan.out_like), plan.out_like.dtype
     out_size = math.prod(out_shape)
     if out_size == 0:
         return None
+    # (Shapes and dtypes: the same for every call replayed, whose key holds the arguments' types and sizes.)
+    shapes = {i: np.shape(args[i]) for i in indices}
+    dtypes = {i: np.promote_types(out_dtype, np.asarray(args[i]).dtype) for i in indices}
     if mode == "reverse":
-        active = _memo(plan, ("jacobian-active", indices), lambda: active_of(args, lambda i: i in indices))
-        got = _reverse(f, plan, args, active, out_size, unit_chunks(0, out_shape, out_dtype, 1), width, engine)
-        if got is None:
+        active = active_of(args, lambda i: i in indices)
+
+        def pull(a: tuple[Any, ...], interleaved: bool) -> list[np.ndarray]:
+            got = reverse_chunks(plan, a, active, out_size, unit_chunks(0, out_shape, out_dtype, 1), width, engine,
+                                 interleaved)
+            return [got[1][i].reshape(out_shape + shapes[i]).astype(dtypes[i], copy=False) for i in indices]
+
+        interleaved, jacobians = _chosen_layout(f, engine, ("reverse", plan.key, active),
+                                                lambda interleaved: pull(args, interleaved))
+        if jacobians is None:
             return None
-        return [got[1][i].reshape(out_shape + np.shape(args[i])).astype(
-            np.promote_types(out_dtype, np.asarray(args[i]).dtype), copy=False) for i in indices]
-    out = []
+        return (lambda a: pull(a, interleaved)), jacobians
+    pushes, jacobians = [], []
     for i in indices:
-        shape = np.shape(args[i])
-        size = math.prod(shape)
-        active = _memo(plan, ("jacobian-active", i), lambda i=i: active_of(args, lambda j: j == i))
-        dtype = np.asarray(args[i]).dtype
-        got = _forward(f, plan, args, active, size, unit_chunks(i, shape, dtype, len(args)), width, engine) \
-            if size else None
-        if got is None:
+        size = math.prod(shapes[i])
+        if not size:
             return None
-        columns = got[1].reshape(size, out_size).T.reshape(out_shape + shape)
-        out.append(columns.astype(np.promote_types(out_dtype, dtype), copy=False))
-    return out
+        active = active_of(args, lambda j, i=i: j == i)
 
+        def push(a: tuple[Any, ...], interleaved: bool, i: int = i, active: tuple[bool, ...] = active,
+                 size: int = size) -> np.ndarray:
+            units = UnitChunks(i, shapes[i], np.asarray(a[i]).dtype, len(a))
+            _, columns = forward_chunks(plan, a, active, size, units, width, engine, interleaved, columns=True)
+            return columns.reshape(out_shape + shapes[i]).astype(dtypes[i], copy=False)
 
-def _memo(plan: SweepPlan, key: tuple, make: Callable[[], Any]) -> Any:
-    found = plan.memo.get(key)
-    if found is None:
-        found = plan.memo[key] = make()
-    return found
+        interleaved, jacobian = _chosen_layout(f, engine, ("forward", plan.key, active),
+                                               lambda interleaved, push=push: push(args, interleaved))
+        if jacobian is None:
+            return None
+        pushes.append((push, interleaved))
+        jacobians.append(jacobian)
+
+    def replay(a: tuple[Any, ...]) -> list[np.ndarray]:  # (holds no argument or result of this call)
+        return [push(a, interleaved) for push, interleaved in pushes]
+
+    return replay, jacobians

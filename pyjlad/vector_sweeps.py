@@ -127,28 +127,35 @@ class _Prepared:
         self.width = width
         self._spares: dict[tuple, list] = {}  # by shapes: buffers of calls that have returned
 
-    def borrow(self, primals: tuple[Any, ...], out_like: Any) -> tuple[dict[int, Lanes], Lanes | None]:
+    def borrow(self, primals: tuple[Any, ...], out_like: Any) -> _LaneSet:
         """Interleaved buffers for these shapes: a spare set, or new ones."""
         shapes = (np.shape(out_like) if self.out_laned else None, *(primals[i].shape for i in self.laned))
         try:
             return self._spares.get(shapes, []).pop()
         except IndexError:
-            return ({i: Lanes(primals[i], self.width) for i in self.laned},
-                    Lanes(out_like, self.width) if self.out_laned else None)
+            return _LaneSet({i: Lanes(primals[i], self.width) for i in self.laned},
+                            Lanes(out_like, self.width) if self.out_laned else None, shapes)
 
-    def give_back(self, primals: tuple[Any, ...], out_like: Any, buffers: tuple) -> None:
+    def give_back(self, buffers: _LaneSet) -> None:
         """Keep ``buffers`` for the next call, if small (allocating large ones costs little next to their sweeps,
         and keeping them would hold the memory)."""
-        lanes, out_lanes = buffers
-        size = sum(lane.buffer.nbytes for lane in (*lanes.values(), *([out_lanes] if out_lanes else [])))
-        if size > _SPARE_BYTES:
+        if buffers.nbytes > _SPARE_BYTES:
             return
-        shapes = (np.shape(out_like) if self.out_laned else None, *(primals[i].shape for i in self.laned))
-        if shapes not in self._spares and len(self._spares) >= _SPARE_SHAPES:
+        if buffers.shapes not in self._spares and len(self._spares) >= _SPARE_SHAPES:
             self._spares.clear()
-        spares = self._spares.setdefault(shapes, [])
+        spares = self._spares.setdefault(buffers.shapes, [])
         if len(spares) < _SPARE_SETS:
             spares.append(buffers)
+
+
+class _LaneSet:
+    """The interleaved buffers of one call: the arguments' (by position) and the output's."""
+
+    __slots__ = ("lanes", "nbytes", "out", "shapes")
+
+    def __init__(self, lanes: dict[int, Lanes], out: Lanes | None, shapes: tuple) -> None:
+        self.lanes, self.out, self.shapes = lanes, out, shapes
+        self.nbytes = sum(lane.buffer.nbytes for lane in (*lanes.values(), *([out] if out else [])))
 
 
 def _prepared(plan: SweepPlan, primals: tuple[Any, ...], mode: str, active: tuple[bool, ...], width: int,
@@ -161,18 +168,24 @@ def _prepared(plan: SweepPlan, primals: tuple[Any, ...], mode: str, active: tupl
 
 
 def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
-                   width: int, engine: str | None, interleaved: bool) -> tuple[Any, np.ndarray]:
+                   width: int, engine: str | None, interleaved: bool,
+                   columns: bool = False) -> tuple[Any, np.ndarray]:
     """``(value, tangents)``: the output tangents of ``count`` directions, stacked ``(count, *out_shape)``
-    (see :func:`pyjlad.vector_products.forward_directions`)."""
+    (see :func:`pyjlad.vector_products.forward_directions`); with ``columns``, ``(*out_shape, count)``
+    (a Jacobian's layout: interleaved output tangents are copied straight into it, and the value is
+    not kept)."""
     prep = _prepared(plan, primals, "forward", active, width, interleaved, engine)
     kind, layout, written, out_like, writes = plan.kind, plan.layout, plan.written, plan.out_like, plan.writes
     unwritten = None if any(writes) else fresh(primals, writes)  # the same arrays for every chunk
+    buffers = prep.borrow(primals, out_like)
+    lanes, out_lanes = buffers.lanes, buffers.out
     # One zeroed result, padded to whole chunks: a chunk's output tangents are written into
     # its rows (a C-contiguous view), no copy. (A written argument's tangents: copied out.)
     padded = -(-count // width) * width
-    result = np.zeros((padded, *np.shape(out_like)), out_like.dtype) if kind != "none" else None
-    buffers = prep.borrow(primals, out_like)
-    lanes, out_lanes = buffers
+    out_shape = np.shape(out_like)
+    direct = columns and out_lanes is not None  # interleaved output tangents copied into the columns
+    result = np.zeros((padded, *out_shape), out_like.dtype) if kind != "none" and not direct else None
+    target = np.empty((*out_shape, count), out_like.dtype).reshape(-1, count) if direct else None
     units = make.index if isinstance(make, UnitChunks) and make.index in lanes else None
     output = np.empty_like(out_like) if layout is not None and out_lanes is None else None
     value = None
@@ -193,9 +206,9 @@ def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
             if result is None:
                 result = np.zeros((padded, *out.shape[1:]), out.dtype)
         else:
-            out = result[start:start + width]
+            out = result[start:start + width] if result is not None else None
             if out_lanes is not None:
-                out_lanes.shadows[...] = 0
+                out_lanes.clear()  # (its primal: the output, which the function writes whole)
                 args, shadows = [out_lanes.primal, *args], [out_lanes.shadows, *shadows]
             elif layout is not None:
                 args, shadows = [output, *args], [out, *shadows]
@@ -204,14 +217,20 @@ def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
         value = prep.run(tuple(args), tuple(shadows))
         if kind == "none":
             result[start:stop] = out[:stop - start]
+        elif direct:
+            target[:, start:stop] = out_lanes.shadows.reshape(-1, width)[:, :stop - start]
         elif out_lanes is not None:
             out[...] = out_lanes.directions()
-    if layout is not None:
+    if columns:
+        value = None
+    elif layout is not None:
         value = np.array(args[0])
     elif kind == "scalar":
         value = float(value)
-    prep.give_back(primals, out_like, buffers)
-    return value, result[:count]
+    prep.give_back(buffers)
+    if direct:
+        return value, target.reshape((*out_shape, count))
+    return value, np.moveaxis(result[:count], 0, -1) if columns else result[:count]
 
 
 def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
@@ -227,7 +246,7 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
              else None for i, (x, act) in enumerate(zip(primals, prep.acts))]
     out_dtype = np.asarray(out_like).dtype
     buffers = prep.borrow(primals, out_like)
-    lanes, out_lanes = buffers
+    lanes, out_lanes = buffers.lanes, buffers.out
     units = out_lanes is not None and isinstance(seeds, UnitChunks)
     output = np.empty_like(out_like) if layout is not None and out_lanes is None else None
     value = None
@@ -249,7 +268,8 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
         shadows = [s for s in stacks if s is not None]
         if out_lanes is not None:
             if units:
-                out_lanes.load_units(None, start, stop)
+                out_lanes.clear()  # (its primal: the output, which the function writes whole)
+                out_lanes.set_units(start, stop)
             else:
                 out_lanes.load(None, seed)
             args, shadows = [out_lanes.primal, *args], [out_lanes.shadows, *shadows]
@@ -265,5 +285,5 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
         value = np.array(args[0])
     elif kind == "scalar":
         value = float(value)
-    prep.give_back(primals, out_like, buffers)
+    prep.give_back(buffers)
     return value, [w[:count] if w is not None else None for w in whole]
