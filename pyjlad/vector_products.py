@@ -192,7 +192,10 @@ def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | 
     n = x.size
     run = sweeper(f, engine, "hvp", "reverse", (), wrt, width, (wrt,) if interleaved else ())
     padded = -(-n // width) * width
-    kept = spare.pop() if spare else None
+    try:
+        kept = spare.pop() if spare is not None else None
+    except IndexError:  # (none kept, or taken by a concurrent call)
+        kept = None
     if kept is not None and kept[1].primal.shape != x.shape:
         kept = None  # (a replay's key holds types, not shapes)
     # The directions: rows (zero past n), one block per sweep (a sweep of the stacked layout may write into its
