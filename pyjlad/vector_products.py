@@ -93,14 +93,19 @@ def forward_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     """``(value, tangents)``: the output tangents of ``count`` directions, stacked ``(count, *out_shape)``.
 
     ``active[i]``: argument ``i`` gets tangents from ``make``. ``None`` where vector mode
-    does not apply (the caller then sweeps one direction at a time).
+    does not apply (the caller then sweeps one direction at a time). A call like an earlier one
+    replays its sweeps (:mod:`pyjlad.vector_replay`).
     """
-    if width < 2 or count == 0 or not _vector_engine(engine):
+    name = engine or default_engine_name()
+    if width < 2 or count == 0 or not _vector_engine(name):
         return None
-    try:
-        return planned(f, primals, lambda plan: _forward(f, plan, primals, active, count, make, width, engine))
-    except Refused:
-        return None
+
+    def first(plan: SweepPlan) -> tuple[Callable[[Any], Any], Any] | None:
+        return _layout_replay(f, engine, ("forward", plan.key, active), (primals, make), lambda call, interleaved:
+                              forward_chunks(plan, call[0], active, count, call[1], width, engine, interleaved))
+
+    return _with_replay(f, ("forward-directions", active, count, width, name, call_key(primals)), (primals, make),
+                        lambda: planned(f, primals, first))
 
 
 def planned(f: Any, primals: tuple[Any, ...], sweep: Callable[[SweepPlan], T]) -> T:
@@ -112,22 +117,36 @@ def planned(f: Any, primals: tuple[Any, ...], sweep: Callable[[SweepPlan], T]) -
         return sweep(sweep_plan(f, primals, measure=True))
 
 
-def _forward(f: Any, plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
-             width: int, engine: str | None) -> tuple[Any, np.ndarray] | None:
-    return _best_layout(f, engine, ("forward", plan.key, active), lambda interleaved: forward_chunks(
-        plan, primals, active, count, make, width, engine, interleaved))
+def _with_replay(f: Any, key: tuple, call: Any, first: Callable[[], tuple[Callable[[Any], T], T] | None]) -> T | None:
+    """The result of the replay kept for ``f`` and ``key`` on ``call``; else of ``first()``, which gives
+    ``(replay, result)`` (the replay then kept) or ``None`` (and :class:`Refused`: ``None``)."""
+    found = replayed(f, key, call)
+    if found is not None:
+        return found
+    try:
+        got = first()
+    except Refused:
+        return None
+    if got is None:
+        return None
+    remember(f, key, got[0])
+    return got[1]
 
 
-def _best_layout(f: Any, engine: str | None, tries: tuple[Any, ...], sweep: Callable[[bool], Any],
-                 interleaving: bool = True) -> Any:
-    """``sweep(interleaved)``, interleaved first unless refused for ``f`` and ``tries`` (then remembered)."""
-    return _chosen_layout(f, engine, tries, sweep, interleaving)[1]
+def _layout_replay(f: Any, engine: str | None, tries: tuple[Any, ...], call: Any,
+                   sweep: Callable[[Any, bool], T]) -> tuple[Callable[[Any], T], T] | None:
+    """``(replay, sweep(call, interleaved))`` for the layout :func:`_chosen_layout` chose; ``replay(call)``
+    sweeps another call in it. ``None`` where no layout ran."""
+    interleaved, result = _chosen_layout(f, engine, tries, lambda interleaved: sweep(call, interleaved))
+    if result is None:
+        return None
+    return (lambda other: sweep(other, interleaved)), result
 
 
 def _chosen_layout(f: Any, engine: str | None, tries: tuple[Any, ...], sweep: Callable[[bool], Any],
                    interleaving: bool = True) -> tuple[bool, Any]:
-    """``(interleaved, sweep(interleaved))`` for the first layout that ran (see :func:`_best_layout`);
-    ``(False, None)`` where none did."""
+    """``(interleaved, sweep(interleaved))`` for the first layout that ran, interleaved first unless refused
+    for ``f`` and ``tries`` (then remembered); ``(False, None)`` where none did."""
     for interleaved in _layout_tries(f, engine, tries) if interleaving else (False,):
         try:
             return interleaved, sweep(interleaved)
@@ -142,19 +161,18 @@ def reverse_directions(f: Any, primals: tuple[Any, ...], active: tuple[bool, ...
     """``(value, cotangents)``: for ``count`` output cotangents (``seeds(start, stop, width)`` gives
     them stacked, zero past ``stop - start``), the input cotangents of each ``active`` argument,
     stacked ``(count, *shape)`` (``None`` for the others). ``None`` where vector mode does not apply.
+    A call like an earlier one replays its sweeps.
     """
-    if width < 2 or count == 0 or not _vector_engine(engine):
-        return None
-    try:
-        return planned(f, primals, lambda plan: _reverse(f, plan, primals, active, count, seeds, width, engine))
-    except Refused:
+    name = engine or default_engine_name()
+    if width < 2 or count == 0 or not _vector_engine(name):
         return None
 
+    def first(plan: SweepPlan) -> tuple[Callable[[Any], Any], Any] | None:
+        return _layout_replay(f, engine, ("reverse", plan.key, active), (primals, seeds), lambda call, interleaved:
+                              reverse_chunks(plan, call[0], active, count, call[1], width, engine, interleaved))
 
-def _reverse(f: Any, plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
-             seeds: Any, width: int, engine: str | None) -> tuple[Any, list[Any]] | None:
-    return _best_layout(f, engine, ("reverse", plan.key, active), lambda interleaved: reverse_chunks(
-        plan, primals, active, count, seeds, width, engine, interleaved))
+    return _with_replay(f, ("reverse-directions", active, count, width, name, call_key(primals)), (primals, seeds),
+                        lambda: planned(f, primals, first))
 
 
 def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | None) -> np.ndarray | None:
@@ -166,22 +184,19 @@ def hessian_columns(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine:
     if width < 2 or not _vector_engine(name) or not isinstance(x, np.ndarray) or has_container(args):
         return None
     key = type_key(args)
-    replay_key = ("hessian", wrt, width, name, key)
-    found = replayed(f, replay_key, args)
-    if found is not None:
-        return found
-    try:
+
+    def first() -> tuple[Callable[[Any], np.ndarray], np.ndarray] | None:
         argtypes = argtypes_of(args, key)
         writes = cached_for(f, ("vector-hvp-writes", key), lambda: writes_of(f, argtypes) if isinstance(
             result_type(f, argtypes), nbtypes.Float) else None)
-        interleaved, columns = _chosen_layout(f, engine, ("hessian", key, wrt), lambda interleaved: _hessian(
-            f, args, wrt, width, engine, writes, interleaved), interleaving=bool(writes) and not writes[wrt])
-    except Refused:
-        return None
-    if columns is not None:
         spare: list[Any] = []
-        remember(f, replay_key, lambda a: _hessian(f, a, wrt, width, engine, writes, interleaved, spare))
-    return columns
+        interleaved, columns = _chosen_layout(f, engine, ("hessian", key, wrt), lambda interleaved: _hessian(
+            f, args, wrt, width, engine, writes, interleaved, spare), interleaving=bool(writes) and not writes[wrt])
+        if columns is None:
+            return None
+        return (lambda a: _hessian(f, a, wrt, width, engine, writes, interleaved, spare)), columns
+
+    return _with_replay(f, ("hessian", wrt, width, name, key), args, first)
 
 
 def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | None, writes: Any,
@@ -241,18 +256,8 @@ def jacobian_vector(f: Any, args: tuple[Any, ...], indices: tuple[int, ...], mod
     name = engine or default_engine_name()
     if width < 2 or not _vector_engine(name):
         return None
-    replay_key = ("jacobian", indices, mode, width, name, call_key(args))
-    found = replayed(f, replay_key, args)
-    if found is not None:
-        return found
-    try:
-        replay = planned(f, args, lambda plan: _jacobian(f, plan, args, indices, mode, width, engine))
-    except Refused:
-        return None
-    if replay is None:
-        return None
-    remember(f, replay_key, replay[0])
-    return replay[1]
+    return _with_replay(f, ("jacobian", indices, mode, width, name, call_key(args)), args,
+                        lambda: planned(f, args, lambda plan: _jacobian(f, plan, args, indices, mode, width, engine)))
 
 
 def _jacobian(f: Any, plan: SweepPlan, args: tuple[Any, ...], indices: tuple[int, ...], mode: str, width: int,
@@ -274,12 +279,9 @@ def _jacobian(f: Any, plan: SweepPlan, args: tuple[Any, ...], indices: tuple[int
                                  interleaved)
             return [got[1][i].reshape(out_shape + shapes[i]).astype(dtypes[i], copy=False) for i in indices]
 
-        interleaved, jacobians = _chosen_layout(f, engine, ("reverse", plan.key, active),
-                                                lambda interleaved: pull(args, interleaved))
-        if jacobians is None:
-            return None
-        return (lambda a: pull(a, interleaved)), jacobians
-    pushes, jacobians = [], []
+        return _layout_replay(f, engine, ("reverse", plan.key, active), args, pull)
+    pushes: list[Callable[[tuple[Any, ...]], np.ndarray]] = []
+    jacobians = []
     for i in indices:
         size = math.prod(shapes[i])
         if not size:
@@ -292,14 +294,13 @@ def _jacobian(f: Any, plan: SweepPlan, args: tuple[Any, ...], indices: tuple[int
             _, columns = forward_chunks(plan, a, active, size, units, width, engine, interleaved, columns=True)
             return columns.reshape(out_shape + shapes[i]).astype(dtypes[i], copy=False)
 
-        interleaved, jacobian = _chosen_layout(f, engine, ("forward", plan.key, active),
-                                               lambda interleaved, push=push: push(args, interleaved))
-        if jacobian is None:
+        got = _layout_replay(f, engine, ("forward", plan.key, active), args, push)
+        if got is None:
             return None
-        pushes.append((push, interleaved))
-        jacobians.append(jacobian)
+        pushes.append(got[0])
+        jacobians.append(got[1])
 
     def replay(a: tuple[Any, ...]) -> list[np.ndarray]:  # (holds no argument or result of this call)
-        return [push(a, interleaved) for push, interleaved in pushes]
+        return [push(a) for push in pushes]
 
     return replay, jacobians

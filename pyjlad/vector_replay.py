@@ -1,8 +1,9 @@
-"""Repeated vector-mode products, replayed: a Jacobian or Hessian of arguments like the last call's skips planning.
+"""Repeated vector-mode products, replayed: a call with arguments like an earlier one's skips planning.
 
 Working out how to sweep a function (its argument types, output shape, which arrays it
 writes, which layout builds: :mod:`pyjlad.vector_plan`, :mod:`pyjlad.vector_products`) costs
 tens of microseconds of Python per call, as much as the sweep itself for a 64x64 Jacobian.
+Jacobians, Hessians and batched ``jvp``/``vjp`` (:mod:`pyjlad.vector_products`) use it.
 A product that succeeded leaves a *replay* here: the decided sweeps as one callable, kept
 per function under a key of everything the decisions depend on (the product and its options,
 the engine, the arguments' :func:`~pyjlad.vector_plan.type_key` and

@@ -131,3 +131,30 @@ def test_concurrent_replays():
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_repeated_batched_jvp_and_vjp_take_the_new_values(plannings):
+    # Each call: new values, new directions; the value too must be the new one.
+    for call in range(4):
+        w0, x0, b0, s = _layer_args(6, 5)
+        tx, ts = RNG.normal(size=(7, 5)), RNG.normal(size=7)
+        cot = RNG.normal(size=(3, 6, 2))
+        w, x, b = w0.copy(), x0.copy(), b0.copy()
+        value, tangents = pyjlad.jvp(affine_tanh, (w, x, b, s), (None, tx.copy(), None, ts.copy()), batched=True,
+                                     chunk=4)
+
+        def one(t, u, w0=w0, x0=x0, b0=b0, s=s):
+            return jax.jvp(lambda x_, s_: affine_tanh_jax(w0, x_, b0, s_), (x0, s), (t, u))[1]
+
+        np.testing.assert_allclose(value, np.asarray(affine_tanh_jax(w0, x0, b0, s)), rtol=1e-13)
+        np.testing.assert_allclose(tangents, np.asarray(jax.vmap(one)(tx, ts)), rtol=1e-12, atol=1e-13)
+        value, cots = pyjlad.vjp(affine_tanh, (w, x, b, s), cot.copy(), batched=True, chunk=2)
+        want = jax.vmap(jax.vjp(affine_tanh_jax, w0, x0, b0, s)[1])(cot)
+        np.testing.assert_allclose(value, np.asarray(affine_tanh_jax(w0, x0, b0, s)), rtol=1e-13)
+        for g, j in zip(cots, want):
+            np.testing.assert_allclose(g, np.asarray(j), rtol=1e-12, atol=1e-13)
+        for a, a0 in zip((w, x, b), (w0, x0, b0)):
+            np.testing.assert_array_equal(a, a0)
+        if call == 0:
+            assert plannings[0] == 2
+    assert plannings[0] == 2  # the later calls replayed
