@@ -6,8 +6,8 @@ tens of microseconds of Python per call, as much as the sweep itself for a 64x64
 Jacobians, Hessians and batched ``jvp``/``vjp`` (:mod:`pyjlad.vector_products`) use it.
 A product that succeeded leaves a *replay* here: the decided sweeps as one callable, kept
 per function under a key of everything the decisions depend on (the product and its options,
-the engine, the arguments' :func:`~pyjlad.vector_plan.type_key` and
-:func:`~pyjlad.vector_plan.size_key`). A later call with the same key runs the replay; one
+the engine, the arguments' types and sizes: :func:`~pyjlad.vector_plan.call_key`; a Hessian's,
+their types only, as it sizes its buffers per call). A later call with the same key runs the replay; one
 whose output shape turns out different (an output sized by the arguments' values), or
 whose layout is refused after all, drops it and plans again.
 
