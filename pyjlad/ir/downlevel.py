@@ -51,6 +51,8 @@ _LINE_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\btrunc (?:(?:nuw|nsw) )+"), "trunc "),
     # Metadata attachments (!tbaa, !noalias, !prof, !llvm.loop, ...).
     (re.compile(r",\s*![-a-zA-Z$._0-9]+\s+!\d+"), ""),
+    # A function's own attachments, before its body (`define ... #0 !dbg !6 {`: Numba's debug=True).
+    (re.compile(r"(?:\s+![-a-zA-Z$._0-9]+\s+!\d+)+(?=\s*\{\s*$)"), ""),
 )
 # Masked memory intrinsics: LLVM 22 passes the alignment as a parameter
 # attribute (`ptr align 8 %p`), LLVM 15 as an `i32` argument after the pointer.
