@@ -32,6 +32,7 @@ from . import private_bodies
 from .errors import IRLookupError, IRParseError
 from .ir import Module, decode_name, parse
 from .ir.analysis import reachable
+from .ir.rewrite import drop_debug_attachments
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
 __all__ = ["EXAMPLE", "blas_in_parallel_loops", "openmp_parallel_loops", "parallel_call_count",
@@ -329,6 +330,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     """
     if _CALL not in text:
         return text
+    text = drop_debug_attachments(text)  # (debug=True: the lines recognized here carry none)
     out: list[str] = []
     tasks: list[str] = []
     schedules: set[str] = set()

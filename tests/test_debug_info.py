@@ -8,11 +8,14 @@ computed from copies taken before the call.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
-from numba import njit
+from numba import njit, prange
 
 import pyjlad
+from pyjlad.errors import ParallelFallbackWarning
 
 
 @njit(debug=True)
@@ -58,3 +61,28 @@ def test_jacobian_in_vector_mode_against_jax(mode):
     np.testing.assert_allclose(got, np.asarray(want), rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(w, w0)
     np.testing.assert_array_equal(x, x0)
+
+
+@njit(debug=True, parallel=True)
+def parallel_energy(x, s):
+    e = 0.0
+    for i in prange(x.shape[0]):
+        e += np.sin(x[i]) * s[i % s.shape[0]]
+    return e
+
+
+@pytest.mark.usefixtures("parallel_two_threads")
+def test_parallel_derivative_of_debug_function_runs_in_parallel():
+    """Before, the OpenMP rewrite did not recognize loops whose calls carry ``!dbg``: the serial derivative
+    ran, with a ParallelFallbackWarning."""
+    rng = np.random.default_rng(4)
+    x, s = rng.normal(size=301), rng.normal(size=7)
+    x0, s0 = x.copy(), s.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        gx, gs = pyjlad.grad(parallel_energy, wrt=(0, 1))(x, s)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(s, s0)
+    idx = np.arange(301) % 7
+    np.testing.assert_allclose(gx, np.cos(x0) * s0[idx], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(gs, np.bincount(idx, weights=np.sin(x0), minlength=7), rtol=1e-12, atol=1e-14)

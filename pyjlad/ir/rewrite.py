@@ -19,12 +19,13 @@ declare void @h()
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 from .lexer import Token, substitute
 from .module import Function, Item, Module, parse, parse_instruction
 
-__all__ = ["drop_attachment", "drop_integer_freezes", "items_of", "map_items", "rename"]
+__all__ = ["drop_attachment", "drop_debug_attachments", "drop_integer_freezes", "items_of", "map_items", "rename"]
 
 
 def items_of(text: str) -> list[Item]:
@@ -95,6 +96,21 @@ def drop_attachment(line: str, name: str, opcodes: frozenset[str] = frozenset({"
                 and tokens[k + 2].text[1:].isdigit()):
             return "".join(t.text for t in tokens[:k - 2] + tokens[k + 3:])
     return line
+
+
+_DEBUG_ATTACHMENT = re.compile(r",\s*!dbg\s+!\d+|\s+!dbg\s+!\d+(?=\s*\{\s*$)", re.MULTILINE)
+
+
+def drop_debug_attachments(text: str) -> str:
+    r"""``text`` (a module's IR) without its ``!dbg`` attachments (Numba's ``debug=True``): on instructions and
+    on ``define`` lines. Debug information only: dropping it never changes what the code computes.
+
+    >>> print(drop_debug_attachments("define void @f() #0 !dbg !6 {\n  call void @g(i64 1), !dbg !9\n}"))
+    define void @f() #0 {
+      call void @g(i64 1)
+    }
+    """
+    return _DEBUG_ATTACHMENT.sub("", text) if "!dbg" in text else text
 
 
 def drop_integer_freezes(module: Module, where: Callable[[Item], bool] = lambda item: True) -> Module:
