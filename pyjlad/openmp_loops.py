@@ -121,7 +121,7 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
               f"  store ptr %nv{j}, ptr %np{j}, align 8\n" for j in range(narrays)]
     private = private if private_kernel else {}  # the copies are read only through private_kernel
     for j, (_, prefix, _) in private.items():  # the copy's row pointer, passed to private_kernel
-        arrays[j] += f"  %pnv{j} = getelementptr inbounds i8, ptr {prefix}.copy, i64 %off{j}\n"
+        arrays[j] += f"  %pnv{j} = getelementptr i8, ptr {prefix}.copy, i64 %off{j}\n"
     setup = "".join(p[0] for p in private.values())
     release = "".join(p[2] for p in private.values())
     if private:  # every copy made: none overlaps an array the body writes

@@ -15,8 +15,10 @@ An array is copied only where that is sound and pays off:
   strides the loop's ``dims`` and ``steps`` hold (recorded from Numba's lowering of the loop,
   :func:`recording_loop_layouts`), of floating-point elements;
 * the loop's body reads it somewhere at an index other than the loop's own index
-  (:func:`_read_across_iterations`; ``x[i]``, ``x[i - 1]``, ``x[i, :]`` are not copied: each element's
-  adjoint gets few adds, the copy would cost more than it saves);
+  (:func:`_read_across_iterations`; ``x[i]``, ``x[i, :]`` are not copied: each element's adjoint gets
+  one add, the copy would cost more than it saves); where it reads it only near its own rows (a
+  stencil's ``x[i - 1]``, ``x[i + 1, j]``: :func:`pyjlad.row_offsets.row_offsets`), each thread copies
+  only its rows and that halo (:attr:`ArrayLayout.halo`);
 * the body only loads through it (:func:`read_only_arguments`, on the body's LLVM IR);
 * at run time, it does not overlap an array the body may write (checked in the task; an overlapping
   one is used in place).
@@ -31,6 +33,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ from .errors import IRLookupError, IRParseError
 from .ir import Function, Instruction, Module, parse
 from .ir.edit import FLOAT_TYPE_HINTS, type_hint_declaration
 from .ir.instructions import parse_instruction, significant
+from .row_offsets import row_offsets
 
 __all__ = ["ArrayLayout", "LoopLayout", "argument_pointers", "declarations", "derived_pointers", "private_copy",
            "read_only_arguments", "recording_loop_layouts"]
@@ -60,6 +64,12 @@ class ArrayLayout:
     itemsize: int
     dims: tuple[int, ...]
     steps: tuple[int, ...]
+    #: Where set, ``(below, above)``: the body reads the array only within that many rows (first axis) of
+    #: the iteration's own (:func:`pyjlad.row_offsets.row_offsets`), and a thread copies only its rows and
+    #: that halo.
+    halo: tuple[int, int] | None = None
+    #: Whether Numba's type of the array says its elements are aligned (to their size).
+    aligned: bool = False
 
 
 @dataclass
@@ -149,14 +159,15 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
     if tuple(inspect.signature(call).parameters) != _GUFUNC_CALL_PARAMETERS:
         yield  # a Numba whose lowering this does not know: no layouts, no private copies
         return
-    current: list[frozenset[str] | None] = []
+    current: list[tuple[frozenset[str] | None, dict[str, tuple[int, int]]]] = []
 
     def lower_parfor(lowerer, parfor):  # type: ignore[no-untyped-def]
         try:
             across: frozenset[str] | None = _read_across_iterations(parfor)
+            halos = row_offsets(parfor)
         except Exception:  # noqa: BLE001 - a body this does not read: no private copies
-            across = None
-        current.append(across)
+            across, halos = None, {}
+        current.append((across, halos))
         try:
             return lower(lowerer, parfor)
         finally:
@@ -166,7 +177,7 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
                     loop_ranges, redvars, *rest):  # type: ignore[no-untyped-def]
         try:
             layouts["__gufunc__." + cres.fndesc.mangled_name] = _layout(
-                current[-1] if current else None, gu_signature, list(expr_args), list(expr_arg_types),
+                *(current[-1] if current else (None, {})), gu_signature, list(expr_args), list(expr_arg_types),
                 len(redvars), rest[4], types)
         except Exception:  # noqa: BLE001 - no layout means no private copies
             pass
@@ -179,9 +190,10 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
         lowering._lower_parfor_parallel_std, lowering.call_parallel_gufunc = lower, call
 
 
-def _layout(across: frozenset[str] | None, gu_signature: tuple, expr_args: list[str], expr_arg_types: list,
-            nredvars: int, races: object, types: object) -> LoopLayout:
-    """The :class:`LoopLayout` of a gufunc call as Numba 0.6x's ``call_parallel_gufunc`` lays it out."""
+def _layout(across: frozenset[str] | None, halos: dict[str, tuple[int, int]], gu_signature: tuple,
+            expr_args: list[str], expr_arg_types: list, nredvars: int, races: object, types: object) -> LoopLayout:
+    """The :class:`LoopLayout` of a gufunc call as Numba 0.6x's ``call_parallel_gufunc`` lays it out
+    (``halos``: :func:`pyjlad.row_offsets.row_offsets`, for a loop of one dimension)."""
     sin, sout = gu_signature
     sched_sig, signatures = sin[0], list(sin[1:]) + list(sout)
     names = expr_args[1:]
@@ -202,9 +214,17 @@ def _layout(across: frozenset[str] | None, gu_signature: tuple, expr_args: list[
                 out.complete = False  # (an element size unknown: no overlap check, no copies)
             else:
                 layout = ArrayLayout(index=i + 1, itemsize=itemsize, dims=tuple(1 + symbols.index(s) for s in sig),
-                                     steps=tuple(1 + nargs + stride + k for k in range(aty.ndim)))
+                                     steps=tuple(1 + nargs + stride + k for k in range(aty.ndim)),
+                                     aligned=bool(getattr(aty, "aligned", False)))
                 out.arrays.append(layout)
-                if aty.dtype in (types.float32, types.float64) and across is not None and name in across:
+                floats = aty.dtype in (types.float32, types.float64)
+                across_rows = across is not None and name in across
+                if floats and name in halos and (sum(halos[name]) > 0 or across_rows):
+                    # read only near each iteration's own rows: those and the halo copied (at its own rows
+                    # only, x[i]: read in place, unless the body's index is a copy of the loop's, which
+                    # _read_across_iterations does not follow, where a copy of the rows replaces the whole one)
+                    out.candidates.append(dataclasses.replace(layout, halo=halos[name]))
+                elif floats and across_rows:
                     out.candidates.append(layout)
         stride += count
     return out
@@ -296,22 +316,32 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
     the copy's counterpart of the argument's data pointer, and ``{prefix}.ok`` is false where the
     argument overlaps an array in ``written`` (a possible alias the body writes; its rows must then
     read the argument in place); ``release`` frees the copy. ``prefix`` is ``%priv{j}``.
+
+    With ``layout.halo``, only this thread's rows of the array and the halo around them are copied (the
+    task's ``%lo``, ``%hi`` and ``%go``: its first and last row of the schedule, and whether it has any;
+    the loop's index values are the schedule's, ``[start, end]`` per row, as Numba's gufunc reads them),
+    or the whole array where the halo would reach past either end (a negative index wraps around), and
+    ``{prefix}.copy`` points where the array's data would be in the copy: possibly outside the copy's
+    memory, so it and what is computed from it are never ``inbounds``.
     """
     j = layout.index
     p = f"%priv{j}"
+    align = layout.itemsize if layout.aligned else 1
     hint, size = FLOAT_TYPE_HINTS["double" if layout.itemsize == 8 else "float"]
     lines = [f"  {p}.slot = getelementptr inbounds ptr, ptr %args, i64 {j}",
              f"  {p}.data = load ptr, ptr {p}.slot, align 8"]
-    lines += _extent(layout, f"{p}.")
+    lines += _extent(layout, f"{p}.", _halo_rows(layout, f"{p}.h.") if layout.halo else None)
     lines += [f"  {p}.src = getelementptr inbounds i8, ptr {p}.data, i64 {p}.lo",
               f"  {p}.alloc = add i64 {p}.bytes, 8",
               f"  {p}.mem = call noalias ptr @malloc(i64 {p}.alloc)",
               # Enzyme must know the copy copies floats to add its adjoint back (untyped: taken for integers)
               f"  call void @{hint}(ptr {p}.src, i64 {size})",
               f"  call void @{hint}(ptr {p}.mem, i64 {size})",
-              f"  call void @llvm.memcpy.p0.p0.i64(ptr {p}.mem, ptr {p}.src, i64 {p}.bytes, i1 false)",
+              # (aligned: Enzyme's adds of the copy's adjoint back are then atomic instructions, not libatomic calls)
+              f"  call void @llvm.memcpy.p0.p0.i64(ptr align {align} {p}.mem, ptr align {align} {p}.src, "
+              f"i64 {p}.bytes, i1 false)",
               f"  {p}.neg = sub i64 0, {p}.lo",
-              f"  {p}.copy = getelementptr inbounds i8, ptr {p}.mem, i64 {p}.neg"]
+              f"  {p}.copy = getelementptr {'' if layout.halo else 'inbounds '}i8, ptr {p}.mem, i64 {p}.neg"]
     ok = "true"
     for k, other in enumerate(written):
         q = f"{p}.w{k}."
@@ -328,19 +358,49 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
     return "\n".join(lines) + "\n", p, f"  call void @free(ptr nocapture {p}.mem)\n"
 
 
-def _extent(layout: ArrayLayout, p: str) -> list[str]:
-    """IR computing ``{p}lo`` (bytes from the data pointer to the lowest element, <= 0) and ``{p}bytes`` (the span)."""
+def _halo_rows(layout: ArrayLayout, h: str) -> tuple[list[str], str, str, str]:
+    """IR for the rows of the first axis a thread reads with ``layout.halo`` (see :func:`private_copy`):
+    ``(lines, first, last, none)``; ``none`` is true for a thread without rows (nothing to copy)."""
+    below, above = layout.halo or (0, 0)
+    lines = ["  " + line for line in (
+        f"{h}sched = load ptr, ptr %args, align 8", f"{h}step = load i64, ptr %steps, align 8",
+        f"{h}rlo = select i1 %go, i64 %lo, i64 0", f"{h}rhi = select i1 %go, i64 %hi, i64 0",
+        f"{h}ao = mul i64 {h}rlo, {h}step", f"{h}ap = getelementptr i8, ptr {h}sched, i64 {h}ao",
+        f"{h}start = load i64, ptr {h}ap, align 8",
+        f"{h}bo = mul i64 {h}rhi, {h}step", f"{h}bo.end = add i64 {h}bo, 8",
+        f"{h}bp = getelementptr i8, ptr {h}sched, i64 {h}bo.end", f"{h}end = load i64, ptr {h}bp, align 8",
+        f"{h}first = sub i64 {h}start, {below}", f"{h}last = add i64 {h}end, {above}",
+        f"{h}none = xor i1 %go, true")]
+    return lines, f"{h}first", f"{h}last", f"{h}none"
+
+
+def _extent(layout: ArrayLayout, p: str, rows: tuple[list[str], str, str, str] | None = None) -> list[str]:
+    """IR computing ``{p}lo`` (bytes from the data pointer to the lowest element) and ``{p}bytes`` (the span):
+    of the whole array, or with ``rows`` (:func:`_halo_rows`) of those rows of its first axis where they
+    lie within it."""
     lines = []
     lo, hi, empty = "0", str(layout.itemsize), "false"
     for k, (d, s) in enumerate(zip(layout.dims, layout.steps)):
         q = f"{p}{k}."
         lines += [f"  {q}dp = getelementptr inbounds i64, ptr %dims, i64 {d}", f"  {q}n = load i64, ptr {q}dp, align 8",
                   f"  {q}sp = getelementptr inbounds i64, ptr %steps, i64 {s}", f"  {q}s = load i64, ptr {q}sp, align 8",
-                  f"  {q}m = add i64 {q}n, -1", f"  {q}x = mul i64 {q}m, {q}s",
-                  f"  {q}neg = icmp slt i64 {q}x, 0", f"  {q}lo = select i1 {q}neg, i64 {q}x, i64 0",
-                  f"  {q}hi = select i1 {q}neg, i64 0, i64 {q}x",
-                  f"  {q}lo.t = add i64 {lo}, {q}lo", f"  {q}hi.t = add i64 {hi}, {q}hi",
-                  f"  {q}z = icmp sle i64 {q}n, 0", f"  {q}e = or i1 {empty}, {q}z"]
+                  f"  {q}m = add i64 {q}n, -1"]
+        if k == 0 and rows is not None:
+            row_lines, first, last, none = rows
+            lines += row_lines + ["  " + line for line in (
+                f"{q}in.a = icmp sge i64 {first}, 0", f"{q}in.b = icmp sle i64 {last}, {q}m",
+                f"{q}in = and i1 {q}in.a, {q}in.b", f"{q}first = select i1 {q}in, i64 {first}, i64 0",
+                f"{q}last = select i1 {q}in, i64 {last}, i64 {q}m",
+                f"{q}xa = mul i64 {q}first, {q}s", f"{q}x = mul i64 {q}last, {q}s",
+                f"{q}neg = icmp slt i64 {q}x, {q}xa", f"{q}lo = select i1 {q}neg, i64 {q}x, i64 {q}xa",
+                f"{q}hi = select i1 {q}neg, i64 {q}xa, i64 {q}x", f"{q}z0 = icmp sle i64 {q}n, 0",
+                f"{q}z = or i1 {q}z0, {none}")]
+        else:
+            lines += [f"  {q}x = mul i64 {q}m, {q}s",
+                      f"  {q}neg = icmp slt i64 {q}x, 0", f"  {q}lo = select i1 {q}neg, i64 {q}x, i64 0",
+                      f"  {q}hi = select i1 {q}neg, i64 0, i64 {q}x", f"  {q}z = icmp sle i64 {q}n, 0"]
+        lines += [f"  {q}lo.t = add i64 {lo}, {q}lo", f"  {q}hi.t = add i64 {hi}, {q}hi",
+                  f"  {q}e = or i1 {empty}, {q}z"]
         lo, hi, empty = f"{q}lo.t", f"{q}hi.t", f"{q}e"
     lines += [f"  {p}span = sub i64 {hi}, {lo}", f"  {p}bytes = select i1 {empty}, i64 0, i64 {p}span",
               f"  {p}lo = select i1 {empty}, i64 0, i64 {lo}"]
