@@ -60,6 +60,17 @@ def stencil(u, k):
 
 
 @njit(parallel=True)
+def heat2d(u, k):
+    """One explicit step of the 2-D heat equation (5-point stencil), the squared result summed."""
+    n, m = u.shape
+    out = np.zeros((n, m))
+    for i in prange(1, n - 1):
+        for j in range(1, m - 1):
+            out[i, j] = u[i, j] + k * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j])
+    return np.sum(out * out)
+
+
+@njit(parallel=True)
 def interactions(x, w):
     """An array result: output ``i`` reads the whole shared input."""
     y = np.empty_like(x)
@@ -93,7 +104,13 @@ def _jax_twins():
         inner = u[1:-1] + k * (u[:-2] - 2 * u[1:-1] + u[2:])
         return jnp.sum(inner ** 2)
 
-    return jax, {"remote_stats": (remote, (0, 1, 2)), "pairwise": (pair, 0), "stencil": (sten, 0)}
+    def heat(u, k):
+        c = u[1:-1, 1:-1]
+        inner = c + k * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * c)
+        return jnp.sum(inner ** 2)
+
+    return jax, {"remote_stats": (remote, (0, 1, 2)), "pairwise": (pair, 0), "stencil": (sten, 0),
+                 "heat2d": (heat, 0)}
 
 
 def _time(call, repeat: int, threads: int) -> tuple[float, float]:
@@ -113,11 +130,12 @@ def main() -> None:
     parser.add_argument("--voxels", type=int, default=20000)
     parser.add_argument("--pairs", type=int, default=2000)
     parser.add_argument("--cells", type=int, default=1_000_000)
+    parser.add_argument("--grid", type=int, default=1024, help="heat2d: grid side")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     ns = parser.parse_args()
     if ns.quick:
-        ns.voxels, ns.pairs, ns.cells, ns.repeat = 2000, 400, 100_000, 3
+        ns.voxels, ns.pairs, ns.cells, ns.grid, ns.repeat = 2000, 400, 100_000, 128, 3
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, 8))
     cases = {
@@ -125,6 +143,7 @@ def main() -> None:
                          (0, 1, 2), f"{ns.voxels} voxels, 8x8"),
         "pairwise": (pairwise, (rng.uniform(-2, 2, ns.pairs),), (0,), f"n = {ns.pairs} (O(n^2))"),
         "stencil": (stencil, (rng.normal(size=ns.cells), 0.2), (0,), f"{ns.cells} cells, one step"),
+        "heat2d": (heat2d, (rng.normal(size=(ns.grid, ns.grid)), 0.1), (0,), f"{ns.grid}x{ns.grid}, one step"),
     }
     jax, twins = _jax_twins()
     warnings.simplefilter("ignore", numba.NumbaPerformanceWarning)
