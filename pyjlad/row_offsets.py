@@ -37,10 +37,11 @@ def row_offsets(parfor: object) -> dict[str, tuple[int, int]]:
     """For the body of ``parfor`` (a Numba ``Parfor`` of one loop, before lowering renames its index):
     each variable read only at ``[index + c, ...]`` (and through attributes), mapped to ``(below, above)``,
     the most rows it reads below and above the iteration's own (``u[i - 1]`` and ``u[i + 2]``: ``(1, 2)``;
-    ``u[i]`` only: ``(0, 0)``). Empty for a loop of more than one dimension."""
+    ``u[i]`` only: ``(0, 0)``). Empty for a loop of more than one dimension, or of a step other than 1 (whose
+    schedule might not hold the index's values: Numba 0.68 refuses such a ``prange``)."""
     from numba.core import ir
 
-    if len(parfor.loop_nests) != 1:
+    if len(parfor.loop_nests) != 1 or not (type(parfor.loop_nests[0].step) is int and parfor.loop_nests[0].step == 1):
         return {}
     statements = [s for block in parfor.loop_body.values() for s in block.body]
     defined: dict[str, list[object]] = {}
