@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 import warnings
 
@@ -126,6 +125,8 @@ def _time(call, repeat: int, threads: int) -> tuple[float, float]:
 
 
 def main() -> None:
+    from machine import describe  # beside this script, on the path when it runs
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--voxels", type=int, default=20000)
     parser.add_argument("--pairs", type=int, default=2000)
@@ -177,8 +178,8 @@ def main() -> None:
         jax_t = _time(lambda g=jgrad, a=jargs: jax.block_until_ready(g(*a)), ns.repeat, 1)
         rows.append((name, size, times, jax_t))
     print("### Parallel gradients of `prange` code (issue 17)\n")
-    print(f"`python benchmarks/parallel_gradients.py` on {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores (shared, noisy); numba {numba.__version__} (threading layer "
+    print(f"`python benchmarks/parallel_gradients.py` on {describe()} "
+          f"(shared, noisy); numba {numba.__version__} (threading layer "
           f"{numba.threading_layer()}), jax {jax.__version__}, pyjlad {pyjlad.__version__}. Best of {ns.repeat}; "
           "CPU = process CPU seconds per call per thread. `parallel` = `PYJLAD_PARALLEL_DERIVATIVES=1`, "
           "`serial` = today's derivative (setting off).\n")

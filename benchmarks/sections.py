@@ -40,6 +40,7 @@ SECTIONS: dict[str, list[list[str]]] = {
     ],
     "tapes": [
         ["tape_bytes.py"],
+        ["stencil_adjoint.py"],
     ],
     "host-target": [
         ["host_target.py", "--repeats", "7"],

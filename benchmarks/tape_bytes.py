@@ -12,7 +12,6 @@ function and gradient times and their ratio (best per-call times taken in the sa
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 import time
@@ -22,6 +21,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from machine import describe  # noqa: E402
 
 
 def best_time(fn, budget: float = 1.0, repeats: int = 5) -> float:
@@ -70,8 +70,8 @@ def main() -> None:
     grid = w.GRID * w.GRID * 8
 
     print("### Tape bytes per gradient\n")
-    print(f"Command: `python benchmarks/tape_bytes.py`; machine: {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores (shared); Python {platform.python_version()}, numba {numba.__version__}, "
+    print(f"Command: `python benchmarks/tape_bytes.py`; machine: {describe()} "
+          f"(shared); Python {platform.python_version()}, numba {numba.__version__}, "
           f"numpy {np.__version__}.\n")
     print("| workload | blocks one gradient allocates (pool) | input | function | gradient | ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -77,6 +76,8 @@ def _measure(variants: dict[str, Callable[[], object]], repeats: int) -> dict[st
 
 
 def main() -> None:
+    from machine import describe  # beside this script, on the path when it runs
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
@@ -122,7 +123,7 @@ def main() -> None:
               "hessian": f"Hessian {n}x{n}"}
     print("## Vector mode: Jacobians and Hessians, several directions per sweep (issue 20)\n")
     print(f"command: `.venv/bin/python benchmarks/vector_mode.py --n {n} --repeats {opts.repeats}`  ")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; versions: numba "
+    print(f"machine: {describe()}; versions: numba "
           f"{numba.__version__}, pyjlad {pyjlad.__version__}, jax {jax.__version__}  ")
     print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}; default chunk: "
           f"{pyjlad.vector_products.DEFAULT_CHUNK}\n")

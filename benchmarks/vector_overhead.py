@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ import pyjlad
 from pyjlad.engines import embedded
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe  # noqa: E402
 from vector_mode import layer, loss  # noqa: E402
 
 _inside = [0.0]
@@ -88,7 +88,7 @@ def main() -> None:
             best[name] = (min(low_total, total), min(low_inside, inside), min(low_outside, total - inside))
     print(f"## Per-call work outside the sweeps: chunk {chunk}\n")
     print(f"command: `.venv/bin/python benchmarks/vector_overhead.py --n {n} --chunk {chunk} --rounds {opts.rounds}`"
-          f"  \nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; versions: numba "
+          f"  \nmachine: {describe()}; versions: numba "
           f"{numba.__version__}, pyjlad {pyjlad.__version__} ({Path(pyjlad.__file__).resolve().parent.parent.name})"
           f"  \nload average (1 min) after: {os.getloadavg()[0]:.2f}\n")
     print("| task | per call | in the compiled sweeps | outside them (Python) |")
