@@ -99,9 +99,9 @@ def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False
 
     ``private``: for argument ``j``, this thread's private copy of it (``(setup, prefix, release)``
     of :func:`pyjlad.private_adjoints.private_copy`). Where every copy was made (none overlapped an
-    array the body writes), the rows run ``private_kernel`` instead of ``kernel``: the body's copy that
-    takes the copies' row pointers as parameters after its own (:mod:`pyjlad.private_bodies`); no
-    copies are made without it.
+    array the body writes, and none passed in place overlapped any other array), the rows run
+    ``private_kernel`` instead of ``kernel``: the body's copy that takes the copies' row pointers as
+    parameters after its own (:mod:`pyjlad.private_bodies`); no copies are made without it.
 
     With ``shadows``, the forward-mode derivative of that task: it takes the shadow of the argument
     array after the arguments (``%dargs``) and runs Enzyme's forward derivative of ``kernel`` on each
@@ -240,7 +240,8 @@ def _private_copies(module: Module | None, kernel: str, layout: LoopLayout | Non
         return {}
     read_only = read_only_arguments(module, kernel, [a.index for a in layout.arrays]) if module is not None else set()
     written = [a for a in layout.arrays if a.index not in read_only]
-    return {a.index: private_copy(a, written) for a in layout.candidates if a.index in read_only}
+    return {a.index: private_copy(a, [b for b in layout.arrays if b.index != a.index] if a.in_place else written)
+            for a in layout.candidates if a.index in read_only}
 
 
 def _rewrite_call(line: str, index: int, forward: bool = False,

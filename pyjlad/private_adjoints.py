@@ -23,6 +23,12 @@ An array is copied only where that is sound and pays off:
 * at run time, it does not overlap an array the body may write (checked in the task; an overlapping
   one is used in place).
 
+An array each iteration reads only at its own element (``x[i]`` in a loop from 0, an array expression's
+operand ``a[i, j]``: :func:`pyjlad.row_offsets.own_elements`), contiguous, is not copied but passed in
+place the same way (:attr:`ArrayLayout.in_place`), so that the adds into its adjoint are plain too: no
+other thread adds into its elements. At run time it must overlap no other array of the loop, read or
+written (else every row runs the body as Numba compiled it, with atomic adds).
+
 Examples
 --------
 >>> layout = ArrayLayout(index=1, itemsize=8, dims=(2,), steps=(4,))
@@ -42,7 +48,7 @@ from .errors import IRLookupError, IRParseError
 from .ir import Function, Instruction, Module, parse
 from .ir.edit import FLOAT_TYPE_HINTS, type_hint_declaration
 from .ir.instructions import parse_instruction, significant
-from .row_offsets import row_offsets
+from .row_offsets import own_elements, row_offsets
 
 __all__ = ["ArrayLayout", "LoopLayout", "argument_pointers", "declarations", "derived_pointers", "private_copy",
            "read_only_arguments", "recording_loop_layouts"]
@@ -70,6 +76,10 @@ class ArrayLayout:
     halo: tuple[int, int] | None = None
     #: Whether Numba's type of the array says its elements are aligned (to their size).
     aligned: bool = False
+    #: Whether the body reads each element (or row) of the array from one iteration only
+    #: (:func:`pyjlad.row_offsets.own_elements`): passed in place, not copied, to the body's copy, whose adds
+    #: into its adjoint are then plain (each thread adds only into elements no other thread reads).
+    in_place: bool = False
 
 
 @dataclass
@@ -159,15 +169,15 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
     if tuple(inspect.signature(call).parameters) != _GUFUNC_CALL_PARAMETERS:
         yield  # a Numba whose lowering this does not know: no layouts, no private copies
         return
-    current: list[tuple[frozenset[str] | None, dict[str, tuple[int, int]]]] = []
+    current: list[tuple[frozenset[str] | None, dict[str, tuple[int, int]], frozenset[str]]] = []
 
     def lower_parfor(lowerer, parfor):  # type: ignore[no-untyped-def]
         try:
             across: frozenset[str] | None = _read_across_iterations(parfor)
-            halos = row_offsets(parfor)
+            halos, own = row_offsets(parfor), own_elements(parfor)
         except Exception:  # noqa: BLE001 - a body this does not read: no private copies
-            across, halos = None, {}
-        current.append((across, halos))
+            across, halos, own = None, {}, frozenset()
+        current.append((across, halos, own))
         try:
             return lower(lowerer, parfor)
         finally:
@@ -177,7 +187,7 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
                     loop_ranges, redvars, *rest):  # type: ignore[no-untyped-def]
         try:
             layouts["__gufunc__." + cres.fndesc.mangled_name] = _layout(
-                *(current[-1] if current else (None, {})), gu_signature, list(expr_args), list(expr_arg_types),
+                *(current[-1] if current else (None, {}, frozenset())), gu_signature, list(expr_args), list(expr_arg_types),
                 len(redvars), rest[4], types)
         except Exception:  # noqa: BLE001 - no layout means no private copies
             pass
@@ -190,10 +200,12 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
         lowering._lower_parfor_parallel_std, lowering.call_parallel_gufunc = lower, call
 
 
-def _layout(across: frozenset[str] | None, halos: dict[str, tuple[int, int]], gu_signature: tuple,
-            expr_args: list[str], expr_arg_types: list, nredvars: int, races: object, types: object) -> LoopLayout:
+def _layout(across: frozenset[str] | None, halos: dict[str, tuple[int, int]], own: frozenset[str],
+            gu_signature: tuple, expr_args: list[str], expr_arg_types: list, nredvars: int, races: object,
+            types: object) -> LoopLayout:
     """The :class:`LoopLayout` of a gufunc call as Numba 0.6x's ``call_parallel_gufunc`` lays it out
-    (``halos``: :func:`pyjlad.row_offsets.row_offsets`, for a loop of one dimension)."""
+    (``halos``: :func:`pyjlad.row_offsets.row_offsets`, for a loop of one dimension; ``own``:
+    :func:`pyjlad.row_offsets.own_elements`)."""
     sin, sout = gu_signature
     sched_sig, signatures = sin[0], list(sin[1:]) + list(sout)
     names = expr_args[1:]
@@ -226,6 +238,10 @@ def _layout(across: frozenset[str] | None, halos: dict[str, tuple[int, int]], gu
                     out.candidates.append(dataclasses.replace(layout, halo=halos[name]))
                 elif floats and across_rows:
                     out.candidates.append(layout)
+                elif floats and name in own and aty.layout in ("C", "F"):
+                    # each element read by one iteration: in place, its adjoint's adds plain (a contiguous
+                    # array's elements are distinct; one with strides of its own could repeat them)
+                    out.candidates.append(dataclasses.replace(layout, in_place=True))
         stride += count
     return out
 
@@ -323,9 +339,19 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
     or the whole array where the halo would reach past either end (a negative index wraps around), and
     ``{prefix}.copy`` points where the array's data would be in the copy: possibly outside the copy's
     memory, so it and what is computed from it are never ``inbounds``.
+
+    With ``layout.in_place``, nothing is copied: ``{prefix}.copy`` is the argument's own data pointer, and
+    ``written`` must hold every other array of the loop (a shared element would be added into atomically
+    through the other array and plainly through this one).
     """
     j = layout.index
     p = f"%priv{j}"
+    if layout.in_place:
+        lines = [f"  {p}.slot = getelementptr inbounds ptr, ptr %args, i64 {j}",
+                 f"  {p}.data = load ptr, ptr {p}.slot, align 8", *_extent(layout, f"{p}."),
+                 f"  {p}.src = getelementptr inbounds i8, ptr {p}.data, i64 {p}.lo",
+                 f"  {p}.copy = getelementptr i8, ptr {p}.data, i64 0"]
+        return "\n".join(lines + _apart(p, written)) + "\n", p, ""
     align = layout.itemsize if layout.aligned else 1
     hint, size = FLOAT_TYPE_HINTS["double" if layout.itemsize == 8 else "float"]
     lines = [f"  {p}.slot = getelementptr inbounds ptr, ptr %args, i64 {j}",
@@ -342,8 +368,14 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
               f"i64 {p}.bytes, i1 false)",
               f"  {p}.neg = sub i64 0, {p}.lo",
               f"  {p}.copy = getelementptr {'' if layout.halo else 'inbounds '}i8, ptr {p}.mem, i64 {p}.neg"]
+    return "\n".join(lines + _apart(p, written)) + "\n", p, f"  call void @free(ptr nocapture {p}.mem)\n"
+
+
+def _apart(p: str, others: list[ArrayLayout]) -> list[str]:
+    """IR setting ``{p}.ok``: whether the bytes ``{p}.src`` to ``{p}.src + {p}.bytes`` overlap no array of ``others``."""
+    lines = []
     ok = "true"
-    for k, other in enumerate(written):
+    for k, other in enumerate(others):
         q = f"{p}.w{k}."
         lines += [f"  {q}slot = getelementptr inbounds ptr, ptr %args, i64 {other.index}",
                   f"  {q}data = load ptr, ptr {q}slot, align 8"]
@@ -355,7 +387,7 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
                   f"  {q}apart = or i1 {q}before, {q}after", f"  {q}ok = and i1 {ok}, {q}apart"]
         ok = f"{q}ok"
     lines.append(f"  {p}.ok = or i1 {ok}, false")
-    return "\n".join(lines) + "\n", p, f"  call void @free(ptr nocapture {p}.mem)\n"
+    return lines
 
 
 def _halo_rows(layout: ArrayLayout, h: str) -> tuple[list[str], str, str, str]:

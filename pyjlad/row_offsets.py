@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import operator
 
-__all__ = ["row_offsets"]
+__all__ = ["own_elements", "row_offsets"]
 
 
 def row_offsets(parfor: object) -> dict[str, tuple[int, int]]:
@@ -99,3 +99,49 @@ def row_offsets(parfor: object) -> dict[str, tuple[int, int]]:
                     reads.setdefault(array, []).append(c)
         others |= used
     return {name: (max(0, -min(cs)), max(0, max(cs))) for name, cs in reads.items() if name not in others}
+
+
+def own_elements(parfor: object) -> frozenset[str]:
+    """The variables the body of ``parfor`` (a Numba ``Parfor``) reads only at the iteration's own index, and
+    uses in no other way but ``.shape``-like attributes: ``x[i]`` (also ``x[i, j]``, ``x[i, :]``: its row) in
+    a loop of one dimension, ``x[i, j]`` (every loop index, in order) in a loop nest, as Numba's array
+    expressions read their operands. Each element is then read by one iteration only, so the adds into its
+    adjoint need no atomics. Empty unless every loop starts at a non-negative integer constant with a step
+    of 1: no index of such a loop is negative, so none wraps around to another iteration's element.
+    (Whether the array's own elements overlap each other, or those of another array, is for the caller.)
+
+    >>> from numba import njit
+    >>> import numpy as np
+    >>> from pyjlad.private_adjoints import recording_loop_layouts
+    >>> layouts = {}
+    >>> with recording_loop_layouts(layouts):
+    ...     _ = njit(parallel=True)(lambda a, b: np.sum(a * b))(np.ones((3, 4)), np.ones((3, 4)))
+    >>> sorted(a.index for layout in layouts.values() for a in layout.candidates if a.in_place)
+    [1, 2]
+    """
+    from numba.core import ir
+
+    nests = parfor.loop_nests
+    if not nests or any(type(n.start) is not int or n.start < 0 or type(n.step) is not int or n.step != 1
+                        for n in nests):
+        return frozenset()
+    if len(nests) == 1:
+        return frozenset(name for name, halo in row_offsets(parfor).items() if halo == (0, 0))
+    indices = [n.index_variable.name for n in nests]
+    statements = [s for block in parfor.loop_body.values() for s in block.body]
+    tuples = {s.target.name for s in statements if isinstance(s, ir.Assign) and isinstance(s.value, ir.Expr)
+              and s.value.op == "build_tuple" and [v.name for v in s.value.items[:len(indices)]] == indices}
+    own: set[str] = set()
+    others: set[str] = set()
+    for s in statements:
+        used = {v.name for v in s.list_vars()}
+        value = getattr(s, "value", None)
+        if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.op in ("getattr", "getitem"):
+            array = value.value.name
+            used.discard(array)
+            if value.op == "getitem" and value.index.name in tuples:
+                own.add(array)
+            elif value.op == "getitem":
+                others.add(array)
+        others |= used
+    return frozenset(own - others)
