@@ -101,6 +101,17 @@ def test_equal_at_every_thread_count():
             np.testing.assert_array_equal(_grad(products, (a, 2.0 * a), (0,))[0], 2.0 * a)
 
 
+def test_a_broadcast_row_is_not_in_place():
+    """b of shape (m,) is read at b[j] by every row's iterations: its adjoint's adds stay atomic."""
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(size=(400, 33)), rng.normal(size=33)
+    a0, b0 = a.copy(), b.copy()
+    assert _in_place(products, (a, b)) == 1
+    ga, gb = _grad(products, (a, b), (0, 1))
+    np.testing.assert_array_equal(ga, np.broadcast_to(b0, a0.shape))
+    np.testing.assert_allclose(gb, a0.sum(axis=0), rtol=1e-13, atol=1e-13)
+
+
 def test_the_same_array_twice():
     a = np.random.default_rng(3).normal(size=(9, 8))
     ga, gb = _grad(products, (a, a), (0, 1))
