@@ -83,22 +83,9 @@ def row_offsets(parfor: object) -> dict[str, tuple[int, int]]:
             return offset(values[0].items[0].name) if values[0].items else None
         return offset(subscript)
 
-    reads: dict[str, list[int]] = {}
-    others: set[str] = set()
-    for s in statements:
-        used = {v.name for v in s.list_vars()}
-        value = getattr(s, "value", None)
-        if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.op in ("getattr", "getitem"):
-            array = value.value.name
-            used.discard(array)
-            if value.op == "getitem":
-                c = first_offset(value.index.name)
-                if c is None:
-                    others.add(array)
-                else:
-                    reads.setdefault(array, []).append(c)
-        others |= used
-    return {name: (max(0, -min(cs)), max(0, max(cs))) for name, cs in reads.items() if name not in others}
+    subscripts, others = _subscripts(statements)
+    reads = {array: [first_offset(s) for s in subs] for array, subs in subscripts.items() if array not in others}
+    return {name: (max(0, -min(cs)), max(0, max(cs))) for name, cs in reads.items() if None not in cs}
 
 
 def own_elements(parfor: object) -> frozenset[str]:
@@ -131,17 +118,24 @@ def own_elements(parfor: object) -> frozenset[str]:
     statements = [s for block in parfor.loop_body.values() for s in block.body]
     tuples = {s.target.name for s in statements if isinstance(s, ir.Assign) and isinstance(s.value, ir.Expr)
               and s.value.op == "build_tuple" and [v.name for v in s.value.items[:len(indices)]] == indices}
-    own: set[str] = set()
+    subscripts, others = _subscripts(statements)
+    return frozenset(array for array, subs in subscripts.items()
+                     if array not in others and all(s in tuples for s in subs))
+
+
+def _subscripts(statements: list) -> tuple[dict[str, list[str]], set[str]]:
+    """For the statements of a loop's body: each variable's subscripts (``x[s]``: the name of ``s``, in order),
+    and the variables used in any other way than subscripted or through an attribute (``x.shape``)."""
+    from numba.core import ir
+
+    subscripts: dict[str, list[str]] = {}
     others: set[str] = set()
     for s in statements:
         used = {v.name for v in s.list_vars()}
         value = getattr(s, "value", None)
         if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.op in ("getattr", "getitem"):
-            array = value.value.name
-            used.discard(array)
-            if value.op == "getitem" and value.index.name in tuples:
-                own.add(array)
-            elif value.op == "getitem":
-                others.add(array)
+            used.discard(value.value.name)
+            if value.op == "getitem":
+                subscripts.setdefault(value.value.name, []).append(value.index.name)
         others |= used
-    return frozenset(own - others)
+    return subscripts, others

@@ -6,15 +6,12 @@ from copies taken before the call; the caller's arrays must come back unchanged.
 
 from __future__ import annotations
 
-import warnings
-
 import numba
 import numpy as np
 import pytest
 from numba import njit, prange
+from parallel_checks import parallel_grad as _grad
 
-import pyjlad
-from pyjlad.errors import ParallelFallbackWarning
 from pyjlad.private_adjoints import recording_loop_layouts
 
 pytestmark = pytest.mark.usefixtures("parallel_two_threads")
@@ -45,16 +42,6 @@ def shifted(u, w):
     for i in prange(u.shape[0] - 2):
         e += w[i] * u[i + 2] * u[i + 1]
     return e
-
-
-def _grad(f, args, wrt):
-    copies = [np.copy(a) for a in args]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ParallelFallbackWarning)
-        g = pyjlad.grad(f, wrt=wrt)(*args)
-    for a, c in zip(args, copies):
-        np.testing.assert_array_equal(a, c)
-    return g if isinstance(g, tuple) else (g,)
 
 
 def _jax():

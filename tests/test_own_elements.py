@@ -8,15 +8,12 @@ elements. Gradients with ``PYJLAD_PARALLEL_DERIVATIVES=1`` at 2 threads against 
 
 from __future__ import annotations
 
-import warnings
-
 import numba
 import numpy as np
 import pytest
 from numba import njit, prange
+from parallel_checks import parallel_grad as _grad
 
-import pyjlad
-from pyjlad.errors import ParallelFallbackWarning
 from pyjlad.private_adjoints import recording_loop_layouts
 
 pytestmark = pytest.mark.usefixtures("parallel_two_threads")
@@ -62,16 +59,6 @@ def _in_place(f, args) -> int:
     with recording_loop_layouts(layouts):
         njit(parallel=True)(f.py_func)(*args)
     return sum(a.in_place for layout in layouts.values() for a in layout.candidates)
-
-
-def _grad(f, args, wrt):
-    copies = [np.copy(a) for a in args]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ParallelFallbackWarning)
-        g = pyjlad.grad(f, wrt=wrt)(*args)
-    for a, c in zip(args, copies):
-        np.testing.assert_array_equal(a, c)
-    return g if isinstance(g, tuple) else (g,)
 
 
 def test_arrays_read_at_their_own_elements_are_found():

@@ -6,14 +6,12 @@ copies taken before the call; the caller's arrays must come back unchanged.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 from numba import njit, prange
+from parallel_checks import parallel_grad as _grad
 
 import pyjlad
-from pyjlad.errors import ParallelFallbackWarning
 from pyjlad.openmp_loops import openmp_parallel_loops
 from pyjlad.private_adjoints import ArrayLayout, private_copy, read_only_arguments
 
@@ -48,16 +46,6 @@ def written_output(x):
             s += x[j] * x[i]
         out[i] = s
     return out.sum()
-
-
-def _grad(f, args, wrt):
-    copies = [np.copy(a) for a in args]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ParallelFallbackWarning)
-        g = pyjlad.grad(f, wrt=wrt)(*args)
-    for a, c in zip(args, copies):
-        np.testing.assert_array_equal(a, c)
-    return g if isinstance(g, tuple) else (g,)
 
 
 def test_pairwise_closed_form(parallel_kernels):
