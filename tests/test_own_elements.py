@@ -8,12 +8,16 @@ elements. Gradients with ``PYJLAD_PARALLEL_DERIVATIVES=1`` at 2 threads against 
 
 from __future__ import annotations
 
+import warnings
+
 import numba
 import numpy as np
 import pytest
 from numba import njit, prange
 from parallel_checks import parallel_grad as _grad
 
+import pyjlad
+from pyjlad.errors import ParallelFallbackWarning
 from pyjlad.private_adjoints import recording_loop_layouts
 
 pytestmark = pytest.mark.usefixtures("parallel_two_threads")
@@ -51,6 +55,23 @@ def also_first(w, x):
     e = 0.0
     for i in prange(x.shape[0]):
         e += w[i] * x[i] * x[0]  # x read at element 0 by every iteration
+    return e
+
+
+@njit(parallel=True)
+def overwritten_after(x):
+    y = np.sin(x)
+    e = 0.0
+    for i in prange(x.shape[0]):
+        e += y[i] * y[i]  # y read in place...
+    y[:] = 0.0  # ...and overwritten before the reverse sweep reads what the loop read
+    return e + y.sum()
+
+
+@njit(parallel=True)
+def argument_overwritten(x, w):
+    e = np.sum(w * x)
+    w[:] = 0.0
     return e
 
 
@@ -128,6 +149,21 @@ def test_prange_loops_against_jax(f):
     want = jax.grad(twins[f], argnums=(0, 1))(w0, x0)
     for got, expected in zip(_grad(f, (w, x), (0, 1)), want):
         np.testing.assert_allclose(got, np.asarray(expected), rtol=1e-12, atol=1e-12)
+
+
+def test_arrays_overwritten_after_the_loop():
+    """What the loop read in place is overwritten afterwards: the reverse sweep must use what it read then."""
+    rng = np.random.default_rng(8)
+    x, w = rng.normal(size=1000), rng.normal(size=1000)
+    x0, w0 = x.copy(), w.copy()
+    assert _in_place(overwritten_after, (x0,)) == 1 and _in_place(argument_overwritten, (x0, w0.copy())) == 2
+    (g,) = _grad(overwritten_after, (x,), (0,))
+    np.testing.assert_allclose(g, 2.0 * np.sin(x0) * np.cos(x0), rtol=1e-13, atol=1e-15)
+    with warnings.catch_warnings():  # (the function zeroes w; the gradient runs it, so w is zeroed too)
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        gx, gw = pyjlad.grad(argument_overwritten, wrt=(0, 1))(x, w)
+    np.testing.assert_array_equal(gx, w0)
+    np.testing.assert_array_equal(gw, x0)
 
 
 def test_in_place_adds_are_plain(tmp_path, monkeypatch):
