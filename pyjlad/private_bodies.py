@@ -89,11 +89,17 @@ def private_body(function: Function, name: str, slots: Sequence[int]) -> str:
 
 #: The derivative Enzyme makes of a body copy: ``diffe`` and the copy's name.
 _DERIVATIVE_PREFIX = "define internal void @diffe" + BODY_PREFIX[1:]
+#: The derivatives Enzyme makes of pyjlad's LAPACK helpers (:mod:`pyjlad.lapack`), ``@diffepyjlad_lapack_...``.
+_LAPACK_PREFIX = "define internal void @diffepyjlad_lapack_"
 
 
 def plain_private_adds(text: str) -> str:
     """``text`` (Enzyme's output, as IR text) with each atomic ``fadd`` of a body copy's derivative into the
-    shadow of one of its private parameters made a load, an add and a store (see the module docstring).
+    shadow of one of its private parameters made a load, an add and a store (see the module docstring),
+    and every atomic ``fadd`` of the derivatives of pyjlad's LAPACK helpers too: Numba's ``np.linalg``
+    calls them only on arrays it has just allocated for the call (its copies of the matrices, which LAPACK
+    overwrites; Numba 0.68's ``numba/np/linalg.py``), and they allocate their other arrays themselves, so
+    whatever adjoint they add into belongs to the iteration that called them.
 
     >>> text = "\\n".join([
     ...     "define internal void @diffepyjlad.omp.body.0(ptr %a, ptr %\\"pyjlad.private.1'\\", ptr %s) {",
@@ -110,25 +116,30 @@ def plain_private_adds(text: str) -> str:
       %1 = atomicrmw fadd ptr %s, double 1.0 monotonic, align 8
       ret void
     }
+    >>> lapack = "\\n".join(["define internal void @diffepyjlad_lapack_numba_xxgetrf_d(ptr %a) {", "entry:",
+    ...                    "  %0 = atomicrmw fadd ptr %a, double 2.0 monotonic, align 8", "  ret void", "}", ""])
+    >>> print(plain_private_adds(lapack).splitlines()[2:5])
+    ['  %0 = load double, ptr %a, align 8', '  %pyjlad.plain.0 = fadd double %0, 2.0', '  store double %pyjlad.plain.0, ptr %a, align 8']
     """
-    if _DERIVATIVE_PREFIX not in text:
+    if _DERIVATIVE_PREFIX not in text and _LAPACK_PREFIX not in text:
         return text
     lines = text.split("\n")
     out: list[str] = []
     k = 0
     while k < len(lines):
-        if not lines[k].startswith(_DERIVATIVE_PREFIX):
+        if not lines[k].startswith((_DERIVATIVE_PREFIX, _LAPACK_PREFIX)):
             out.append(lines[k])
             k += 1
             continue
         end = lines.index("}", k)
-        out += _plain_adds(lines[k:end + 1])
+        out += _plain_adds(lines[k:end + 1], every=lines[k].startswith(_LAPACK_PREFIX))
         k = end + 1
     return "\n".join(out)
 
 
-def _plain_adds(lines: list[str]) -> list[str]:
-    """The lines of one body copy's derivative with its private adds plain (unchanged if it cannot be parsed)."""
+def _plain_adds(lines: list[str], every: bool = False) -> list[str]:
+    """The lines of one body copy's derivative with its private adds plain, or with ``every``, all its adds
+    (unchanged if it cannot be parsed)."""
     try:
         function = parse("\n".join(lines), strict=False).definitions[0]
     except (IRParseError, IndexError):
@@ -136,7 +147,7 @@ def _plain_adds(lines: list[str]) -> list[str]:
     shadows = {p.name for p in function.parameters
                if p.name and decode_name(p.name).startswith(private_parameter(0)[1:-1]) and p.name.endswith("'\"")}
     instructions = [parse_instruction(line) for line in lines[1:-1]]
-    private = _only_derived(shadows, [i for i in instructions if i is not None])
+    private = None if every else _only_derived(shadows, [i for i in instructions if i is not None])
     body, rewritten = [], 0
     for line, ins in zip(lines[1:-1], instructions):
         plain = _plain_add(ins, private, rewritten) if ins is not None and ins.opcode == "atomicrmw" else None
@@ -169,8 +180,9 @@ def _only_derived(roots: set[str], instructions: list[Instruction]) -> set[str]:
     return derived
 
 
-def _plain_add(ins: Instruction, private: set[str], n: int) -> list[str] | None:
-    """``atomicrmw fadd ptr P, T V <ordering>, align A`` with ``P`` in ``private`` as a load, add and store."""
+def _plain_add(ins: Instruction, private: set[str] | None, n: int) -> list[str] | None:
+    """``atomicrmw fadd ptr P, T V <ordering>, align A`` with ``P`` in ``private`` (any ``P``: ``None``) as a load,
+    add and store."""
     words = [t.text for t in significant(list(ins.tokens))]
     try:
         at = words.index("atomicrmw")
@@ -178,7 +190,8 @@ def _plain_add(ins: Instruction, private: set[str], n: int) -> list[str] | None:
         align = words[words.index("align") + 1]
     except ValueError:
         return None
-    if (op, kind, comma) != ("fadd", "ptr", ",") or type_ not in ("double", "float") or pointer not in private:
+    if (op, kind, comma) != ("fadd", "ptr", ",") or type_ not in ("double", "float") or (
+            private is not None and pointer not in private):
         return None
     old = ins.result or f"%pyjlad.plain.old.{n}"
     new = f"%pyjlad.plain.{n}"

@@ -304,8 +304,9 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
     passes, options = PASSES, NO_SPECULATION_ARGS
-    # A parallel derivative's private rows (pyjlad.private_bodies): their adds into their own adjoints made plain.
-    rewrite = plain_private_adds if BODY_PREFIX in module_text else None
+    # A parallel derivative's private rows and LAPACK helpers (pyjlad.private_bodies): their adds into adjoints
+    # no other thread touches made plain.
+    rewrite = plain_private_adds if BODY_PREFIX in module_text or "@__kmpc_fork_call" in module_text else None
     while True:
         try:
             with timed(_log, "Enzyme on %s (options %s)", exported.name, " ".join(options) or "none"):
