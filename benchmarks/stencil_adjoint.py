@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numba
@@ -36,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import workloads as w  # noqa: E402
 from machine import describe  # noqa: E402
+from tape_bytes import best_time  # noqa: E402
 
 import pyjlad  # noqa: E402
 
@@ -117,17 +117,8 @@ def _by_hand(reverse):
 
 
 def _best(fn, repeats: int) -> float:
-    fn()
-    start = time.perf_counter()
-    fn()
-    number = max(1, int(0.2 / max(time.perf_counter() - start, 1e-7)))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
+    """Best per-call time over ``repeats`` batches of about 0.2 s each."""
+    return best_time(fn, budget=0.2 * repeats, repeats=repeats)
 
 
 def main() -> None:

@@ -11,18 +11,11 @@ import numpy as np
 import pytest
 from numba import njit, prange
 from parallel_checks import parallel_grad as _grad
+from test_private_adjoints import neighbours  # (its kernel: u[i] times its two neighbours)
 
 from pyjlad.private_adjoints import recording_loop_layouts
 
 pytestmark = pytest.mark.usefixtures("parallel_two_threads")
-
-
-@njit(parallel=True)
-def neighbours(u):
-    e = 0.0
-    for i in prange(1, u.shape[0] - 1):
-        e += u[i] * (u[i - 1] + u[i + 1])
-    return e
 
 
 @njit(parallel=True)
