@@ -33,6 +33,7 @@ from .errors import IRLookupError, IRParseError
 from .ir import Module, decode_name, parse
 from .ir.analysis import reachable
 from .ir.rewrite import drop_debug_attachments
+from .openmp_tasks import EDGES, INTERIOR, forward_fork, split_definition, split_rows, task
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
 __all__ = ["EXAMPLE", "blas_in_parallel_loops", "openmp_parallel_loops", "parallel_call_count",
@@ -93,142 +94,6 @@ declare void @__enzyme_fwddiff_pyjlad_omp(...)
 """
 
 
-def _task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
-          private: Mapping[int, tuple[str, str, str]] | None = None, private_kernel: str | None = None) -> str:
-    """The OpenMP task running ``kernel`` over this thread's static share of the schedule's rows.
-
-    ``private``: for argument ``j``, this thread's private copy of it (``(setup, prefix, release)``
-    of :func:`pyjlad.private_adjoints.private_copy`). Where every copy was made (none overlapped an
-    array the body writes, and none passed in place overlapped any other array), the rows run
-    ``private_kernel`` instead of ``kernel``: the body's copy that takes the copies' row pointers as
-    parameters after its own (:mod:`pyjlad.private_bodies`); no copies are made without it.
-
-    With ``shadows``, the forward-mode derivative of that task: it takes the shadow of the argument
-    array after the arguments (``%dargs``) and runs Enzyme's forward derivative of ``kernel`` on each
-    row, the rows' argument pointers duplicated (see :func:`_forward_fork`).
-    """
-    count = [f"  %c{k} = getelementptr inbounds i64, ptr %count, i64 {k}\n"
-             f"  %dp{k} = getelementptr inbounds i64, ptr %dims, i64 {k}\n"
-             f"  %dv{k} = load i64, ptr %dp{k}, align 8\n"
-             f"  store i64 {'1' if k == 0 else f'%dv{k}'}, ptr %c{k}, align 8\n" for k in range(ndim + 1)]
-    arrays = [f"  %ap{j} = getelementptr inbounds ptr, ptr %args, i64 {j}\n"
-              f"  %av{j} = load ptr, ptr %ap{j}, align 8\n"
-              f"  %sp{j} = getelementptr inbounds i64, ptr %steps, i64 {j}\n"
-              f"  %sv{j} = load i64, ptr %sp{j}, align 8\n"
-              f"  %off{j} = mul i64 %r, %sv{j}\n"
-              f"  %nv{j} = getelementptr inbounds i8, ptr %av{j}, i64 %off{j}\n"
-              f"  %np{j} = getelementptr inbounds ptr, ptr %rowargs, i64 {j}\n"
-              f"  store ptr %nv{j}, ptr %np{j}, align 8\n" for j in range(narrays)]
-    private = private if private_kernel else {}  # the copies are read only through private_kernel
-    for j, (_, prefix, _) in private.items():  # the copy's row pointer, passed to private_kernel
-        arrays[j] += f"  %pnv{j} = getelementptr i8, ptr {prefix}.copy, i64 %off{j}\n"
-    setup = "".join(p[0] for p in private.values())
-    release = "".join(p[2] for p in private.values())
-    if private:  # every copy made: none overlaps an array the body writes
-        prefixes = [prefix for _, prefix, _ in private.values()]
-        setup += "".join(f"  %private.{k} = and i1 {'true' if k == 0 else f'%private.{k - 1}'}, {m}.ok\n"
-                         for k, m in enumerate(prefixes))
-        flag = f"%private.{len(prefixes) - 1}"
-        extra = "".join(f", ptr %pnv{j}" for j in private)
-    if shadows:
-        arrays += [f"  %dap{j} = getelementptr inbounds ptr, ptr %dargs, i64 {j}\n"
-                   f"  %dav{j} = load ptr, ptr %dap{j}, align 8\n"
-                   f"  %dnv{j} = getelementptr inbounds i8, ptr %dav{j}, i64 %off{j}\n"
-                   f"  %dnp{j} = getelementptr inbounds ptr, ptr %rowdargs, i64 {j}\n"
-                   f"  store ptr %dnv{j}, ptr %dnp{j}, align 8\n" for j in range(narrays)]
-        call = (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {kernel}, ptr @enzyme_dup, ptr %rowargs, ptr %rowdargs, "
-                "ptr @enzyme_const, ptr %count, ptr @enzyme_const, ptr %steps, ptr @enzyme_const, ptr %data)\n")
-    elif private:
-        call = (f"  br i1 {flag}, label %row.private, label %row.shared\n"
-                "row.private:\n"
-                f"  call void {private_kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data{extra})\n"
-                "  br label %row.next\n"
-                "row.shared:\n"
-                f"  call void {kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data)\n"
-                "  br label %row.next\n"
-                "row.next:\n")
-    else:
-        call = f"  call void {kernel}(ptr %rowargs, ptr %count, ptr %steps, ptr %data)\n"
-    return (
-        f"define internal void {name}(ptr noalias %gtid, ptr noalias %btid, ptr %args, "
-        f"{'ptr %dargs, ' if shadows else ''}ptr %dims, ptr %steps, ptr %data) {{\n"
-        "entry:\n"
-        f"  %count = alloca [{ndim + 1} x i64], align 8\n"
-        f"  %rowargs = alloca [{narrays} x ptr], align 8\n"
-        + (f"  %rowdargs = alloca [{narrays} x ptr], align 8\n" if shadows else "") +
-        "  %lb = alloca i64, align 8\n  %ub = alloca i64, align 8\n  %st = alloca i64, align 8\n"
-        "  %last = alloca i32, align 4\n"
-        "  %rows = load i64, ptr %dims, align 8\n"
-        "  %any = icmp sgt i64 %rows, 0\n"
-        "  br i1 %any, label %init, label %exit\n"
-        "init:\n"
-        "  %tid = load i32, ptr %gtid, align 4\n"
-        "  %top = add i64 %rows, -1\n"
-        "  store i64 0, ptr %lb, align 8\n  store i64 %top, ptr %ub, align 8\n  store i64 1, ptr %st, align 8\n"
-        "  store i32 0, ptr %last, align 4\n"
-        "  call void @__kmpc_for_static_init_8(ptr @pyjlad.omp.loc, i32 %tid, i32 34, ptr %last, ptr %lb, "
-        "ptr %ub, ptr %st, i64 1, i64 1)\n"
-        "  %lo = load i64, ptr %lb, align 8\n"
-        "  %hi0 = load i64, ptr %ub, align 8\n"
-        "  %over = icmp sgt i64 %hi0, %top\n"
-        "  %hi = select i1 %over, i64 %top, i64 %hi0\n"
-        "  %go = icmp sle i64 %lo, %hi\n"
-        + setup +
-        "  br i1 %go, label %row, label %fini\n"
-        "row:\n"
-        f"  %r = phi i64 [ %lo, %init ], [ %next, {'%row.next' if private else '%row'} ]\n"
-        + "".join(count) + "".join(arrays) + call +
-        "  %next = add nsw i64 %r, 1\n"
-        "  %more = icmp sle i64 %next, %hi\n"
-        "  br i1 %more, label %row, label %fini\n"
-        "fini:\n"
-        "  call void @__kmpc_for_static_fini(ptr @pyjlad.omp.loc, i32 %tid)\n"
-        + release +
-        "  br label %exit\n"
-        "exit:\n"
-        "  ret void\n"
-        "}\n"
-    )
-
-
-def _forward_fork(index: int, kernel: str, ndim: int, narrays: int) -> str:
-    """The fork of loop ``index`` as a function of its own, with its forward-mode derivative registered.
-
-    Enzyme v0.0.289 cannot differentiate ``__kmpc_fork_call`` in forward mode (an assertion in
-    ``AdjointGenerator::visitOMPCall``). Forward mode needs nothing of OpenMP's semantics: the
-    tangent of a parallel loop is the same loop over (value, tangent) pairs, each row's tangents
-    written by the thread that writes its values. So the forward derivative of the fork
-    (``__enzyme_register_derivative_``) forks a task running Enzyme's forward derivative of the
-    loop's body on each row, the argument array's shadow passed along with it. The fork's operands
-    reach it packed behind one pointer: Enzyme v0.0.289 uses a registered forward derivative only
-    where every pointer argument of the call is active, and the loop's shape and steps are not.
-    The registration is ``weak_odr``: ``llvm-link`` (a module linked with LAPACK's) drops unreferenced
-    internal globals.
-    """
-    fork, task = f"@pyjlad.omp.fork.{index}", f"@pyjlad.omp.task.{index}"
-    unpack = "".join(f"  %{name}.at = getelementptr inbounds ptr, ptr %pack, i64 {k}\n"
-                     f"  %{name} = load ptr, ptr %{name}.at, align 8\n"
-                     for k, name in enumerate(("args", "dims", "steps", "data")))
-    return (
-        f"define internal void {fork}(ptr %pack) noinline {{\n"
-        "entry:\n" + unpack +
-        f"  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr {task}, ptr %args, "
-        "ptr %dims, ptr %steps, ptr %data)\n"
-        "  ret void\n"
-        "}\n"
-        f"define internal void {fork}.fwd(ptr %pack, ptr %dpack) {{\n"
-        "entry:\n" + unpack +
-        "  %dargs = load ptr, ptr %dpack, align 8\n"
-        f"  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 5, ptr {task}.fwd, "
-        "ptr %args, ptr %dargs, ptr %dims, ptr %steps, ptr %data)\n"
-        "  ret void\n"
-        "}\n"
-        + _task(f"{task}.fwd", kernel, ndim, narrays, shadows=True)
-        + f"@__enzyme_register_derivative_pyjlad.omp.fork.{index} = weak_odr global [2 x ptr] "
-        f"[ptr {fork}, ptr {fork}.fwd]\n"
-    )
-
-
 def _split_arguments(text: str) -> list[str]:
     """The comma-separated arguments of a call (no nested parentheses in Numba's ``numba_parallel_for`` calls)."""
     return [part.strip() for part in text.split(",")]
@@ -244,9 +109,22 @@ def _private_copies(module: Module | None, kernel: str, layout: LoopLayout | Non
             for a in layout.candidates if a.index in read_only}
 
 
+def _split_halo(layout: LoopLayout | None, private: Mapping[int, tuple[str, str, str]]) -> tuple[int, int] | None:
+    """``(below, above)``: the most rows below and above its own that the loop's body reads of an array it reads
+    in place near its own rows (a stencil's), whose rows are then split (:mod:`pyjlad.openmp_tasks`); None if
+    it reads none such."""
+    halos = [a.halo for a in (layout.candidates if layout else ()) if a.in_place and a.halo and a.index in private]
+    if not halos:
+        return None
+    return max(b for b, _ in halos), max(a for _, a in halos)
+
+
 def _rewrite_call(line: str, index: int, forward: bool = False,
-                  private: Mapping[int, tuple[str, str, str]] | None = None) -> tuple[str, str] | None:
-    """``(replacement lines, task definition)`` for one ``numba_parallel_for`` call, or None if unrecognized."""
+                  private: Mapping[int, tuple[str, str, str]] | None = None,
+                  halo: tuple[int, int] | None = None) -> tuple[str, str] | None:
+    """``(replacement lines, task definitions)`` for one ``numba_parallel_for`` call, or None if unrecognized.
+    With ``halo`` (:func:`_split_halo`; reverse mode, with ``private``), two parallel loops over the parts of
+    the schedule's rows (:func:`pyjlad.openmp_tasks.split_rows`)."""
     start = line.index(_CALL) + len(_CALL)
     end = line.rfind(")")
     args = _split_arguments(line[start:end])
@@ -263,25 +141,32 @@ def _rewrite_call(line: str, index: int, forward: bool = False,
     if len(threads) != 2 or threads[0] != "i64":
         return None
     indent = line[: len(line) - len(line.lstrip())]
-    task = f"@pyjlad.omp.task.{index}"
+    name = f"@pyjlad.omp.task.{index}"
     shared = ", ".join(a if a.split()[0] == "ptr" else "" for a in args[1:5])
     if "" in shared.split(", "):
         return None
     n32 = f"%pyjlad.omp.threads.{index}"
-    if forward:  # the fork's operands packed behind one pointer (see _forward_fork)
+    split = halo is not None and bool(private) and not forward
+    if split:
+        fork = split_rows(index, indent, shared, halo, (f"{name}.interior", name))
+    elif forward:  # the fork's operands packed behind one pointer (see forward_fork)
         pack = f"%pyjlad.omp.pack.{index}"
         fork = "".join(f"{indent}{pack}.{k} = getelementptr inbounds ptr, ptr {pack}, i64 {k}\n"
                        f"{indent}store ptr {value.split()[-1]}, ptr {pack}.{k}, align 8\n"  # attributes dropped
                        for k, value in enumerate(shared.split(", ")))
         fork += f"{indent}call void @pyjlad.omp.fork.{index}(ptr {pack})"
     else:
-        fork = f"{indent}call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr {task}, {shared})"
+        fork = f"{indent}call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr {name}, {shared})"
     replacement = (f"{indent}{n32} = trunc i64 {threads[1]} to i32\n"
                    f"{indent}call void @omp_set_num_threads(i32 {n32})\n"
                    f"{fork}")
-    tasks = _task(task, kernel, ndim, narrays, private=private if not forward else None,
-                  private_kernel=private_body(index) if private and not forward else None)
-    return replacement, tasks + _forward_fork(index, kernel, ndim, narrays) if forward else tasks
+    if split:
+        return replacement, (task(f"{name}.interior", kernel, ndim, narrays, private=private,
+                                  private_kernel=private_body(index), parts=INTERIOR)
+                             + task(name, kernel, ndim, narrays, parts=EDGES))
+    tasks = task(name, kernel, ndim, narrays, private=private if not forward else None,
+                 private_kernel=private_body(index) if private and not forward else None)
+    return replacement, tasks + forward_fork(index, kernel, ndim, narrays) if forward else tasks
 
 
 def parallel_call_count(text: str) -> int:
@@ -306,7 +191,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     """``text`` (a module's LLVM IR) with each recognized ``numba_parallel_for`` call made an OpenMP parallel loop.
 
     ``forward``: for Enzyme's forward mode, each fork in a function of its own whose derivative
-    is registered (:func:`_forward_fork`).
+    is registered (:func:`pyjlad.openmp_tasks.forward_fork`).
 
     ``layouts``: the array layout of each loop's body, by its symbol
     (:func:`pyjlad.private_adjoints.recording_loop_layouts`); in reverse mode, each thread then reads
@@ -336,6 +221,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     tasks: list[str] = []
     schedules: set[str] = set()
     privatized: dict[int, tuple[str, list[int]]] = {}  # the loops with private copies: body, copied arguments
+    split = False  # whether a loop's rows are split (pyjlad.openmp_tasks.split_rows)
     parsed: Module | None = None
     function = ""
     entry_at = 0  # where the current function's entry block starts in ``out`` (forward mode's packs go there)
@@ -351,10 +237,12 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
             if layout is not None and layout.candidates and parsed is None:
                 parsed = parse(text, strict=False)  # once per module, for every loop's body
             private = _private_copies(parsed, kernel, layout) if layout is not None else {}
-            rewritten = _rewrite_call(line, len(tasks), forward, private)
+            halo = _split_halo(layout, private)
+            rewritten = _rewrite_call(line, len(tasks), forward, private, halo)
             if rewritten is not None:
                 if private:
                     privatized[len(tasks)] = (kernel, sorted(private))
+                split |= halo is not None and bool(private) and not forward
                 if forward:
                     out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [4 x ptr], align 8")
                 out.append(rewritten[0])
@@ -384,7 +272,8 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     wanted = _DECLARATIONS + (_FORWARD_DECLARATIONS if forward else "") + (_PRIVATE_DECLARATIONS if privatized else "")
     present = _defined_or_declared(body)
     declared = [d for d in wanted.strip().split("\n") if d.strip() and _declared_name(d) not in present]
-    return body.rstrip("\n") + "\n\n" + "\n".join([*tasks, *bodies]) + "\n" + "\n".join(declared) + "\n"
+    helpers = [split_definition()] if split else []
+    return body.rstrip("\n") + "\n\n" + "\n".join([*tasks, *bodies, *helpers]) + "\n" + "\n".join(declared) + "\n"
 
 
 def private_body(index: int) -> str:
@@ -432,8 +321,8 @@ def blas_in_parallel_loops(text: str) -> list[str]:
     module = parse(text, strict=False)
     tasks = [f.symbol for f in module.definitions if f.symbol.startswith("@pyjlad.omp.task.")]
     found: dict[str, None] = {}
-    for task in tasks:
-        for symbol in reachable(module, task):
+    for name in tasks:
+        for symbol in reachable(module, name):
             if symbol.startswith("@cblas_"):
                 routine = symbol[len("@cblas_") + 1:]
                 found[_BLAS_CONSTRUCTS.get(routine, f"BLAS {routine}")] = None

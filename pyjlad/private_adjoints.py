@@ -18,7 +18,9 @@ An array is copied only where that is sound and pays off:
   (:func:`_read_across_iterations`; ``x[i]``, ``x[i, :]`` are not copied: each element's adjoint gets
   one add, the copy would cost more than it saves); where it reads it only near its own rows (a
   stencil's ``x[i - 1]``, ``x[i + 1, j]``: :func:`pyjlad.row_offsets.row_offsets`), each thread copies
-  only its rows and that halo (:attr:`ArrayLayout.halo`);
+  only its rows and that halo (:attr:`ArrayLayout.halo`), unless the array is C or F contiguous: then
+  it is read in place, the loop's rows split into those reading only their chunk's elements, whose adds
+  are plain, and its edges, whose adds stay atomic (:mod:`pyjlad.openmp_tasks`);
 * the body only loads through it (:func:`read_only_arguments`, on the body's LLVM IR);
 * at run time, it does not overlap an array the body may write (checked in the task; an overlapping
   one is used in place).
@@ -72,7 +74,7 @@ class ArrayLayout:
     steps: tuple[int, ...]
     #: Where set, ``(below, above)``: the body reads the array only within that many rows (first axis) of
     #: the iteration's own (:func:`pyjlad.row_offsets.row_offsets`), and a thread copies only its rows and
-    #: that halo.
+    #: that halo; with :attr:`in_place`, the loop's rows are split instead (:mod:`pyjlad.openmp_tasks`).
     halo: tuple[int, int] | None = None
     #: Whether Numba's type of the array says its elements are aligned (to their size).
     aligned: bool = False
@@ -231,7 +233,11 @@ def _layout(across: frozenset[str] | None, halos: dict[str, tuple[int, int]], ow
                 out.arrays.append(layout)
                 floats = aty.dtype in (types.float32, types.float64)
                 across_rows = across is not None and name in across
-                if floats and name in halos and (sum(halos[name]) > 0 or across_rows):
+                if floats and name in halos and sum(halos[name]) > 0 and aty.layout in ("C", "F"):
+                    # read only near each iteration's own rows, its elements distinct: read in place, the rows
+                    # split (pyjlad.openmp_tasks), the adds of the interior parts plain
+                    out.candidates.append(dataclasses.replace(layout, halo=halos[name], in_place=True))
+                elif floats and name in halos and (sum(halos[name]) > 0 or across_rows):
                     # read only near each iteration's own rows: those and the halo copied (at its own rows
                     # only, x[i]: read in place, unless the body's index is a copy of the loop's, which
                     # _read_across_iterations does not follow, where a copy of the rows replaces the whole one)

@@ -3,10 +3,12 @@
 A stencil step (``out[i] = u[i] + k * (u[i - 1] - 2 * u[i] + u[i + 1])`` in a ``prange``) reads each
 element of ``u`` from three neighbouring iterations. In the parallel reverse sweep Enzyme adds into
 ``u``'s adjoint atomically (neighbouring threads share the elements at the edges of their rows), three
-contended-or-not compare-and-swap loops per cell, and keeps what the body read on the tape. A thread
-can instead read a private copy of just the rows it needs (:func:`pyjlad.private_adjoints.private_copy`
-with a halo): its own rows, ``lo`` below and ``hi`` above. :func:`row_offsets` finds the arrays for
-which that is sound: every read of them in the loop's body is a subscript whose first component is the
+contended-or-not compare-and-swap loops per cell, and keeps what the body read on the tape. Knowing the
+halo, the loop's rows are split: those reading only their own chunk's elements add plainly, the chunk's
+edges atomically, in a second parallel loop (:mod:`pyjlad.openmp_tasks`); or, for an array of other
+strides than C or F order, a thread reads a private copy of just the rows it needs
+(:func:`pyjlad.private_adjoints.private_copy` with a halo): its own rows, ``lo`` below and ``hi`` above.
+:func:`row_offsets` finds the arrays for which that is sound: every read of them in the loop's body is a subscript whose first component is the
 loop's index plus a constant (``u[i]``, ``u[i - 1]``, ``u[i + 2, j]``, ``u[i, :]``), and they are used
 in no other way but ``.shape``-like attributes.
 

@@ -1,4 +1,7 @@
-"""Stencils in parallel loops: each thread reads a private copy of its rows and their halo (:mod:`pyjlad.row_offsets`).
+"""Stencils in parallel loops (:mod:`pyjlad.row_offsets`): a C or F array read near each iteration's own rows is
+read in place, each chunk's interior rows adding into its adjoint plainly and its edge rows atomically, in a
+second parallel loop (:mod:`pyjlad.openmp_tasks`); an array of other strides is read from a private copy of each
+thread's rows and their halo.
 
 Gradients with ``PYJLAD_PARALLEL_DERIVATIVES=1`` at 2 threads against closed forms and JAX (float64), computed
 from copies taken before the call; the caller's arrays must come back unchanged.
@@ -11,7 +14,7 @@ import numpy as np
 import pytest
 from numba import njit, prange
 from parallel_checks import parallel_grad as _grad
-from test_private_adjoints import neighbours  # (its kernel: u[i] times its two neighbours)
+from test_private_adjoints import _parallel_text, neighbours  # (its kernel: u[i] times its two neighbours)
 
 from pyjlad.private_adjoints import recording_loop_layouts
 
@@ -37,6 +40,24 @@ def shifted(u, w):
     return e
 
 
+@njit(parallel=True)
+def from_minus_one(u, k):
+    """Starts at i = -1: u[-1] is the last element, read by the first chunk (its rows must all add atomically)."""
+    e = 0.0
+    for i in prange(-1, u.shape[0] - 2):
+        e += u[i] * (u[i + 1] - k * u[i + 2])
+    return e
+
+
+@njit(parallel=True)
+def two_halos(a, b):
+    """Two arrays with halos of their own: a two rows below, b one above (each chunk's edges: two below, one above)."""
+    out = np.zeros(a.shape[0])
+    for i in prange(2, a.shape[0] - 1):
+        out[i] = a[i - 2] * b[i + 1] + a[i] * b[i]
+    return np.sum(out * out)
+
+
 def _jax():
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
@@ -47,7 +68,7 @@ def _halos(f, args):
     layouts = {}
     with recording_loop_layouts(layouts):
         njit(parallel=True)(f.py_func)(*args)
-    return sorted(a.halo for layout in layouts.values() for a in layout.candidates if not a.in_place)
+    return sorted(a.halo for layout in layouts.values() for a in layout.candidates if a.halo is not None)
 
 
 def test_halos_found_from_the_loop_body(parallel_kernels):
@@ -56,7 +77,15 @@ def test_halos_found_from_the_loop_body(parallel_kernels):
     assert _halos(neighbours, (x,)) == [(1, 1)]
     assert _halos(wrapping, (x, 0.5)) == [(1, 2)]
     assert _halos(heat2d, (np.ones((4, 5)), 0.1)) == [(1, 1)]  # u[i, j +- 1]: its own rows
-    assert _halos(shifted, (x, x)) == [(0, 2)]  # w[i] alone: its own rows, no copy
+    assert _halos(shifted, (x, x)) == [(0, 2)]  # w[i] alone: its own rows (test_own_elements)
+    assert _halos(two_halos, (x, x)) == [(0, 1), (2, 0)]
+
+
+def test_contiguous_arrays_read_in_place_others_copied():
+    x = np.ones(10)
+    for args, copies, splits in [((x,), 0, 1), ((x[::2],), 1, 0), ((x[::-1],), 1, 0)]:
+        text = _parallel_text(neighbours, args)
+        assert (text.count("@malloc(i64 %priv"), text.count("call void @pyjlad.omp.split(")) == (copies, splits)
 
 
 def test_neighbours_closed_form():
@@ -132,16 +161,82 @@ def test_equal_run_to_run_within_rounding_at_every_thread_count(parallel_kernels
             np.testing.assert_allclose(_grad(heat2d, (u, 0.1), (0,))[0], first, rtol=1e-13, atol=1e-13)
 
 
-def test_rows_read_from_the_copy_add_plainly(tmp_path, monkeypatch):
+@pytest.mark.parametrize("n", [3, 4, 7, 1000])
+def test_loop_from_minus_one_wraps_as_numba_does(n):
+    jax = _jax()
+    u = np.random.default_rng(n).normal(size=n)
+    u0 = u.copy()
+    (g,) = _grad(from_minus_one, (u, 0.4), (0,))
+
+    def twin(v):
+        i = np.arange(-1, n - 2)
+        return jax.numpy.sum(v[i] * (v[i + 1] - 0.4 * v[i + 2]))
+
+    np.testing.assert_allclose(g, np.asarray(jax.grad(twin)(u0)), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [4, 5, 6, 9, 2001])
+def test_two_halos_against_jax(n):
+    jax = _jax()
+    rng = np.random.default_rng(n)
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    a0, b0 = a.copy(), b.copy()
+    got = _grad(two_halos, (a, b), (0, 1))
+
+    def twin(x, y):
+        inner = x[:-3] * y[3:] + x[2:-1] * y[2:-1]
+        return jax.numpy.sum(inner * inner)
+
+    want = jax.grad(twin, argnums=(0, 1))(a0, b0)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-12, atol=1e-12)
+
+
+def _reaching(below: int, above: int):
+    """``e += a[i - below] * a[i + above] * a[i]`` over ``prange(below, n - above)``: a halo of ``(below, above)``."""
+    source = (f"def reaching(a):\n    e = 0.0\n    for i in prange({below}, a.shape[0] - {above}):\n"
+              f"        e += a[i - {below}] * a[i + {above}] * a[i]\n    return e\n")
+    scope = {"prange": prange}
+    exec(source, scope)  # (the offsets must be constants in the source for the halo to be found)
+    return njit(parallel=True)(scope["reaching"])
+
+
+@pytest.mark.parametrize("below, above", [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (0, 3), (3, 0)])
+def test_edges_of_every_width_closed_form(below, above):
+    """Both edges of a chunk run in one task, each its own call of the body: with one array of the body's arguments
+    shared by the two calls, Enzyme's reverse of the first read the second's bounds (garbage where the edges'
+    widths differ: (1, 2), (2, 1), ...)."""
+    f = _reaching(below, above)
+    for threads in range(1, numba.config.NUMBA_NUM_THREADS + 1):
+        numba.set_num_threads(threads)
+        for n in (below + above + 1, below + above + 3, 10, 37):
+            a = np.arange(1.0, n + 1.0)
+            want = np.zeros(n)
+            for i in range(below, n - above):
+                want[i - below] += a[i + above] * a[i]
+                want[i + above] += a[i - below] * a[i]
+                want[i] += a[i - below] * a[i + above]
+            for _ in range(3):
+                np.testing.assert_allclose(_grad(f, (a,), (0,))[0], want, rtol=1e-13)
+
+
+def test_interior_rows_add_plainly(tmp_path, monkeypatch):
     """Before, Enzyme added into u's adjoint with three atomic adds per cell (u[i - 1], u[i], u[i + 1], which
-    neighbouring threads share). Now only the copy's adjoint added back into u's (once per element) is atomic,
-    and the reduction's partial sums."""
+    neighbouring threads share), then into a private copy's adjoint added back atomically. Now the reverse of
+    the interior rows' loop adds atomically only into the reduction's partial sums; the body as Numba compiled
+    it, which the edge rows run, keeps its atomic adds into u's adjoint."""
     monkeypatch.setenv("PYJLAD_DUMP_IR", str(tmp_path))
     fresh = njit(parallel=True)(neighbours.py_func)  # its own derivative, built (and dumped) here
     u = np.random.default_rng(10).normal(size=300)
     _grad(fresh, (u,), (0,))
     outputs = list(tmp_path.glob("*/*-enzyme.output.ll"))
     assert len(outputs) == 1
-    text = outputs[0].read_text()
-    assert "@malloc(i64 %priv" in text
-    assert text.count("atomicrmw fadd") == 2  # (before: the adds into u's adjoint were atomic as well)
+    atomics: dict[str, int] = {}
+    function = ""
+    for line in outputs[0].read_text().splitlines():
+        if line.startswith("define "):
+            function = line.split("@", 1)[1].split("(")[0]
+        atomics[function] = atomics.get(function, 0) + ("atomicrmw fadd" in line)
+    assert atomics["diffepyjlad.omp.task.0.interior"] == 1
+    assert max(n for f, n in atomics.items() if f.startswith("diffe__gufunc__")) >= 3
+    assert "@malloc(i64 %priv" not in outputs[0].read_text()
