@@ -9,6 +9,8 @@ from copies taken before the call; the caller's arrays must come back unchanged.
 
 from __future__ import annotations
 
+import warnings
+
 import numba
 import numpy as np
 import pytest
@@ -16,6 +18,8 @@ from numba import njit, prange
 from parallel_checks import parallel_grad as _grad
 from test_private_adjoints import _parallel_text, neighbours  # (its kernel: u[i] times its two neighbours)
 
+import pyjlad
+from pyjlad.errors import ParallelFallbackWarning
 from pyjlad.private_adjoints import recording_loop_layouts
 
 pytestmark = pytest.mark.usefixtures("parallel_two_threads")
@@ -56,6 +60,16 @@ def two_halos(a, b):
     for i in prange(2, a.shape[0] - 1):
         out[i] = a[i - 2] * b[i + 1] + a[i] * b[i]
     return np.sum(out * out)
+
+
+@njit(parallel=True)
+def stencil_step(u, k):
+    """An array result: the stencil's step itself (pyjlad's wrapper writing it has the loop inlined)."""
+    n = u.shape[0]
+    out = np.zeros(n)
+    for i in prange(1, n - 1):
+        out[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+    return out
 
 
 def _jax():
@@ -218,6 +232,25 @@ def test_edges_of_every_width_closed_form(below, above):
                 want[i] += a[i - below] * a[i + above]
             for _ in range(3):
                 np.testing.assert_allclose(_grad(f, (a,), (0,))[0], want, rtol=1e-13)
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 50, 1001])
+def test_array_result_vjp_closed_form(n):
+    rng = np.random.default_rng(n)
+    u, c = rng.normal(size=n), rng.normal(size=n)
+    u0, c0 = u.copy(), c.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        value, (gu, gk) = pyjlad.vjp(stencil_step, (u, 0.3), c)
+    inner = c0[1:-1]
+    want = np.zeros(n)
+    want[1:-1] += (1.0 - 0.6) * inner
+    want[:-2] += 0.3 * inner
+    want[2:] += 0.3 * inner
+    np.testing.assert_allclose(gu, want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(gk, np.sum(inner * (u0[:-2] - 2.0 * u0[1:-1] + u0[2:])), rtol=1e-12)
+    np.testing.assert_array_equal(u, u0)
+    np.testing.assert_array_equal(c, c0)
 
 
 def test_interior_rows_add_plainly(tmp_path, monkeypatch):
