@@ -1,8 +1,8 @@
 """Parallel gradients and forward-mode derivatives of ``prange`` code (issue 17): time at 1 and 2 threads.
 
 For each kernel: the primal (Numba, ``parallel=True``), pyjlad's gradient with
-``PYJLAD_PARALLEL_DERIVATIVES=1`` (OpenMP loops, ``numba.set_num_threads``), today's serial
-gradient (the setting off) and ``jax.jit(jax.grad)`` of a ``jax.numpy`` twin; then ``pyjlad.jvp``
+``PYJLAD_PARALLEL_DERIVATIVES=1`` (the default: OpenMP loops, ``numba.set_num_threads``), the serial
+gradient (the setting off, ``0``) and ``jax.jit(jax.grad)`` of a ``jax.numpy`` twin; then ``pyjlad.jvp``
 (forward mode) with the setting on and off. Best of ``--repeat``
 wall-clock times, and the process CPU time per thread over the same calls (the machine is shared, so
 wall-clock speedups are noisy; CPU per thread shows the work split). Prints markdown.
@@ -151,14 +151,14 @@ def main() -> None:
     rows = []
     for name, (f, args, wrt, size) in cases.items():
         serial = _serial_twin(f)
-        os.environ.pop("PYJLAD_PARALLEL_DERIVATIVES", None)
+        os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "0"
         serial_grad = pyjlad.grad(serial, wrt=wrt)
         serial_grad(*args)  # built now, with the setting off (a derivative is built on its first call)
         os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
         parallel_grad = pyjlad.grad(f, wrt=wrt)
         parallel_grad(*args)
         tangents = tuple(rng.normal(size=np.shape(a)) if isinstance(a, np.ndarray) else 0.0 for a in args)
-        os.environ.pop("PYJLAD_PARALLEL_DERIVATIVES")
+        os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "0"
         pyjlad.jvp(serial, args, tangents)  # the serial forward derivative, built with the setting off
         os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
         pyjlad.jvp(f, args, tangents)
@@ -181,8 +181,8 @@ def main() -> None:
     print(f"`python benchmarks/parallel_gradients.py` on {describe()} "
           f"(shared, noisy); numba {numba.__version__} (threading layer "
           f"{numba.threading_layer()}), jax {jax.__version__}, pyjlad {pyjlad.__version__}. Best of {ns.repeat}; "
-          "CPU = process CPU seconds per call per thread. `parallel` = `PYJLAD_PARALLEL_DERIVATIVES=1`, "
-          "`serial` = today's derivative (setting off).\n")
+          "CPU = process CPU seconds per call per thread. `parallel` = `PYJLAD_PARALLEL_DERIVATIVES=1` (the default), "
+          "`serial` = the serial derivative (`PYJLAD_PARALLEL_DERIVATIVES=0`).\n")
     print("| kernel | size | threads | primal ms | parallel grad ms | CPU/thread ms | serial grad ms | "
           "grad/primal | speedup 1->2 | jax.jit(grad) ms |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -215,7 +215,7 @@ def _array_results(ns, rng, jax) -> None:
         if setting == "parallel":
             os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
         else:
-            os.environ.pop("PYJLAD_PARALLEL_DERIVATIVES", None)
+            os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "0"
         calls[setting, "vjp"] = lambda f=f: pyjlad.vjp(f, (x, w), cot)
         calls[setting, "jvp"] = lambda f=f: pyjlad.jvp(f, (x, w), (cot, 0.0))
         for call in (calls[setting, "vjp"], calls[setting, "jvp"]):

@@ -116,9 +116,9 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-def flag(name: str) -> bool:
-    """``$name`` as a switch: ``1``/``true``/``yes``/``on`` (any case) is on; unset, empty, ``0``/``false``/
-    ``no``/``off`` is off.
+def flag(name: str, default: bool = False) -> bool:
+    """``$name`` as a switch: ``1``/``true``/``yes``/``on`` (any case) is on, ``0``/``false``/``no``/``off`` is
+    off; unset or empty, ``default``.
 
     Raises
     ------
@@ -128,10 +128,12 @@ def flag(name: str) -> bool:
     text = _text(name).lower()
     if text in _TRUE:
         return True
-    if not text or text in _FALSE:
+    if text in _FALSE:
         return False
-    raise SettingError(f"{name}={os.environ[name]!r} is not a switch (1, true, yes or on; 0, false, no or off, "
-                       "the default, unset it to use the default)")
+    if not text:
+        return default
+    raise SettingError(f"{name}={os.environ[name]!r} is not a switch (1, true, yes or on; 0, false, no or off; "
+                       f"unset it for the default, {'on' if default else 'off'})")
 
 
 # --- the settings, one function each ------------------------------------------------------------------------------
@@ -185,16 +187,16 @@ def disk_cache_disabled() -> bool:
 
 
 def parallel_derivatives() -> bool:
-    """``PYJLAD_PARALLEL_DERIVATIVES``: a switch (:func:`flag`), default off, that makes reverse-mode
-    derivatives of ``parallel=True`` functions run their ``prange`` loops in parallel (OpenMP;
-    :mod:`pyjlad.parallel_derivatives`) instead of through a serial copy.
+    """``PYJLAD_PARALLEL_DERIVATIVES``: a switch (:func:`flag`), default on, that makes reverse- and
+    forward-mode derivatives of ``parallel=True`` functions run their ``prange`` loops in parallel (OpenMP;
+    :mod:`pyjlad.parallel_derivatives`); off, they run through a serial copy.
 
     Raises
     ------
     SettingError
         If the value is not a switch word.
     """
-    return flag("PYJLAD_PARALLEL_DERIVATIVES")
+    return flag("PYJLAD_PARALLEL_DERIVATIVES", default=True)
 
 
 def cache_max_bytes() -> int:

@@ -166,7 +166,7 @@ class CacheWarning(UserWarning):
 class ParallelFallbackWarning(UserWarning):
     """A derivative of a ``parallel=True`` function runs serially although parallel derivatives are on.
 
-    Issued with ``PYJLAD_PARALLEL_DERIVATIVES=1`` where the parallel derivative cannot be built
+    Issued (unless ``PYJLAD_PARALLEL_DERIVATIVES=0``) where the parallel derivative cannot be built
     (Hessian-vector products, vector-mode sweeps, LLVM's OpenMP runtime missing, a parallel loop of a
     shape pyjlad does not recognize); the message says which. The derivative is today's serial one,
     still exact.

@@ -1,7 +1,7 @@
 """Derivatives of ``parallel=True`` functions whose ``prange`` loops run in parallel (issue 17).
 
-Off unless ``PYJLAD_PARALLEL_DERIVATIVES`` is on (:func:`pyjlad.config.parallel_derivatives`); then,
-for a reverse or forward sweep of a function compiled with ``parallel=True``, Enzyme differentiates a
+On unless ``PYJLAD_PARALLEL_DERIVATIVES`` is off (:func:`pyjlad.config.parallel_derivatives`): for a
+reverse or forward sweep of a function compiled with ``parallel=True``, Enzyme differentiates a
 copy of the function that keeps Numba's parallel loops, each rewritten as an OpenMP parallel loop
 (:mod:`pyjlad.openmp_loops`) running on ``numba.get_num_threads()`` threads of LLVM's OpenMP runtime
 (:mod:`pyjlad.openmp`).
@@ -30,10 +30,9 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
 
 The function's ``@njit`` callees run serially inside it. Array and tuple results: the wrapper writing
 them (:mod:`pyjlad.outputs`) has a ``parallel=True`` twin with the function inlined, whose loops are
-the twin's own. Everything else is today's serial
+the twin's own. Everything else is the serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
-:class:`~pyjlad.errors.ParallelFallbackWarning` saying why where the setting asked for a parallel
-one: Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``, batched
+:class:`~pyjlad.errors.ParallelFallbackWarning` saying why unless the setting is off: Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``, batched
 ``jvp``/``vjp``), a missing runtime, a loop the rewrite does not recognize, a copy
 Numba cannot compile, a copy Enzyme fails on.
 """
@@ -158,9 +157,9 @@ def with_runtime_activity(module_text: str) -> str:
 def parallel_wanted(exported: Any, sweep: Any) -> bool:
     """Whether to try the parallel derivative for ``sweep`` of ``exported``.
 
-    False, silently, for a function that is not ``parallel=True`` or with the setting off (today's
-    behaviour); False with a :class:`~pyjlad.errors.ParallelFallbackWarning` where the setting is on
-    but the parallel derivative is not available (forward mode, Hessians, no runtime).
+    False, silently, for a function that is not ``parallel=True`` or with the setting off (the serial
+    derivative); False with a :class:`~pyjlad.errors.ParallelFallbackWarning` where the setting is on (the
+    default) but the parallel derivative is not available (Hessians, vector-mode sweeps, no runtime).
 
     Examples
     --------
@@ -239,5 +238,6 @@ def _fallback(exported: Any, why: str) -> bool:
     # The wrapper writing a function's results (pyjlad.outputs) says whose they are: the name the user knows.
     twin = getattr(getattr(exported, "run", None), PARALLEL_TWIN, None)
     name = getattr(twin, "results_of", exported.name)
-    warnings.warn(f"the derivative of {name} runs serially: {why}", ParallelFallbackWarning, stacklevel=5)
+    warnings.warn(f"the derivative of {name} runs serially: {why} (PYJLAD_PARALLEL_DERIVATIVES=0 builds serial "
+                  "derivatives without this warning)", ParallelFallbackWarning, stacklevel=5)
     return False

@@ -265,8 +265,21 @@ def test_hvp_falls_back_with_a_warning(parallel_on) -> None:
     np.testing.assert_allclose(hv, (2 * np.cos(x) - x * np.sin(x)) * t, rtol=1e-12, atol=1e-14)
 
 
-def test_setting_off_is_todays_serial_derivative(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parallel_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With the setting unset, a parallel=True function's gradient is its parallel derivative: Enzyme got the
+    module whose loops are OpenMP loops, and no fallback was warned of."""
     monkeypatch.delenv("PYJLAD_PARALLEL_DERIVATIVES", raising=False)
+    monkeypatch.setenv("PYJLAD_DUMP_IR", str(tmp_path))
+    twin = njit(parallel=True)(reduction.py_func)  # its derivative is built here, with the setting unset
+    x = _x(300)
+    g = _in_parallel(2, lambda: pyjlad.gradient(twin, x))
+    np.testing.assert_allclose(g, np.cos(x) * x + np.sin(x), rtol=1e-13, atol=1e-15)
+    inputs = list(tmp_path.glob("*/*-enzyme.input.ll"))
+    assert len(inputs) == 1 and "@__kmpc_fork_call(" in inputs[0].read_text()
+
+
+def test_setting_off_is_the_serial_derivative(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "0")
     twin = njit(parallel=True)(reduction.py_func)  # its derivative is built here, with the setting off
     x = _x(300)
     with warnings.catch_warnings():
@@ -462,7 +475,7 @@ def conflicting_reduction(x):
     return s
 
 
-@pytest.mark.parametrize("setting", ["off", "on"])
+@pytest.mark.parametrize("setting", ["off", "on", "unset"])
 def test_a_function_numba_cannot_compile_in_parallel_gets_its_serial_gradient(setting, monkeypatch):
     """As README says: Numba refuses the parallel function (two reduction operators on s), pyjlad differentiates
     its serial meaning, s = (0 + 1) * (1 - 0.5) + 2, so ds/dx = (1 - 0.5, 1 + 0, 1); with the setting on, the
@@ -470,8 +483,10 @@ def test_a_function_numba_cannot_compile_in_parallel_gets_its_serial_gradient(se
     from numba.core.errors import UnsupportedRewriteError
 
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
-    if setting == "on":
-        monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1")
+    if setting == "unset":
+        monkeypatch.delenv("PYJLAD_PARALLEL_DERIVATIVES", raising=False)
+    else:
+        monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "1" if setting == "on" else "0")
     f = njit(parallel=True)(conflicting_reduction.py_func)  # its own derivative, built with this setting
     x = np.array([1.0, -0.5, 2.0])
     with pytest.raises(UnsupportedRewriteError, match="conflicting reduction operators"):
@@ -482,7 +497,8 @@ def test_a_function_numba_cannot_compile_in_parallel_gets_its_serial_gradient(se
     np.testing.assert_allclose(g, [0.5, 1.0, 1.0], rtol=1e-15)
     np.testing.assert_array_equal(x, [1.0, -0.5, 2.0])
     messages = [str(w.message) for w in caught if issubclass(w.category, ParallelFallbackWarning)]
-    if setting == "on":
-        assert messages and "Numba could not compile its parallel copy" in messages[0]
-    else:
+    if setting == "off":
         assert not messages
+    else:  # on, the default
+        assert messages and "Numba could not compile its parallel copy" in messages[0]
+        assert "PYJLAD_PARALLEL_DERIVATIVES=0" in messages[0]
