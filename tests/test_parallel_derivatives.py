@@ -270,6 +270,7 @@ def test_parallel_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     module whose loops are OpenMP loops, and no fallback was warned of."""
     monkeypatch.delenv("PYJLAD_PARALLEL_DERIVATIVES", raising=False)
     monkeypatch.setenv("PYJLAD_DUMP_IR", str(tmp_path))
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")  # (another test may have cached the same derivative)
     twin = njit(parallel=True)(reduction.py_func)  # its derivative is built here, with the setting unset
     x = _x(300)
     g = _in_parallel(2, lambda: pyjlad.gradient(twin, x))
