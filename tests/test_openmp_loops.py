@@ -112,3 +112,22 @@ def test_every_row_runs_once_with_numbas_arguments(threads: int, nrows: int) -> 
     out = np.zeros(nrows, dtype=np.int64)
     assert run(rows.ctypes.data, out.ctypes.data, nrows, threads) == 0
     np.testing.assert_array_equal(out, np.full(nrows, 1 * 1000 + 7))  # count[0] = 1, count[1] = dims[1]
+
+
+@pytest.mark.parametrize("chosen", [None, "7"])
+def test_workers_spin_one_millisecond_unless_the_user_chose(chosen: str | None) -> None:
+    """Parked at once (``KMP_BLOCKTIME=0``, before), every parallel loop waited for the kernel to wake its workers;
+    the user's own value wins. Read in a fresh process: the runtime reads it when it starts."""
+    import os
+    import sys
+
+    from pyjlad.openmp import libomp_path
+
+    if libomp_path() is None:
+        pytest.skip("LLVM's OpenMP runtime (libomp5-15) is not installed")
+    env = {k: v for k, v in os.environ.items() if k != "KMP_BLOCKTIME"}
+    if chosen is not None:
+        env["KMP_BLOCKTIME"] = chosen
+    code = "import os; from pyjlad.openmp import load_libomp; assert load_libomp(); print(os.environ['KMP_BLOCKTIME'])"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == (chosen or "1")
