@@ -146,8 +146,7 @@ def _rewrite_call(line: str, index: int, forward: bool = False,
     if "" in shared.split(", "):
         return None
     n32 = f"%pyjlad.omp.threads.{index}"
-    split = halo is not None and bool(private) and not forward
-    if split:
+    if halo is not None:
         fork = split_rows(index, indent, shared, halo, (f"{name}.interior", name))
     elif forward:  # the fork's operands packed behind one pointer (see forward_fork)
         pack = f"%pyjlad.omp.pack.{index}"
@@ -160,7 +159,7 @@ def _rewrite_call(line: str, index: int, forward: bool = False,
     replacement = (f"{indent}{n32} = trunc i64 {threads[1]} to i32\n"
                    f"{indent}call void @omp_set_num_threads(i32 {n32})\n"
                    f"{fork}")
-    if split:
+    if halo is not None:
         return replacement, (task(f"{name}.interior", kernel, ndim, narrays, private=private,
                                   private_kernel=private_body(index), parts=INTERIOR)
                              + task(name, kernel, ndim, narrays, parts=EDGES))
@@ -242,7 +241,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
             if rewritten is not None:
                 if private:
                     privatized[len(tasks)] = (kernel, sorted(private))
-                split |= halo is not None and bool(private) and not forward
+                split |= halo is not None
                 if forward:
                     out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [4 x ptr], align 8")
                 out.append(rewritten[0])
