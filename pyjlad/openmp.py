@@ -26,7 +26,7 @@ __all__ = ["CANDIDATES", "JIT_SYMBOLS", "libomp_path", "load_libatomic", "load_l
 #: and its ``omp_get_thread_num`` knows nothing of LLVM's threads (every thread would be thread 0).
 JIT_SYMBOLS = (
     "__kmpc_fork_call", "__kmpc_for_static_init_8", "__kmpc_for_static_fini", "__kmpc_global_thread_num",
-    "omp_get_thread_num", "omp_get_max_threads", "omp_get_num_threads", "omp_set_num_threads",
+    "omp_get_thread_num", "omp_get_max_threads", "omp_get_num_threads", "omp_set_num_threads", "omp_in_parallel",
 )
 
 #: Where Debian's ``libomp5-15`` (first) and any ``libomp5`` put LLVM's OpenMP runtime.

@@ -32,8 +32,9 @@ from . import private_bodies
 from .errors import IRLookupError, IRParseError
 from .ir import Module, decode_name, parse
 from .ir.analysis import reachable
+from .ir.edit import type_hint_declaration
 from .ir.rewrite import drop_debug_attachments
-from .openmp_tasks import EDGES, INTERIOR, forward_fork, split_definition, split_rows, task
+from .openmp_tasks import EDGES, INTERIOR, forward_fork, split_definition, split_rows, task, typed_arguments
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
 __all__ = ["EXAMPLE", "blas_in_parallel_loops", "openmp_parallel_loops", "parallel_call_count",
@@ -221,6 +222,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     schedules: set[str] = set()
     privatized: dict[int, tuple[str, list[int]]] = {}  # the loops with private copies: body, copied arguments
     split = False  # whether a loop's rows are split (pyjlad.openmp_tasks.split_rows)
+    hints: set[str] = set()  # Enzyme's type annotations the callers use (pyjlad.openmp_tasks.typed_arguments)
     parsed: Module | None = None
     function = ""
     entry_at = 0  # where the current function's entry block starts in ``out`` (forward mode's packs go there)
@@ -232,7 +234,8 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
             entry_at += 1  # after the entry block's label
         if _CALL in line:
             kernel = line[line.index(_CALL) + len(_CALL):].split(",")[0].split()[-1]
-            layout = layouts.get(kernel.lstrip("@").strip('"')) if layouts and not forward else None
+            found = layouts.get(kernel.lstrip("@").strip('"')) if layouts else None
+            layout = found if not forward else None
             if layout is not None and layout.candidates and parsed is None:
                 parsed = parse(text, strict=False)  # once per module, for every loop's body
             private = _private_copies(parsed, kernel, layout) if layout is not None else {}
@@ -244,6 +247,12 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
                 split |= halo is not None
                 if forward:
                     out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [4 x ptr], align 8")
+                if found is not None and any(a.element for a in found.arrays):  # Enzyme learns their types
+                    args = _split_arguments(line[line.index(_CALL) + len(_CALL):line.rfind(")")])[1]
+                    lines, used = typed_arguments(len(tasks), line[: len(line) - len(line.lstrip())], args,
+                                                  found.arrays)
+                    out.append(lines)
+                    hints |= used
                 out.append(rewritten[0])
                 tasks.append(rewritten[1])
                 continue
@@ -268,7 +277,8 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     bodies = _private_bodies(body, privatized)
     if bodies is None:
         return text
-    wanted = _DECLARATIONS + (_FORWARD_DECLARATIONS if forward else "") + (_PRIVATE_DECLARATIONS if privatized else "")
+    wanted = (_DECLARATIONS + (_FORWARD_DECLARATIONS if forward else "") + (_PRIVATE_DECLARATIONS if privatized else "")
+              + "".join(f"\n{type_hint_declaration(hint)}" for hint in sorted(hints)))
     present = _defined_or_declared(body)
     declared = [d for d in wanted.strip().split("\n") if d.strip() and _declared_name(d) not in present]
     helpers = [split_definition()] if split else []

@@ -35,9 +35,14 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-__all__ = ["EDGES", "INTERIOR", "PARTS_PER_ROW", "forward_fork", "split_definition", "split_rows", "task"]
+if TYPE_CHECKING:
+    from .private_adjoints import ArrayLayout
+
+__all__ = ["EDGES", "INTERIOR", "PARTS_PER_ROW", "forward_fork", "split_definition", "split_rows", "task",
+           "typed_arguments"]
 
 #: How many parts :func:`split_rows` makes of each row of the schedule, in order: below, interior, above.
 PARTS_PER_ROW = 3
@@ -94,6 +99,33 @@ def split_definition() -> str:
         "  ret void\n"
         "}\n"
     )
+
+
+def typed_arguments(index: int, indent: str, args: str, arrays: Sequence[ArrayLayout]) -> tuple[str, set[str]]:
+    """The caller's lines telling Enzyme, before loop ``index`` runs, the type of the elements of each array of
+    ``arrays`` it passes the loop (``args[a.index]``, whose elements are ``a.element``), and the hints used.
+
+    The loop's body reads the arrays through the pointers in ``args``, which Enzyme's type analysis does not
+    follow into the body: where the caller itself only copies such an array (``u = u.copy()`` in a time loop
+    whose steps are parallel loops), Enzyme could not type the copy, and with loose types, the last resort,
+    took the copied doubles for integers: the adjoint through the copy was lost (zero gradients, silently).
+    Typing the pointer loaded back from ``args`` types the value stored there and, through Enzyme's analysis,
+    the copies it comes from.
+
+    >>> from pyjlad.private_adjoints import ArrayLayout
+    >>> print(typed_arguments(0, "  ", "ptr %a", [ArrayLayout(1, 8, (1,), (3,), element="double")])[0])
+      %pyjlad.omp.typed.0.1.at = getelementptr inbounds ptr, ptr %a, i64 1
+      %pyjlad.omp.typed.0.1 = load ptr, ptr %pyjlad.omp.typed.0.1.at, align 8
+      call void @__enzyme_double(ptr %pyjlad.omp.typed.0.1, i64 8)
+    """
+    array = args.split()[-1]
+    lines, hints = [], set()
+    for a in sorted((a for a in arrays if a.element), key=lambda a: a.index):
+        hint, value = f"__enzyme_{a.element}", f"%pyjlad.omp.typed.{index}.{a.index}"
+        lines += [f"{value}.at = getelementptr inbounds ptr, ptr {array}, i64 {a.index}",
+                  f"{value} = load ptr, ptr {value}.at, align 8", f"call void @{hint}(ptr {value}, i64 {a.itemsize})"]
+        hints.add(hint)
+    return "\n".join(indent + line for line in lines), hints
 
 
 def split_rows(index: int, indent: str, shared: str, halo: tuple[int, int], forks: tuple[str, str]) -> str:

@@ -60,7 +60,7 @@ from .openmp_loops import (
     parallel_call_count,
     unrecognized_parallel_calls,
 )
-from .parfor_bodies import prepared_loop_bodies
+from .parfor_bodies import prepared_loop_bodies, typed_loop_arguments
 from .portable import PortableModule
 from .private_adjoints import LoopLayout, recording_loop_layouts
 from .refusals import enzyme_reason
@@ -77,7 +77,7 @@ PARALLEL_TWIN = "pyjlad_parallel_twin"
 
 #: The modules whose code makes the parallel module Enzyme differentiates, or edits Enzyme's output of it.
 _SOURCES = ("parallel_derivatives.py", "openmp_loops.py", "openmp_tasks.py", "private_adjoints.py", "private_bodies.py",
-            "parfor_bodies.py", "openmp.py", "row_offsets.py")
+            "parfor_bodies.py", "openmp.py", "row_offsets.py", "openmp_fills.py")
 
 
 @functools.cache
@@ -118,7 +118,8 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     cres, text = fresh
     if parallel_call_count(text) == 0:
         return None, "Numba made no parallel loop of it for these argument types"
-    rewritten = prepared_loop_bodies(openmp_parallel_loops(text, forward=forward, layouts=layouts))
+    rewritten = prepared_loop_bodies(openmp_parallel_loops(typed_loop_arguments(text, layouts), forward=forward,
+                                                           layouts=layouts))
     if unrecognized_parallel_calls(rewritten):
         return None, "one of its parallel loops has a form the OpenMP rewrite does not recognize"
     try:

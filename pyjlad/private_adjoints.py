@@ -82,6 +82,10 @@ class ArrayLayout:
     #: (:func:`pyjlad.row_offsets.own_elements`): passed in place, not copied, to the body's copy, whose adds
     #: into its adjoint are then plain (each thread adds only into elements no other thread reads).
     in_place: bool = False
+    #: What the array's elements are, for Enzyme: ``"double"``, ``"float"``, ``"integer"`` (integers and
+    #: booleans), or None (other types): the loop's caller and body say so (:func:`pyjlad.openmp_tasks.typed_arguments`,
+    #: :func:`pyjlad.parfor_bodies.typed_loop_arguments`).
+    element: str | None = None
 
 
 @dataclass
@@ -227,11 +231,12 @@ def _layout(across: frozenset[str] | None, halos: dict[str, tuple[int, int]], ow
             if len(sig) != aty.ndim or aty.ndim == 0 or itemsize == 0:
                 out.complete = False  # (an element size unknown: no overlap check, no copies)
             else:
+                floats = aty.dtype in (types.float32, types.float64)
                 layout = ArrayLayout(index=i + 1, itemsize=itemsize, dims=tuple(1 + symbols.index(s) for s in sig),
                                      steps=tuple(1 + nargs + stride + k for k in range(aty.ndim)),
-                                     aligned=bool(getattr(aty, "aligned", False)))
+                                     aligned=bool(getattr(aty, "aligned", False)),
+                                     element=_element(aty.dtype, types))
                 out.arrays.append(layout)
-                floats = aty.dtype in (types.float32, types.float64)
                 across_rows = across is not None and name in across
                 if floats and name in halos and sum(halos[name]) > 0 and aty.layout in ("C", "F"):
                     # read only near each iteration's own rows, its elements distinct: read in place, the rows
@@ -250,6 +255,15 @@ def _layout(across: frozenset[str] | None, halos: dict[str, tuple[int, int]], ow
                     out.candidates.append(dataclasses.replace(layout, in_place=True))
         stride += count
     return out
+
+
+def _element(dtype: object, types: object) -> str | None:
+    """:attr:`ArrayLayout.element` of an array of Numba type ``dtype``."""
+    if dtype == types.float64:
+        return "double"
+    if dtype == types.float32:
+        return "float"
+    return "integer" if isinstance(dtype, (types.Integer, types.Boolean)) else None
 
 
 #: Instructions whose result points into the memory of a pointer operand.

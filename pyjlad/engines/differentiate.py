@@ -20,12 +20,14 @@ from ..errors import (
 )
 from ..export import ExportedFunction
 from ..ir.edit import tag_integer_accesses, type_float_copies
+from ..ir.instructions import parse_instruction
 from ..ir.module import parse
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
 from ..log import get_logger, timed
 from ..nested import explain_failure as explain_nested
 from ..nested import is_nested_driver, nested_modules
+from ..openmp_fills import parallel_fills
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
 from ..private_bodies import BODY_PREFIX, plain_private_adds
 from ..refusals import HELPER_CONSTRUCTS, explain
@@ -174,6 +176,12 @@ def _optimized_for_host(toolchain: Toolchain, module: str | bytes, passes: str, 
     return toolchain.run(differentiated, _OPTIMIZE, what=what, options=(*options, *HOST_TARGET))
 
 
+def _parallel_rewrite(text: str) -> str:
+    """Enzyme's output of a parallel derivative edited before its optimization: private adds made plain, large
+    fills and copies split between threads."""
+    return parallel_fills(plain_private_adds(text))
+
+
 def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
                    options: tuple[str, ...] = (), host: bool = False,
                    rewrite: Callable[[str], str] | None = None) -> bytes:
@@ -247,6 +255,27 @@ def _integers_typed(module: str | bytes) -> str:
 
 #: Enzyme could not type a ``memcpy``/``memmove`` (see :func:`_copies_typed`).
 _COPY_TYPE_FAILURE = "Cannot deduce type of copy"
+def _untyped_array_copy(diagnostics: str) -> bool:
+    """Whether Enzyme could not type a copy (:data:`_COPY_TYPE_FAILURE`) of anything but a constant (the bytes of
+    an error message: with loose types, integers, which they are).
+
+    >>> _untyped_array_copy("Cannot deduce type of copy   call void @llvm.memcpy.p0.p0.i64(ptr %a, ptr %b, "
+    ...                     "i64 %n, i1 false)")
+    True
+    >>> _untyped_array_copy("Cannot deduce type of copy   call void @llvm.memcpy.p0.p0.i64(ptr %a, ptr align 16 "
+    ...                     "@.bytes.content.4, i64 21, i1 false)")
+    False
+    """
+    for line in diagnostics.splitlines():
+        if _COPY_TYPE_FAILURE not in line:
+            continue
+        ins = parse_instruction(line.split(_COPY_TYPE_FAILURE, 1)[1].strip())
+        call = ins.call() if ins is not None else None
+        if call is None or len(call.values) < 2 or not call.values[1].startswith("@"):
+            return True
+    return False
+
+
 #: Enzyme's type analysis met two types for one value.
 _TYPE_CONFLICT = "Illegal updateAnalysis"
 
@@ -305,8 +334,11 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
     passes, options = PASSES, NO_SPECULATION_ARGS
     # A parallel derivative's private rows and LAPACK helpers (pyjlad.private_bodies): their adds into adjoints
-    # no other thread touches made plain.
-    rewrite = plain_private_adds if BODY_PREFIX in module_text or "@__kmpc_fork_call" in module_text else None
+    # no other thread touches made plain; and its large fills and copies done by all its threads
+    # (pyjlad.openmp_fills).
+    parallel = "@__kmpc_fork_call" in module_text
+    rewrite = _parallel_rewrite if parallel else (
+        plain_private_adds if BODY_PREFIX in module_text else None)
     while True:
         try:
             with timed(_log, "Enzyme on %s (options %s)", exported.name, " ".join(options) or "none"):
@@ -327,6 +359,18 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
                 untyped, module, copies = module, _copies_typed(module), True
                 dump(label, "enzyme.input-copies-typed", module)
                 continue
+            if _untyped_array_copy(exc.diagnostics):
+                # With loose types, the retry below, Enzyme takes a copy it cannot type for integers: the adjoint
+                # through it would be lost (a parallel derivative falls back to the serial one on this error).
+                # A construct pyjlad knows it cannot differentiate (a list that grows) is named first.
+                named = explain(exported, exc, unknown_externals(exported))
+                if ": it uses " in str(named).split("\n", 1)[0]:
+                    raise named from None
+                raise EnzymeError(
+                    f"cannot differentiate {exported.name}: Enzyme could not tell what one of its array copies holds "
+                    "(an array's .copy(), a slice copied into a new array), and without that it would lose the "
+                    "derivative through the copy; write that copy as a loop (for i in range(n): b[i] = a[i])",
+                    diagnostics=exc.diagnostics) from None
             if untyped is not None and _TYPE_CONFLICT in exc.diagnostics:
                 # The copies' types contradict what Enzyme deduced elsewhere: the attempts as before.
                 _log.debug("typing the copies of %s contradicted Enzyme's types: without them", exported.name)

@@ -402,4 +402,30 @@ def _float_elements(body: list[str]) -> dict[str, str]:
             base = after[after.index("ptr") + 1] if "ptr" in after[:-1] else ""
             if base.startswith("%"):
                 elements.setdefault(base, after[0])
+    return _through_joins(body, elements)
+
+
+def _through_joins(body: list[str], elements: dict[str, str]) -> dict[str, str]:
+    """``elements`` with the pointers joined to them by a ``phi`` or ``select`` (either way): one array's data
+    pointer through a loop (``u = u.copy()`` in a time loop: the copy's source and destination are the loop's
+    ``phi`` and the new array, the code indexes only the ``phi`` after the loop)."""
+    joins = []
+    for line in body:
+        if " phi ptr " not in line and " select " not in line:
+            continue
+        instruction = parse_instruction(line)
+        if instruction is None or not instruction.result:
+            continue
+        if instruction.opcode == "phi":
+            joins.append([instruction.result, *(value for value, _ in instruction.phi_incoming())])
+        elif instruction.opcode == "select":
+            joins.append([instruction.result, *instruction.operands()[1:]])  # not the condition
+    changed = bool(elements)
+    while changed:
+        changed = False
+        for values in joins:
+            kind = next((elements[v] for v in values if v in elements), None)
+            for v in values if kind is not None else ():
+                if v not in elements:
+                    elements[v], changed = kind, True
     return elements

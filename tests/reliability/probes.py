@@ -235,8 +235,26 @@ SCALAR_FUNCTIONS: list[tuple[str, Any, tuple, Callable, Callable]] = [
 ]
 
 
+def _copies_gradient(module: str, name: str):
+    """The gradient with respect to ``u0`` of the kernel ``name`` of test module ``module`` (a time loop's copies)."""
+    def call(u, steps):
+        import importlib
+
+        return pyjlad.gradient(getattr(importlib.import_module(module), name), u, steps, wrt=0)
+    return call
+
+
+def _copies_probes() -> list[Probe]:
+    """Row 68: copies Enzyme must be told the type of (before: the gradient through them silently zero)."""
+    return [Probe(f"gradient through the copies of a time loop ({kind})", "integrity", "correct",
+                  inputs=lambda: (_X.copy() + 2.0, 3), call=_copies_gradient(module, name),
+                  oracle=lambda u, n: 2.0 * u, rows=(68,))
+            for kind, module, name in (("serial", "test_copy_types", "copied_in_a_time_loop"),
+                                       ("parallel=True", "test_parallel_time_loops", "scaled_in_a_loop"))]
+
+
 def _integrity_probes() -> list[Probe]:
-    out: list[Probe] = []
+    out: list[Probe] = _copies_probes()
     for name, f, extra, grad, hess in SCALAR_FUNCTIONS:
         nones = (None,) * len(extra)
         quick = name in ("sumsq", "quadratic_form")
