@@ -255,6 +255,8 @@ def _integers_typed(module: str | bytes) -> str:
 
 #: Enzyme could not type a ``memcpy``/``memmove`` (see :func:`_copies_typed`).
 _COPY_TYPE_FAILURE = "Cannot deduce type of copy"
+
+
 def _untyped_array_copy(diagnostics: str) -> bool:
     """Whether Enzyme could not type a copy (:data:`_COPY_TYPE_FAILURE`) of anything but a constant (the bytes of
     an error message: with loose types, integers, which they are).
@@ -367,9 +369,9 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
                 if ": it uses " in str(named).split("\n", 1)[0]:
                     raise named from None
                 raise EnzymeError(
-                    f"cannot differentiate {exported.name}: Enzyme could not tell what one of its array copies holds "
-                    "(an array's .copy(), a slice copied into a new array), and without that it would lose the "
-                    "derivative through the copy; write that copy as a loop (for i in range(n): b[i] = a[i])",
+                    f"pyjlad cannot differentiate {exported.name}: Enzyme could not tell what one of its array "
+                    "copies holds (an array's .copy(), a slice copied into a new array), and without that it would "
+                    "lose the derivative through the copy; write that copy as a loop (for i in range(n): b[i] = a[i])",
                     diagnostics=exc.diagnostics) from None
             if untyped is not None and _TYPE_CONFLICT in exc.diagnostics:
                 # The copies' types contradict what Enzyme deduced elsewhere: the attempts as before.
