@@ -3,18 +3,22 @@
 Before: ``un = u.copy()`` in a time loop, with ``u = un`` after each step and the code indexing only the array
 after the loop, was a copy Enzyme could not type (its source is the loop's ``phi``, its destination a new
 array); with loose types, the last resort, Enzyme took the doubles for integers and the gradient was zero,
-silently. Now the copies' types follow the ``phi`` nodes joining them to an array the code indexes as floats,
-and a copy Enzyme still cannot type is an error, never loose types. Closed forms (the sum of squares of the
-input after copies: ``2 u``) from copies taken before the calls.
+silently. Now the copies' types follow the ``phi`` nodes joining them to an array the code indexes as floats.
+A copy of an integer array passed in is still differentiated (loose types are right for it). Closed forms (the
+sum of squares of the input after copies: ``2 u``) from copies taken before the calls.
 """
 
 from __future__ import annotations
 
+import warnings
+
+import numba
 import numpy as np
 import pytest
 from numba import njit
 
 import pyjlad
+from pyjlad.errors import ParallelFallbackWarning
 
 
 @njit
@@ -83,3 +87,37 @@ def test_copies_are_typed_through_phis() -> None:
     typed = type_float_copies(parse(text)).render()
     assert "call void @__enzyme_double(ptr %b, i64 8)" in typed
     assert "call void @__enzyme_double(ptr %u, i64 8)" in typed
+
+
+@njit
+def gathered_through_an_index_copy(x, idx):
+    j = idx.copy()
+    return np.sum(x[j] ** 2)
+
+
+@njit(parallel=True)
+def gathered_in_parallel_through_an_index_copy(x, idx):
+    j = idx.copy()
+    s = 0.0
+    for i in numba.prange(j.shape[0]):
+        s += x[j[i]] ** 2
+    return s
+
+
+@pytest.mark.parametrize("kernel", [gathered_through_an_index_copy, gathered_in_parallel_through_an_index_copy],
+                         ids=lambda f: f.__name__)
+def test_a_copy_of_integers_is_not_refused(kernel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of an integer array passed in carries no derivative: differentiated (the closed form: each index
+    adds ``2 x[j]`` to its element), not refused as a copy Enzyme cannot type."""
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    rng = np.random.default_rng(7)
+    x, idx = rng.normal(size=12), rng.integers(0, 12, 30)
+    want = np.zeros(12)
+    np.add.at(want, idx, 2.0 * x[idx])
+    x0, idx0 = x.copy(), idx.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParallelFallbackWarning)  # either derivative will do: the value is checked
+        g = pyjlad.gradient(kernel, x, idx, wrt=0)
+    np.testing.assert_allclose(g, want, rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(idx, idx0)

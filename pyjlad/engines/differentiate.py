@@ -361,18 +361,12 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
                 untyped, module, copies = module, _copies_typed(module), True
                 dump(label, "enzyme.input-copies-typed", module)
                 continue
-            if _untyped_array_copy(exc.diagnostics):
+            if parallel and _untyped_array_copy(exc.diagnostics):
                 # With loose types, the retry below, Enzyme takes a copy it cannot type for integers: the adjoint
-                # through it would be lost (a parallel derivative falls back to the serial one on this error).
-                # A construct pyjlad knows it cannot differentiate (a list that grows) is named first.
-                named = explain(exported, exc, unknown_externals(exported))
-                if ": it uses " in str(named).split("\n", 1)[0]:
-                    raise named from None
-                raise EnzymeError(
-                    f"pyjlad cannot differentiate {exported.name}: Enzyme could not tell what one of its array "
-                    "copies holds (an array's .copy(), a slice copied into a new array), and without that it would "
-                    "lose the derivative through the copy; write that copy as a loop (for i in range(n): b[i] = a[i])",
-                    diagnostics=exc.diagnostics) from None
+                # through a copy of floats would be lost. A parallel derivative has the serial one to fall back on
+                # (pyjlad.parallel_derivatives), whose copies Enzyme types from the loops it sees inline.
+                raise EnzymeError(f"Enzyme could not type a copy of an array in the parallel derivative of "
+                                  f"{exported.name}", diagnostics=exc.diagnostics) from None
             if untyped is not None and _TYPE_CONFLICT in exc.diagnostics:
                 # The copies' types contradict what Enzyme deduced elsewhere: the attempts as before.
                 _log.debug("typing the copies of %s contradicted Enzyme's types: without them", exported.name)
