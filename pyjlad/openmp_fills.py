@@ -30,6 +30,7 @@ Examples
 from __future__ import annotations
 
 from .ir.instructions import parse_instruction
+from .openmp_loops import defined_or_declared
 
 __all__ = ["HELPERS", "THRESHOLD", "parallel_fills"]
 
@@ -202,7 +203,7 @@ def parallel_fills(text: str) -> str:
             lines[k], changed = replaced, True
     if not changed:
         return text
-    present = {symbol for symbol in _DECLARATIONS if _declared(lines, symbol)}
+    present = defined_or_declared("\n".join(lines))
     needed = [d for symbol, d in _DECLARATIONS.items() if symbol not in present]
     return "\n".join([*lines, HELPERS, *needed, ""])
 
@@ -229,9 +230,3 @@ def _replaced(line: str) -> str | None:
     indent = line[: len(line) - len(line.lstrip())]
     head = f"{ins.result} = call ptr" if ins.result else "call void"
     return f"{indent}{head} {_REPLACED[call.callee]}({', '.join(kept)})"
-
-
-def _declared(lines: list[str], symbol: str) -> bool:
-    """Whether ``lines`` declare or define ``symbol`` (a function)."""
-    needle = f" {symbol}("
-    return any(line.startswith(("declare ", "define ")) and needle in line for line in lines)

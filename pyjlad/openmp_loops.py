@@ -37,8 +37,8 @@ from .ir.rewrite import drop_debug_attachments
 from .openmp_tasks import EDGES, INTERIOR, forward_fork, split_definition, split_rows, task, typed_arguments
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
-__all__ = ["EXAMPLE", "blas_in_parallel_loops", "openmp_parallel_loops", "parallel_call_count",
-           "unrecognized_parallel_calls"]
+__all__ = ["EXAMPLE", "blas_in_parallel_loops", "declared_name", "defined_or_declared", "openmp_parallel_loops",
+           "parallel_call_count", "unrecognized_parallel_calls"]
 
 _CALL = "call void @numba_parallel_for("
 _FAILED = "@pyjlad.omp.failed"
@@ -279,8 +279,8 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
         return text
     wanted = (_DECLARATIONS + (_FORWARD_DECLARATIONS if forward else "") + (_PRIVATE_DECLARATIONS if privatized else "")
               + "".join(f"\n{type_hint_declaration(hint)}" for hint in sorted(hints)))
-    present = _defined_or_declared(body)
-    declared = [d for d in wanted.strip().split("\n") if d.strip() and _declared_name(d) not in present]
+    present = defined_or_declared(body)
+    declared = [d for d in wanted.strip().split("\n") if d.strip() and declared_name(d) not in present]
     helpers = [split_definition()] if split else []
     return body.rstrip("\n") + "\n\n" + "\n".join([*tasks, *bodies, *helpers]) + "\n" + "\n".join(declared) + "\n"
 
@@ -367,7 +367,7 @@ def _report_failures(lines: list[str]) -> list[str] | None:
     return out
 
 
-def _declared_name(line: str) -> str:
+def declared_name(line: str) -> str:
     """The ``@`` symbol a ``declare`` line or a global's definition names (``""`` for other lines)."""
     if line.startswith(("declare ", "define ")):
         return line.split("(")[0].split()[-1]
@@ -376,9 +376,9 @@ def _declared_name(line: str) -> str:
     return ""
 
 
-def _defined_or_declared(text: str) -> set[str]:
+def defined_or_declared(text: str) -> set[str]:
     """The ``@`` symbols ``text`` declares or defines (functions and globals)."""
-    return {name for name in map(_declared_name, text.split("\n")) if name}
+    return {name for name in map(declared_name, text.split("\n")) if name}
 
 
 def _threads_and_schedule(line: str, schedules: set[str]) -> str | None:

@@ -19,6 +19,7 @@ from numba import njit, prange
 from pyjlad.openmp import load_libomp
 from pyjlad.openmp_fills import THRESHOLD, parallel_fills
 from tests.parallel_checks import parallel_grad
+from tests.test_parallel_derivatives import stencil
 
 pytestmark = pytest.mark.skipif(load_libomp() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed")
 
@@ -137,18 +138,9 @@ def heat_energy(u, k):
     return np.sum(out * out)
 
 
-@njit(parallel=True)
-def stencil_energy(u, k):
-    """A 1-D stencil step and a serial sum of squares: Enzyme keeps a copy of the step's result for the sum's
-    reverse."""
-    n = u.shape[0]
-    out = np.zeros(n)
-    for i in prange(1, n - 1):
-        out[i] = u[i] + k * (u[i - 1] - 2.0 * u[i] + u[i + 1])
-    s = 0.0
-    for i in range(n):
-        s += out[i] * out[i]
-    return s
+#: A 1-D stencil step and a serial sum of squares (Enzyme keeps a copy of the step's result for the sum's reverse):
+#: test_parallel_derivatives' kernel, compiled afresh so that its derivative is built (and dumped) here.
+stencil_energy = njit(parallel=True)(stencil.py_func)
 
 
 def _heat_partials(u: np.ndarray, k: float) -> tuple[np.ndarray, float]:
