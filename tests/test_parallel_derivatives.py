@@ -11,6 +11,7 @@ differentiated (no fallback warning, ``__kmpc_fork_call`` in it). Forward mode (
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -505,3 +506,21 @@ def test_a_function_numba_cannot_compile_in_parallel_gets_its_serial_gradient(se
     else:  # on, the default
         assert messages and "Numba could not compile its parallel copy" in messages[0]
         assert "PYJLAD_PARALLEL_DERIVATIVES=0" in messages[0]
+
+
+def test_the_scaling_benchmark_redraws_its_recorded_runs(tmp_path) -> None:
+    """``benchmarks/parallel_scaling.py --plot`` draws the two recorded 16-core runs and prints their tables, whose
+    rows are the recorded gradients' agreement with JAX (README and ``parallel_scaling.md`` quote them)."""
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    runs = [bench / "parallel_scaling_a.json", bench / "parallel_scaling_b.json"]
+    png = tmp_path / "scaling.png"
+    out = subprocess.run([sys.executable, str(bench / "parallel_scaling.py"), "--plot", *map(str, runs),
+                          "--png", str(png)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert png.stat().st_size > 10_000
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| remote_stats |")]
+    assert len(rows) == 12 and all("| 16 |" in rows[i] for i in (5, 11))
+    for report in map(json.loads, (r.read_text() for r in runs)):
+        for kernel in report["kernels"].values():
+            assert [r["threads"] for r in kernel["rows"]] == [1, 2, 4, 8, 12, 16]
+            assert all(r["caller_unchanged"] and r["error_vs_jax"] < 1e-14 for r in kernel["rows"])
