@@ -374,6 +374,13 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
                 continue
             untyped = None
             attempt = _next_attempt(passes, options, exc.diagnostics)
+            if attempt is not None and _LOOSE_TYPES in attempt[1] and not copies:
+                # Loose types take a copy Enzyme cannot type for integers, losing the adjoint through it; Enzyme
+                # stops at its first failure, which can be another (a phi of Numba's quicksort, before the copy
+                # np.median makes of a slice of the sorted array): the copies are typed before loose types.
+                _log.debug("retrying %s with loose types: float copies typed first", exported.name)
+                untyped, module, copies = module, _copies_typed(module), True
+                dump(label, "enzyme.input-copies-typed", module)
             if attempt is None and not typed and any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
                 # The last resort for a type failure: every attempt again, the integers in memory typed.
                 _log.debug("Enzyme could not type %s's memory: retrying with its integer accesses typed",
