@@ -99,11 +99,13 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
     "numba_rnd_": Construct("np.random / random (a random number generator inside the function)",
                             ("np.random", "random"), True, _RANDOM_ADVICE),
     "NRT_MemInfo_varsize_realloc": Construct(
-        "a list that grows (list.append, or Numba's own lists inside np.clip with array bounds, np.moveaxis and "
-        "np.partition)",
-        ("list", "list.append", "np.clip", "np.moveaxis", "np.partition", "array.partition"), True,
+        "a list that grows (list.append, or Numba's own lists inside np.clip with array bounds, np.moveaxis, "
+        "np.partition and np.unique)",
+        ("list", "list.append", "np.clip", "np.moveaxis", "np.partition", "array.partition", "np.unique"), True,
         "fill a preallocated NumPy array instead of appending to a list; for np.clip with array bounds write "
-        "np.minimum(np.maximum(x, lo), hi); for np.partition(x, k)[k] write np.sort(x)[k]"),
+        "np.minimum(np.maximum(x, lo), hi); for np.partition(x, k)[k] write np.sort(x)[k]; for np.unique(x) of "
+        "distinct values write np.sort(x), else sort and keep the first of each run of equal values in a "
+        "preallocated array"),
     # Numba's permute_arrays (numba.np.arrayobj) checks the new axis order for repeats with a set.
     "NRT_MemInfo_varsize_alloc": Construct(
         "an axis reordering (np.swapaxes, np.rot90 with k=1 or 3, np.transpose(x, axes), x.transpose(axes), "

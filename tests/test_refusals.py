@@ -98,9 +98,15 @@ def partitions(x):
     return np.partition(x, 1)[1] * 2.0  # REFUSED
 
 
+@njit
+def sums_unique_values(x):
+    return np.sum(np.unique(x) ** 2)  # REFUSED
+
+
 CASES = [
     (uses_print, "print()", "print outside"),
     (partitions, "a list that grows", "np.sort(x)[k]"),
+    (sums_unique_values, "a list that grows", "for np.unique(x) of distinct values write np.sort(x)"),
     (swaps_axes_of_a_3d_array, "an axis reordering (np.swapaxes", "x.T (all axes reversed)"),
     (appends_to_a_list, "a list that grows", "preallocated NumPy array"),
     (clips_to_array_bounds, "a list that grows", "np.minimum(np.maximum(x, lo), hi)"),
@@ -139,7 +145,7 @@ def test_refusal_names_the_construct_and_its_line(func, construct, advice):
         assert "print" not in message.lower()
     if func not in (uses_typed_list, uses_typed_dict):
         assert "typed" not in message
-    if func not in (appends_to_a_list, clips_to_array_bounds, partitions):
+    if func not in (appends_to_a_list, clips_to_array_bounds, partitions, sums_unique_values):
         assert "grows" not in message
     assert x.tobytes() == before.tobytes()
 
