@@ -130,7 +130,17 @@ _IMPL_NAMES = (
      ("getitem[array]", "setitem[array]")),
     (re.compile(r"^numba\.misc\.quicksort\."), "a sort (np.sort, np.argsort: Numba's quicksort)",
      ("np.sort", "np.argsort", "array.sort", "array.argsort")),
+    (re.compile(r"^numba\.misc\.mergesort\."), "a merge sort (kind='mergesort': Numba's merge sort)",
+     ("np.argsort", "np.sort", "array.argsort", "array.sort")),
 )
+
+#: What to write instead of an implementation of :data:`_IMPL_NAMES` (by its name), where more is known than
+#: the general advice.
+_IMPL_ADVICE = {
+    "a merge sort (kind='mergesort': Numba's merge sort)":
+        "the default kind, quicksort (np.argsort(x), np.sort(x)), differentiates; its order differs from a "
+        "stable sort's only among equal values",
+}
 
 _MANGLED_RE = re.compile(r"_ZN(?:\d+[A-Za-z_0-9]+?)+(?=E|B\d|\b)")
 _PART_RE = re.compile(r"(\d+)")
@@ -269,8 +279,8 @@ def _construct_from_report(diagnostics: str, user_functions: set[str]) -> tuple[
             found = pattern.match(path)
             if found:
                 args = found.groups()
-                return path, Construct(name.format(*args), tuple(lb.format(*args) for lb in labels), False,
-                                       "rewriting that operation as an explicit loop usually avoids it")
+                advice = _IMPL_ADVICE.get(name, "rewriting that operation as an explicit loop usually avoids it")
+                return path, Construct(name.format(*args), tuple(lb.format(*args) for lb in labels), False, advice)
         qualname = path.split(".")[-1]
         for function in user_functions:
             if path.endswith(function) or qualname == function.split(".")[-1]:
@@ -289,8 +299,11 @@ def enzyme_reason(diagnostics: str) -> str:
     for line in lines:
         if "Enzyme:" in line and not line.startswith(("@", "%", "define ", "declare ")):
             reason = line.split("Enzyme:", 1)[1].strip()
-            if reason and reason != "<analysis>":
+            if reason and reason != "<analysis>" and not reason.startswith("oldFunc:"):  # not an IR dump's header
                 return reason[:200]
+    for line in lines:
+        if line.startswith("Cannot deduce"):  # type analysis, its reason on a line of its own after a dump
+            return line[:200]
     for line in lines:
         found = _SUMMARY_RE.search(line)
         if found:  # an assertion: the assertion itself, not the program and function before it

@@ -179,6 +179,11 @@ def test_enzyme_reason_skips_ir_comment_lines():
     diagnostics = ("; Function Attrs: nounwind Enzyme: cached\n"
                    "error: in function f: Enzyme: cannot handle unknown binary operator\n")
     assert enzyme_reason(diagnostics) == "cannot handle unknown binary operator"
+    # Enzyme's header of a function's dump (seen for Numba's merge sort): the reason follows the dump
+    diagnostics = ("error: <unknown>:0:0: in function f i32 (ptr): Enzyme: oldFunc: ; Function Attrs: nounwind\n"
+                   "define i32 @f(ptr %a) {\n  ret i32 0\n}\n"
+                   "Cannot deduce adding type of:   %r = insertelement <4 x i64> %v, i64 %l, i64 3\n")
+    assert enzyme_reason(diagnostics).startswith("Cannot deduce adding type of:   %r = insertelement")
 
 
 def test_demangle_reads_numba_symbols():
@@ -247,3 +252,23 @@ def test_a_numpy_implementation_is_named_as_the_user_wrote_it():
     symbol = "_ZN5numba2np9arraymath12np_diff_impl12_3clocals_3e12diff_impl_241B2v1E"
     _, construct = _construct_from_report(f"Enzyme: failed in {symbol}", set())
     assert construct.name == "np.diff" and "np.diff" in construct.labels
+
+
+@njit
+def stable_argsort(x):
+    idx = np.argsort(x, kind="mergesort")  # the line
+    return np.sum(x[idx][2:] ** 3)
+
+
+def test_a_failure_inside_numbas_merge_sort_names_it_and_the_default_kind():
+    x = np.array([0.3, -1.2, 2.5, 0.7, 1.9])
+    before = x.copy()
+    with pytest.raises(EnzymeError) as info:
+        pyjlad.gradient(stable_argsort, x)
+    message = str(info.value)
+    assert message.splitlines()[0].startswith("pyjlad cannot differentiate stable_argsort: it uses a merge sort")
+    source, first = inspect.getsourcelines(stable_argsort.py_func)
+    line = first + next(k for k, text in enumerate(source) if "# the line" in text)
+    assert f":{line} " in message and "the default kind, quicksort" in message
+    assert info.value.diagnostics
+    assert x.tobytes() == before.tobytes()

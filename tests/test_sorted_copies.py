@@ -3,8 +3,10 @@
 Before: ``y.sort(); np.median(y[2:])`` gave a zero gradient, silently. Enzyme's type analysis stopped at its
 first failure, a ``phi`` of Numba's quicksort (the partition stack's integers), so pyjlad retried with loose
 types, under which Enzyme took the copy ``np.median`` makes of the slice (a ``memcpy`` at an offset into the
-sorted array) for integers: no adjoint through it. Now the float copies are typed (``type_float_copies``)
-before any loose-types attempt, whatever Enzyme's first failure was.
+sorted array) for integers: no adjoint through it. So did every copy of floats in a function that sorts:
+slices of a sorted array copied, flattened, concatenated or passed to ``np.median``/``np.percentile``, an
+array copied by a loop and then copied again. Now the float copies are typed (``type_float_copies``) before any
+loose-types attempt, whatever Enzyme's first failure was.
 
 Oracles: ``jax.grad`` in float64 of the same program in ``jax.numpy`` (``jnp.sort``, ``jnp.median``,
 ``jnp.percentile`` share NumPy's definitions), on inputs without ties, from copies taken before the call;
@@ -100,6 +102,51 @@ def cumulative_sums_sorted_then_copied(x):
 
 
 @njit
+def two_medians(x):
+    return np.median(np.sort(x)[1:]) + np.median(x[:5])
+
+
+@njit
+def sorted_temporary_sliced(x):
+    return np.sum(np.sort(np.sin(x))[3:].copy() * 2.0)
+
+
+@njit
+def range_and_inner_squares(x):
+    y = np.sort(x)
+    inner = y[1:-1].copy()
+    return y[-1] - y[0] + np.sum(inner ** 2)
+
+
+@njit
+def positive_part_of_the_sorted_tail(x):
+    y = np.sort(x)
+    z = np.where(y > 0, y, 0.0)
+    return np.sum(z[1:].copy() ** 2)
+
+
+@njit
+def sorted_and_input_concatenated(x):
+    z = np.concatenate((np.sort(x), x))
+    return np.sum(z[3:].copy() ** 2)
+
+
+@njit
+def sorted_tail_flattened(x):
+    return np.sum(np.sort(x)[2:].flatten() ** 2)
+
+
+@njit
+def sorted_tail_copied_by_a_loop_then_copied(x):
+    y = np.sort(x)
+    z = np.zeros(y.shape[0] - 1)
+    for i in range(z.shape[0]):
+        z[i] = y[i + 1]
+    w = z.copy()
+    return np.sum(w * 2.0)
+
+
+@njit
 def rows_sorted_then_medians(a):
     b = a.copy()
     total = 0.0
@@ -132,6 +179,13 @@ def _jax_twins():
         tail_above_a_searched_value: lambda x: jnp.sum(jnp.where(x >= 0.5, x, 0.0) ** 2),
         list_sorted_then_median_of_a_slice: lambda x: jnp.median(jnp.sort(x)[2:]),
         cumulative_sums_sorted_then_copied: lambda x: jnp.sum(jnp.sort(jnp.cumsum(x))[1:] ** 2),
+        two_medians: lambda x: jnp.median(jnp.sort(x)[1:]) + jnp.median(x[:5]),
+        sorted_temporary_sliced: lambda x: jnp.sum(jnp.sort(jnp.sin(x))[3:] * 2.0),
+        range_and_inner_squares: lambda x: jnp.sort(x)[-1] - jnp.sort(x)[0] + jnp.sum(jnp.sort(x)[1:-1] ** 2),
+        positive_part_of_the_sorted_tail: lambda x: jnp.sum(jnp.where(jnp.sort(x) > 0, jnp.sort(x), 0.0)[1:] ** 2),
+        sorted_and_input_concatenated: lambda x: jnp.sum(jnp.concatenate((jnp.sort(x), x))[3:] ** 2),
+        sorted_tail_flattened: lambda x: jnp.sum(jnp.sort(x)[2:] ** 2),
+        sorted_tail_copied_by_a_loop_then_copied: lambda x: jnp.sum(jnp.sort(x)[1:] * 2.0),
     }
 
 
