@@ -112,6 +112,19 @@ def _jax_twins():
                  "heat2d": (heat, 0)}
 
 
+def kernel_cases(ns: argparse.Namespace, rng: np.random.Generator) -> dict:
+    """name -> (kernel, arguments, ``wrt``, size in words) at the sizes ``ns`` names (``--voxels``, ``--pairs``,
+    ``--cells``, ``--grid``); also measured by ``parallel_scaling.py``."""
+    x = rng.normal(size=(40, 8))
+    return {
+        "remote_stats": (remote_loss, (rng.uniform(0.5, 1.5, ns.voxels), x.T @ x, rng.normal(size=(ns.voxels, 8))),
+                         (0, 1, 2), f"{ns.voxels} voxels, 8x8"),
+        "pairwise": (pairwise, (rng.uniform(-2, 2, ns.pairs),), (0,), f"n = {ns.pairs} (O(n^2))"),
+        "stencil": (stencil, (rng.normal(size=ns.cells), 0.2), (0,), f"{ns.cells} cells, one step"),
+        "heat2d": (heat2d, (rng.normal(size=(ns.grid, ns.grid)), 0.1), (0,), f"{ns.grid}x{ns.grid}, one step"),
+    }
+
+
 def _time(call, repeat: int, threads: int) -> tuple[float, float]:
     """Best wall-clock seconds of ``repeat`` calls, and CPU seconds per thread per call."""
     call()
@@ -138,14 +151,7 @@ def main() -> None:
     if ns.quick:
         ns.voxels, ns.pairs, ns.cells, ns.grid, ns.repeat = 2000, 400, 100_000, 128, 3
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(40, 8))
-    cases = {
-        "remote_stats": (remote_loss, (rng.uniform(0.5, 1.5, ns.voxels), x.T @ x, rng.normal(size=(ns.voxels, 8))),
-                         (0, 1, 2), f"{ns.voxels} voxels, 8x8"),
-        "pairwise": (pairwise, (rng.uniform(-2, 2, ns.pairs),), (0,), f"n = {ns.pairs} (O(n^2))"),
-        "stencil": (stencil, (rng.normal(size=ns.cells), 0.2), (0,), f"{ns.cells} cells, one step"),
-        "heat2d": (heat2d, (rng.normal(size=(ns.grid, ns.grid)), 0.1), (0,), f"{ns.grid}x{ns.grid}, one step"),
-    }
+    cases = kernel_cases(ns, rng)
     jax, twins = _jax_twins()
     warnings.simplefilter("ignore", numba.NumbaPerformanceWarning)
     rows = []

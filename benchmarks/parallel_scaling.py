@@ -67,19 +67,12 @@ def measure(ns: argparse.Namespace) -> dict:
     """Time and check every kernel at every thread count; the figures as a JSON-ready dict."""
     import numba
     from machine import describe  # beside this script, on the path when it runs
-    from parallel_gradients import _jax_twins, _serial_twin, heat2d, pairwise, remote_loss, stencil
+    from parallel_gradients import _jax_twins, _serial_twin, kernel_cases
 
     import pyjlad
 
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(40, 8))
-    cases = {
-        "remote_stats": (remote_loss, (rng.uniform(0.5, 1.5, ns.voxels), x.T @ x, rng.normal(size=(ns.voxels, 8))),
-                         (0, 1, 2), f"{ns.voxels} voxels, 8x8"),
-        "pairwise": (pairwise, (rng.uniform(-2, 2, ns.pairs),), (0,), f"n = {ns.pairs} (O(n^2))"),
-        "stencil": (stencil, (rng.normal(size=ns.cells), 0.2), (0,), f"{ns.cells} cells, one step"),
-        "heat2d": (heat2d, (rng.normal(size=(ns.grid, ns.grid)), 0.1), (0,), f"{ns.grid}x{ns.grid}, one step"),
-    }
+    cases = kernel_cases(ns, rng)
     jax, twins = _jax_twins()
     warnings.simplefilter("ignore", numba.NumbaPerformanceWarning)
     report = {"machine": describe(), "cpus": os.cpu_count(), "numba": numba.__version__, "jax": jax.__version__,

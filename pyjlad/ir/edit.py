@@ -364,6 +364,16 @@ def type_float_copies(module: Module) -> Module:
       ret void
     }
     declare void @__enzyme_double(ptr nocapture readnone, i64) readnone nounwind willreturn
+
+    A vectorized gather's addresses (``getelementptr double, <4 x ptr> %v, <4 x i64> %i``) are not typed:
+    the hint takes one pointer.
+
+    >>> m = parse("define void @f(<4 x ptr> %a, <4 x i64> %i, ptr %b) {\n"
+    ...           "  %p = getelementptr double, <4 x ptr> %a, <4 x i64> %i\n"
+    ...           "  %g = call <4 x double> @llvm.masked.gather.v4f64.v4p0(<4 x ptr> %p, i32 8, <4 x i1> "
+    ...           "<i1 true, i1 true, i1 true, i1 true>, <4 x double> poison)\n  ret void\n}\n")
+    >>> "__enzyme_double" in type_float_copies(m).render()
+    False
     """
     used: set[str] = set()
     for function in module.definitions:
@@ -397,6 +407,8 @@ def _float_elements(body: list[str]) -> dict[str, str]:
             continue
         words = [t.text for t in significant(list(instruction.tokens))]
         after = [w for w in words[words.index("getelementptr") + 1:] if w != "inbounds"]
+        if "<" in after:  # a vector of addresses (a gather's): no pointer a hint can take
+            continue
         if after and after[0] in FLOAT_TYPE_HINTS:
             elements[instruction.result] = after[0]
             base = after[after.index("ptr") + 1] if "ptr" in after[:-1] else ""
@@ -411,7 +423,7 @@ def _through_joins(body: list[str], elements: dict[str, str]) -> dict[str, str]:
     ``phi`` and the new array, the code indexes only the ``phi`` after the loop)."""
     joins = []
     for line in body:
-        if " phi ptr " not in line and " select " not in line:
+        if (" phi ptr " not in line and " select " not in line) or " x ptr>" in line:  # not vectors of them
             continue
         instruction = parse_instruction(line)
         if instruction is None or not instruction.result:
