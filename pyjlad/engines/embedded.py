@@ -96,8 +96,8 @@ _register_runtime_symbols()
 #: What Enzyme is given (cache key; see ExportedFunction.enzyme_module). 2: IR before code generation; 3: @njit
 #: callees, Numba's helpers copied, no speculation; 4: no unrolling or interleaving; 5: no non-trivial unswitching;
 #: 6: copies of float array elements typed before loose types (a derivative built without that may be wrong);
-#: 7: ... also where Enzyme's first failure was not the copy's.
-_ENZYME_INPUT = "unvectorized-copy/7 " + " ".join(NO_SPECULATION_ARGS)
+#: 7: ... also where Enzyme's first failure was not the copy's; 8: ... not joined through constants (np.diff).
+_ENZYME_INPUT = "unvectorized-copy/8 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
 class Built:

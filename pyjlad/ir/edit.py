@@ -420,7 +420,12 @@ def _float_elements(body: list[str]) -> dict[str, str]:
 def _through_joins(body: list[str], elements: dict[str, str]) -> dict[str, str]:
     """``elements`` with the pointers joined to them by a ``phi`` or ``select`` (either way): one array's data
     pointer through a loop (``u = u.copy()`` in a time loop: the copy's source and destination are the loop's
-    ``phi`` and the new array, the code indexes only the ``phi`` after the loop)."""
+    ``phi`` and the new array, the code indexes only the ``phi`` after the loop). Constants join nothing:
+
+    >>> _through_joins(["  %m = phi ptr [ %alloc, %b1 ], [ null, %b2 ]",
+    ...                 "  %d = phi ptr [ %data, %b1 ], [ null, %b2 ]"], {"%data": "double"})
+    {'%data': 'double', '%d': 'double'}
+    """
     joins = []
     for line in body:
         if (" phi ptr " not in line and " select " not in line) or " x ptr>" in line:  # not vectors of them
@@ -429,9 +434,14 @@ def _through_joins(body: list[str], elements: dict[str, str]) -> dict[str, str]:
         if instruction is None or not instruction.result:
             continue
         if instruction.opcode == "phi":
-            joins.append([instruction.result, *(value for value, _ in instruction.phi_incoming())])
+            values = [value for value, _ in instruction.phi_incoming()]
         elif instruction.opcode == "select":
-            joins.append([instruction.result, *instruction.operands()[1:]])  # not the condition
+            values = instruction.operands()[1:]  # not the condition
+        else:
+            continue
+        # Only the instruction's own values: a constant (null, undef, a global) joins nothing to anything (two
+        # phis each taking null would otherwise join an allocation's meminfo to an array's data pointer).
+        joins.append([instruction.result, *(v for v in values if v.startswith("%"))])
     changed = bool(elements)
     while changed:
         changed = False
