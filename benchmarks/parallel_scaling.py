@@ -110,7 +110,7 @@ def measure(ns: argparse.Namespace) -> dict:
                   f"jvp {jvp_s * 1e3:.2f} ms, error {error:.1e}, spread {spread:.1e}", file=sys.stderr, flush=True)
         report["kernels"][name] = {"size": size, "serial_grad_ms": serial_s * 1e3, "jax_grad_ms": jax_s * 1e3,
                                    "rows": rows}
-        if ns.json:
+        if ns.json:  # after each kernel: a run stopped by a time limit keeps what it measured
             Path(ns.json).write_text(json.dumps(report, indent=1))
     report["threading_layer"] = numba.threading_layer()
     if ns.json:

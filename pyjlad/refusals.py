@@ -118,6 +118,8 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
                                "keep string handling outside the differentiated function"),
 }
 
+_MERGE_SORT = "a merge sort (kind='mergesort': Numba's merge sort)"
+
 #: Demangled Numba implementation paths -> what the user wrote.
 _IMPL_NAMES = (
     (re.compile(r"^numba\.np\.linalg\.(dot_2_mm|dot_2_mv|dot_2_vm|dot_2_vv|dot_3)"), "a matrix product (@ / np.dot)",
@@ -130,15 +132,13 @@ _IMPL_NAMES = (
      ("getitem[array]", "setitem[array]")),
     (re.compile(r"^numba\.misc\.quicksort\."), "a sort (np.sort, np.argsort: Numba's quicksort)",
      ("np.sort", "np.argsort", "array.sort", "array.argsort")),
-    (re.compile(r"^numba\.misc\.mergesort\."), "a merge sort (kind='mergesort': Numba's merge sort)",
-     ("np.argsort", "np.sort", "array.argsort", "array.sort")),
+    (re.compile(r"^numba\.misc\.mergesort\."), _MERGE_SORT, ("np.argsort", "np.sort", "array.argsort", "array.sort")),
 )
 
 #: What to write instead of an implementation of :data:`_IMPL_NAMES` (by its name), where more is known than
 #: the general advice.
 _IMPL_ADVICE = {
-    "a merge sort (kind='mergesort': Numba's merge sort)":
-        "the default kind, quicksort (np.argsort(x), np.sort(x)), differentiates; its order differs from a "
+    _MERGE_SORT: "the default kind, quicksort (np.argsort(x), np.sort(x)), differentiates; its order differs from a "
         "stable sort's only among equal values",
 }
 
