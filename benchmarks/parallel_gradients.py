@@ -208,6 +208,66 @@ def main() -> None:
             print(f"| {name} | {threads} | {j * 1e3:.2f} | {cpu * 1e3:.2f} | {s * 1e3:.2f} | {j / p:.1f} | {speed} |")
 
     _array_results(ns, rng, jax)
+    _several_directions(ns, rng, jax)
+
+
+def _several_directions(ns, rng, jax) -> None:
+    """Jacobians and Hessians (many directions, several per sweep where vector mode applies): their chunks of
+    directions on Numba's threads (:mod:`pyjlad.chunk_threads`), against the setting off (one thread) and
+    ``jax.jit`` of ``jacrev``/``jacfwd``/``hessian``."""
+    jnp = jax.numpy
+    x, w = rng.uniform(-2, 2, ns.pairs // 4), 0.7
+    px = rng.uniform(-2, 2, ns.pairs // 8)
+    voxels = max(20, ns.voxels // 100)
+    m = rng.normal(size=(40, 8))
+    mse, v, b = rng.uniform(0.5, 1.5, voxels), m.T @ m, rng.normal(size=(voxels, 8))
+
+    def inter(a):
+        return jnp.sum(jnp.tanh(w * a[:, None] - a[None, :]), axis=1)
+
+    def pair(a):
+        return jnp.sum(1.0 / (1.0 + (a[:, None] - a[None, :]) ** 2))
+
+    def remote(s):
+        return jnp.sum(b ** 2 / (s[:, None] * jnp.diag(jnp.linalg.inv(v))[None, :]))
+
+    cases = [
+        (f"jacobian (reverse), interactions n = {x.size}", interactions,
+         lambda f: pyjlad.jacobian(f, x, w), jax.jit(jax.jacrev(inter)), (x,)),
+        (f"jacobian (forward), interactions n = {x.size}", interactions,
+         lambda f: pyjlad.jacobian(f, x, w, mode="forward"), jax.jit(jax.jacfwd(inter)), (x,)),
+        (f"hessian, pairwise n = {px.size} (vector mode)", pairwise,
+         lambda f: pyjlad.hessian(f, px), jax.jit(jax.hessian(pair)), (px,)),
+        (f"hessian wrt mse, remote_stats {voxels} voxels (LAPACK: one column per sweep)", remote_loss,
+         lambda f: pyjlad.hessian(f, mse, v, b), jax.jit(jax.hessian(remote)), (mse,)),
+    ]
+    rows = []
+    for name, f, call, jcall, jargs in cases:
+        serial = _serial_twin(f)
+        jargs = [jnp.asarray(a) for a in jargs]
+        times = {}
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "0"
+            off = _time(lambda s=serial, c=call: c(s), ns.repeat, threads)[0]
+            os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", pyjlad.ParallelFallbackWarning)  # (hvp: said in the text)
+                on = _time(lambda f=f, c=call: c(f), ns.repeat, threads)
+            times[threads] = (on, off)
+        jax_t = _time(lambda g=jcall, a=jargs: jax.block_until_ready(g(*a)), ns.repeat, 1)[0]
+        rows.append((name, times, jax_t))
+    print("\nSeveral directions (`jacobian`, `hessian`): Enzyme's vector mode, or one Hessian-vector product per "
+          "column, of the serial copy, the chunks of directions on Numba's threads (`parallel`, the setting on) or "
+          "on one (`serial`, the setting off).\n")
+    print("| derivative | threads | parallel ms | CPU/thread ms | serial ms | speedup 1->2 | jax.jit ms |")
+    print("|---|---|---|---|---|---|---|")
+    for name, times, jax_t in rows:
+        for threads in (1, 2):
+            (on, cpu), off = times[threads]
+            speed = f"{times[1][0][0] / on:.2f}x" if threads == 2 else ""
+            print(f"| {name} | {threads} | {on * 1e3:.2f} | {cpu * 1e3:.2f} | {off * 1e3:.2f} | {speed} | "
+                  f"{jax_t * 1e3:.2f} |")
 
 
 def _array_results(ns, rng, jax) -> None:

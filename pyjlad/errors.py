@@ -167,7 +167,9 @@ class ParallelFallbackWarning(UserWarning):
     """A derivative of a ``parallel=True`` function runs serially although parallel derivatives are on.
 
     Issued (unless ``PYJLAD_PARALLEL_DERIVATIVES=0``) where the parallel derivative cannot be built
-    (Hessian-vector products, vector-mode sweeps, LLVM's OpenMP runtime missing, a parallel loop of a
-    shape pyjlad does not recognize); the message says which. The derivative is today's serial one,
-    still exact.
+    (a single Hessian-vector product, LLVM's OpenMP runtime missing, a parallel loop of a shape pyjlad
+    does not recognize); the message says which. The derivative is the serial one, still exact.
+    (Vector-mode sweeps, ``jacobian``, ``hessian``, batched ``jvp``/``vjp``, differentiate the serial
+    copy without this warning: their chunks of directions run on Numba's threads,
+    :mod:`pyjlad.chunk_threads`.)
     """

@@ -32,9 +32,11 @@ The function's ``@njit`` callees run serially inside it. Array and tuple results
 them (:mod:`pyjlad.outputs`) has a ``parallel=True`` twin with the function inlined, whose loops are
 the twin's own. Everything else is the serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
-:class:`~pyjlad.errors.ParallelFallbackWarning` saying why unless the setting is off: Hessian-vector products, vector-mode sweeps (several directions at once: ``jacobian``, batched
-``jvp``/``vjp``), a missing runtime, a loop the rewrite does not recognize, a copy
-Numba cannot compile, a copy Enzyme fails on.
+:class:`~pyjlad.errors.ParallelFallbackWarning` saying why unless the setting is off: a single
+Hessian-vector product, a missing runtime, a loop the rewrite does not recognize, a copy Numba cannot
+compile, a copy Enzyme fails on. Vector-mode sweeps (several directions at once: ``jacobian``,
+``hessian``, batched ``jvp``/``vjp``) differentiate the serial copy too, without a warning: their
+chunks of directions run on Numba's threads instead (:mod:`pyjlad.chunk_threads`).
 """
 
 from __future__ import annotations
@@ -160,7 +162,9 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
 
     False, silently, for a function that is not ``parallel=True`` or with the setting off (the serial
     derivative); False with a :class:`~pyjlad.errors.ParallelFallbackWarning` where the setting is on (the
-    default) but the parallel derivative is not available (Hessians, vector-mode sweeps, no runtime).
+    default) but the parallel derivative is not available (a single Hessian-vector product, no runtime);
+    False silently for a vector-mode sweep, whose chunks run on several threads instead
+    (:mod:`pyjlad.chunk_threads`).
 
     Examples
     --------
@@ -171,11 +175,12 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     """
     if getattr(exported, "make_parallel_module", None) is None or not config.parallel_derivatives():
         return False
-    if sweep.kind != "ad" or sweep.width > 1:
-        what = ("Hessian-vector products" if sweep.kind == "hvp"
-                else "vector-mode sweeps (several directions at once: jacobian, batched jvp/vjp)")
-        return _fallback(exported, f"{what} of parallel loops are not parallel yet (reverse and forward mode with "
-                         "one direction are)")
+    if sweep.width > 1:
+        return False  # the serial vector derivative, its chunks run on several threads (pyjlad.chunk_threads)
+    if sweep.kind != "ad":
+        return _fallback(exported, "Hessian-vector products of parallel loops differentiate the serial copy: "
+                         "each hvp runs on one thread (a hessian runs its columns on several threads; reverse and "
+                         "forward mode run the loops in parallel)")
     if load_libomp() is None:
         return _fallback(exported, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
     if load_libatomic() is None:

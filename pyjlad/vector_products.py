@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numba import types as nbtypes
 
+from .chunk_threads import chunk_threads, run_chunks
 from .engines import default_engine_name
 from .errors import ArgumentTypeError
 from .export import result_type
@@ -216,11 +217,15 @@ def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | 
     # The directions: rows (zero past n), one block per sweep (a sweep of the stacked layout may write into its
     # block: kept between calls only where interleaved, which copies them into the lanes).
     eye = kept[0] if kept is not None else unit_rows(padded, n, x.dtype)
-    lanes = (kept[1] if kept is not None else HessianLanes(x, width)) if interleaved else None
+    kept_lanes = [kept[1]] if kept is not None and interleaved else []
     hessian = np.empty((n, n), x.dtype)  # column j: H e_j
     reuse = writes is not None and not any(writes)  # f writes no argument: the same ones for every sweep
     shared = compact_overlapping(fresh(args, writes), [wrt]) if reuse else None
-    for start in range(0, n, width):
+
+    def new_lanes() -> HessianLanes | None:  # (each thread's own; the calling thread's first: the kept ones)
+        return (kept_lanes.pop() if kept_lanes else HessianLanes(x, width)) if interleaved else None
+
+    def columns(lanes: HessianLanes | None, start: int) -> None:
         stop = min(n, start + width)
         passed = shared if reuse else compact_overlapping(fresh(args, writes), [wrt])
         directions = eye[start:start + width].reshape((width, *x.shape))
@@ -233,6 +238,9 @@ def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | 
             products = np.zeros((width, *x.shape), x.dtype)
             run(passed, (directions, np.zeros(x.shape, x.dtype), products))
             hessian[:, start:stop] = products.reshape(width, n)[:stop - start].T
+
+    # (A replay's sweep has run before: its first chunk need not run alone.)
+    lanes = run_chunks(range(0, n, width), chunk_threads(f), new_lanes, columns, first_alone=kept is None)[0]
     if spare is not None and lanes is not None and not spare:
         spare.append((eye, lanes))
     return hessian.reshape(x.shape + x.shape)

@@ -11,12 +11,14 @@ per-call cost is the function's own, plus copies in and out.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .activity import Activity
+from .chunk_threads import chunk_threads, run_chunks
 from .engines import compiled_sweep
 from .errors import ArgumentError, EnzymeError, PyjladError, UnsupportedFunctionError
 from .memo import cached_for
@@ -125,6 +127,7 @@ class _Prepared:
         swept = ((Activity.DUP,) if plan.layout is not None else ()) + self.acts
         self.run = sweeper(plan.function, engine, "ad", mode, swept, -1, width, indices)
         self.width = width
+        self.swept = False  # whether a call's chunks have all run (the next call's may all start at once)
         self._spares: dict[tuple, list] = {}  # by shapes: buffers of calls that have returned
 
     def borrow(self, primals: tuple[Any, ...], out_like: Any) -> _LaneSet:
@@ -167,6 +170,32 @@ def _prepared(plan: SweepPlan, primals: tuple[Any, ...], mode: str, active: tupl
     return found
 
 
+class _ChunkState:
+    """What one thread's chunks use: the interleaved buffers it borrowed, the output it writes (a function
+    with an output parameter, not interleaved), and its last chunk's arguments and value."""
+
+    __slots__ = ("args", "buffers", "output", "value")
+
+    def __init__(self, prep: _Prepared, primals: tuple[Any, ...], plan: SweepPlan) -> None:
+        self.buffers = prep.borrow(primals, plan.out_like)
+        self.output = np.empty_like(plan.out_like) if plan.layout is not None and self.buffers.out is None else None
+        self.args: list[Any] = []
+        self.value: Any = None
+
+
+def _chunks(plan: SweepPlan, prep: _Prepared, primals: tuple[Any, ...], count: int, width: int,
+            work: Callable[[_ChunkState, int], None]) -> _ChunkState:
+    """``work(state, start)`` for each chunk (on several threads for a ``parallel=True`` function:
+    :mod:`pyjlad.chunk_threads`); a state that ran a chunk (its value and arguments: the function's output
+    is the same in every chunk), every state's buffers given back."""
+    states = run_chunks(range(0, count, width), chunk_threads(plan.function),
+                        lambda: _ChunkState(prep, primals, plan), work, first_alone=not prep.swept)
+    prep.swept = True
+    for state in states:
+        prep.give_back(state.buffers)
+    return next(state for state in states if state.args)
+
+
 def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int, make: Chunks,
                    width: int, engine: str | None, interleaved: bool,
                    columns: bool = False) -> tuple[Any, np.ndarray]:
@@ -177,19 +206,18 @@ def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
     prep = _prepared(plan, primals, "forward", active, width, interleaved, engine)
     kind, layout, written, out_like, writes = plan.kind, plan.layout, plan.written, plan.out_like, plan.writes
     unwritten = None if any(writes) else fresh(primals, writes)  # the same arrays for every chunk
-    buffers = prep.borrow(primals, out_like)
-    lanes, out_lanes = buffers.lanes, buffers.out
     # One zeroed result, padded to whole chunks: a chunk's output tangents are written into
     # its rows (a C-contiguous view), no copy. (A written argument's tangents: copied out.)
     padded = -(-count // width) * width
     out_shape = np.shape(out_like)
-    direct = columns and out_lanes is not None  # interleaved output tangents copied into the columns
-    result = np.zeros((padded, *out_shape), out_like.dtype) if kind != "none" and not direct else None
+    direct = columns and prep.out_laned  # interleaved output tangents copied into the columns
+    result = [np.zeros((padded, *out_shape), out_like.dtype) if kind != "none" and not direct else None]
     target = np.empty((*out_shape, count), out_like.dtype).reshape(-1, count) if direct else None
-    units = make.index if isinstance(make, UnitChunks) and make.index in lanes else None
-    output = np.empty_like(out_like) if layout is not None and out_lanes is None else None
-    value = None
-    for start in range(0, count, width):
+    units = make.index if isinstance(make, UnitChunks) and make.index in prep.laned else None
+    lock = threading.Lock()
+
+    def chunk(state: _ChunkState, start: int) -> None:
+        lanes, out_lanes = state.buffers.lanes, state.buffers.out
         stop = min(count, start + width)
         args = list(unwritten if unwritten is not None else fresh(primals, writes))
         tangents = make(start, stop, width) if units is None or len(lanes) > 1 else None
@@ -203,34 +231,38 @@ def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
                    else stack(args[i], width) for i in prep.dup]
         if kind == "none":
             out = shadows[prep.dup.index(written)]
-            if result is None:
-                result = np.zeros((padded, *out.shape[1:]), out.dtype)
+            with lock:
+                if result[0] is None:
+                    result[0] = np.zeros((padded, *out.shape[1:]), out.dtype)
         else:
-            out = result[start:start + width] if result is not None else None
+            out = result[0][start:start + width] if result[0] is not None else None
             if out_lanes is not None:
                 out_lanes.clear()  # (its primal: the output, which the function writes whole)
                 args, shadows = [out_lanes.primal, *args], [out_lanes.shadows, *shadows]
             elif layout is not None:
-                args, shadows = [output, *args], [out, *shadows]
+                args, shadows = [state.output, *args], [out, *shadows]
             else:
                 shadows.append(out)
-        value = prep.run(tuple(args), tuple(shadows))
+        state.value = prep.run(tuple(args), tuple(shadows))
+        state.args = args
         if kind == "none":
-            result[start:stop] = out[:stop - start]
+            result[0][start:stop] = out[:stop - start]
         elif direct:
             target[:, start:stop] = out_lanes.shadows.reshape(-1, width)[:, :stop - start]
         elif out_lanes is not None:
             out[...] = out_lanes.directions()
+
+    first = _chunks(plan, prep, primals, count, width, chunk)
+    value = first.value
     if columns:
         value = None
     elif layout is not None:
-        value = np.array(args[0])
+        value = np.array(first.args[0])
     elif kind == "scalar":
         value = float(value)
-    prep.give_back(buffers)
     if direct:
         return value, target.reshape((*out_shape, count))
-    return value, np.moveaxis(result[:count], 0, -1) if columns else result[:count]
+    return value, np.moveaxis(result[0][:count], 0, -1) if columns else result[0][:count]
 
 
 def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
@@ -245,12 +277,10 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
     whole = [np.zeros((padded, *np.shape(x)), stack(x, 1).dtype) if active[i] and act is Activity.DIFF
              else None for i, (x, act) in enumerate(zip(primals, prep.acts))]
     out_dtype = np.asarray(out_like).dtype
-    buffers = prep.borrow(primals, out_like)
-    lanes, out_lanes = buffers.lanes, buffers.out
-    units = out_lanes is not None and isinstance(seeds, UnitChunks)
-    output = np.empty_like(out_like) if layout is not None and out_lanes is None else None
-    value = None
-    for start in range(0, count, width):
+    units = prep.out_laned and isinstance(seeds, UnitChunks)
+
+    def chunk(state: _ChunkState, start: int) -> None:
+        lanes, out_lanes = state.buffers.lanes, state.buffers.out
         stop = min(count, start + width)
         args = list(unwritten if unwritten is not None else fresh(primals, writes))
         seed = None if units else np.asarray(seeds(start, stop, width)[0] if isinstance(seeds, UnitChunks)
@@ -274,16 +304,19 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
                 out_lanes.load(None, seed)
             args, shadows = [out_lanes.primal, *args], [out_lanes.shadows, *shadows]
         elif layout is not None:
-            args, shadows = [output, *args], [seed, *shadows]
+            args, shadows = [state.output, *args], [seed, *shadows]
         elif kind == "scalar":
             shadows.append(seed)
-        value = prep.run(tuple(args), tuple(shadows))
+        state.value = prep.run(tuple(args), tuple(shadows))
+        state.args = args
         for i, lane in lanes.items():
             if whole[i] is not None:
                 whole[i][start:start + width] = lane.directions()
+
+    first = _chunks(plan, prep, primals, count, width, chunk)
+    value = first.value
     if layout is not None:
-        value = np.array(args[0])
+        value = np.array(first.args[0])
     elif kind == "scalar":
         value = float(value)
-    prep.give_back(buffers)
     return value, [w[:count] if w is not None else None for w in whole]

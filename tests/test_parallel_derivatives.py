@@ -343,7 +343,7 @@ def test_array_valued_prange_function_differentiates_in_parallel(parallel_on) ->
         np.testing.assert_allclose(cx, np.asarray(jx), rtol=1e-13, atol=1e-15)
         np.testing.assert_allclose(cw, float(jw), rtol=1e-13)
         np.testing.assert_allclose(tangent, w / np.cosh(w * x0) ** 2, rtol=1e-13)
-    jac = pyjlad.jacobian(field, x, w, wrt=0)  # vector mode: serial (warned when built)
+    jac = pyjlad.jacobian(field, x, w, wrt=0)  # vector mode: the serial derivative, its chunks on threads
     np.testing.assert_allclose(jac, np.asarray(jax.jacobian(lambda a: jnp.tanh(w * a))(jnp.asarray(x0))),
                                rtol=1e-13, atol=1e-15)
     np.testing.assert_array_equal(x, x0)
@@ -353,25 +353,23 @@ def _interactions_jax(a, b):
     return jnp.sum(jnp.tanh(b * a[:, None] - a[None, :]), axis=1)
 
 
-def test_jacobian_and_batched_vjp_keep_the_serial_vector_mode_and_say_so(parallel_on, parallel_kernels) -> None:
+def test_jacobian_and_batched_vjp_run_the_serial_vector_mode_on_threads(parallel_on, parallel_kernels) -> None:
     interactions = parallel_kernels.interactions
     # Several directions per sweep: the serial vector-mode derivative (Enzyme's parallel one crashed on larger
-    # inputs; one parallel sweep per row, what jacobian ran before, was much slower than this).
+    # inputs; one parallel sweep per row, what jacobian ran before, was much slower than this), its chunks of
+    # directions on Numba's threads (pyjlad.chunk_threads; tests/test_chunk_threads.py), without a warning.
     x, w = _x(40), 0.7
     x0 = x.copy()
     cots = rng.normal(size=(5, 40))
     jac_x = np.asarray(jax.jacobian(_interactions_jax, argnums=0)(jnp.asarray(x0), w))
     jac_w = np.asarray(jax.jacobian(_interactions_jax, argnums=1)(jnp.asarray(x0), w))
-    numba.set_num_threads(2)
-    with pytest.warns(ParallelFallbackWarning, match="vector-mode sweeps"):
-        jx, jw = pyjlad.jacobian(interactions, x, w, wrt=(0, 1), chunk=8)
+    jx, jw = _in_parallel(2, lambda: pyjlad.jacobian(interactions, x, w, wrt=(0, 1), chunk=8))
     np.testing.assert_allclose(jx, jac_x, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(jw, jac_w, rtol=1e-12, atol=1e-13)
-    _, (bx, bw) = pyjlad.vjp(interactions, (x, w), cots, batched=True)
+    _, (bx, bw) = _in_parallel(2, lambda: pyjlad.vjp(interactions, (x, w), cots, batched=True))
     np.testing.assert_allclose(bx, cots @ jac_x, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(bw, cots @ jac_w, rtol=1e-12, atol=1e-12)
-    with pytest.warns(ParallelFallbackWarning, match="vector-mode sweeps"):
-        jf = pyjlad.jacobian(interactions, x, w, wrt=0, mode="forward")
+    jf = _in_parallel(2, lambda: pyjlad.jacobian(interactions, x, w, wrt=0, mode="forward"))
     np.testing.assert_allclose(jf, jac_x, rtol=1e-12, atol=1e-13)
     np.testing.assert_array_equal(x, x0)
 

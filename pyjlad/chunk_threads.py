@@ -1,0 +1,112 @@
+"""The chunks of a vector sweep on several threads, for the Jacobians, Hessians and batched products of
+``parallel=True`` functions.
+
+Enzyme builds no parallel derivative of a width-``W`` sweep (:mod:`pyjlad.parallel_derivatives`: vector
+mode and Hessian-vector products differentiate the function's serial copy). Their directions come in
+chunks of ``W`` that are independent of one another, so for a ``parallel=True`` function (the setting
+``PYJLAD_PARALLEL_DERIVATIVES`` on, the default) the chunks run on ``numba.get_num_threads()`` threads
+instead, each chunk one call of the serial vector derivative (a ``nogil`` call: the threads run at once),
+each thread with its own buffers (:func:`run_chunks`). A call with fewer than three chunks runs on one
+thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from . import config
+from .parallel_derivatives import PARALLEL_TWIN
+
+__all__ = ["chunk_threads", "run_chunks"]
+
+S = TypeVar("S")
+
+
+def chunk_threads(f: Any) -> int:
+    """How many threads run the chunks of ``f``'s vector sweeps: ``numba.get_num_threads()`` for a
+    ``parallel=True`` Numba function (or the wrapper writing its results, :mod:`pyjlad.outputs`) with the
+    setting on, else 1.
+
+    Examples
+    --------
+    >>> from numba import njit
+    >>> chunk_threads(njit(lambda x: x))
+    1
+    """
+    parallel = getattr(f, "targetoptions", {}).get("parallel") or getattr(f, PARALLEL_TWIN, None)
+    if not parallel or not config.parallel_derivatives():
+        return 1
+    import numba
+
+    return max(1, numba.get_num_threads())
+
+
+def run_chunks(starts: Sequence[int], threads: int, new_state: Callable[[], S],
+               work: Callable[[S, int], None], first_alone: bool = True) -> list[S]:
+    """``work(state, start)`` for each of ``starts``, on up to ``threads`` threads; the states used, the
+    calling thread's first.
+
+    With ``first_alone``, the first chunk runs in the calling thread before any other starts, so that what
+    it raises (a layout the function refuses, Enzyme refusing the sweep) reaches the caller exactly as from
+    a serial loop and the derivative is compiled once (callers whose sweep has run before pass False).
+    Then each thread (the caller's among them) makes a state of its own with ``new_state()`` (its buffers)
+    and takes the next chunk until none is left. An exception in any thread stops the others taking
+    chunks and is raised here.
+
+    Examples
+    --------
+    >>> done = []
+    >>> states = run_chunks(range(0, 10, 2), 3, list, lambda state, start: done.append(start))
+    >>> sorted(done), len(states) <= 3
+    ([0, 2, 4, 6, 8], True)
+    """
+    first = new_state()
+    states = [first]
+    if not starts:
+        return states
+    rest = list(starts)
+    if first_alone or threads < 2:
+        work(first, rest.pop(0))
+    if threads < 2 or len(rest) < 2:
+        for start in rest:
+            work(first, start)
+        return states
+    lock = threading.Lock()
+    taken = iter(rest)
+    failed: list[BaseException] = []
+
+    def take() -> int | None:
+        with lock:
+            return None if failed else next(taken, None)
+
+    def drain(state: S) -> None:
+        try:
+            while (start := take()) is not None:
+                work(state, start)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
+            with lock:
+                failed.append(exc)
+
+    def worker() -> None:
+        try:
+            state = new_state()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
+            with lock:
+                failed.append(exc)
+            return
+        with lock:
+            states.append(state)
+        drain(state)
+
+    helpers = [threading.Thread(target=worker, name=f"pyjlad-chunks-{k}", daemon=True)
+               for k in range(min(threads, len(rest)) - 1)]
+    for helper in helpers:
+        helper.start()
+    drain(first)
+    for helper in helpers:
+        helper.join()
+    if failed:
+        raise failed[0]
+    return states
