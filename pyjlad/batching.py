@@ -58,6 +58,7 @@ from numba.core.errors import TypingError
 from numba.np.numpy_support import as_dtype
 
 from .errors import ArgumentError, ArgumentTypeError, DifferentiatedFunctionError, UnsupportedFunctionError
+from .memo import cached_for
 
 __all__ = ["vmap", "Batched"]
 
@@ -319,6 +320,17 @@ def _make_loops(f: Any, in_axes: InAxes, argtypes: tuple[types.Type, ...]) -> _L
     return _Loops(call, run, _compile(_one_source(call, len(argtypes)), "one", False, f=f))
 
 
+def _shared_loops(f: Any, in_axes: InAxes, argtypes: tuple[types.Type, ...]) -> _Loops:
+    """The loops of :func:`_make_loops`, made once per Numba type of ``f``, ``in_axes`` and ``argtypes``.
+
+    The loops call ``f`` through its Numba type alone: every ``pyjlad.grad(g)`` made again has the
+    same type (:mod:`pyjlad.numba_calls.derivatives`), an ``@njit`` function its dispatcher's. So
+    ``pyjlad.vmap(pyjlad.grad(g))(...)`` written inside a loop compiles its parallel loop on the
+    first pass only (each pass compiled it again before, about 1.5 s).
+    """
+    return cached_for(numba.typeof(f), ("vmap-loops", in_axes, argtypes), lambda: _make_loops(f, in_axes, argtypes))
+
+
 def _raise_first_failure(one: Any, f: Any, done: np.ndarray, args: tuple[Any, ...]) -> None:
     """Raise what the serial loop raises: the exception of the first sample not done, run alone."""
     k = int(np.argmin(done))
@@ -382,7 +394,7 @@ class Batched:
             with global_compiler_lock:
                 loops = self._loops.get(argtypes)
                 if loops is None:
-                    loops = self._loops[argtypes] = _make_loops(self.__wrapped__, self.in_axes, argtypes)
+                    loops = self._loops[argtypes] = _shared_loops(self.__wrapped__, self.in_axes, argtypes)
         return loops
 
     def njit_source(self, argtypes: tuple[types.Type, ...]) -> Callable[..., Any]:

@@ -590,3 +590,30 @@ def test_two_vmaps_of_the_same_shape_called_from_njit_with_the_same_types_each_r
     x = RNG.normal(size=(8, 3))
     np.testing.assert_array_equal(njit(lambda x: by_two(x))(x), 2.0 * x)
     np.testing.assert_array_equal(njit(lambda x: by_three(x))(x), 3.0 * x)
+
+
+def test_a_vmap_of_a_derivative_made_again_reuses_its_compiled_loop():
+    """``pyjlad.vmap(pyjlad.grad(f))(...)`` written inside a loop: each pass makes a new grad and a new vmap,
+    whose Numba type is the same, so the parallel loop compiled on the first pass runs on every pass (before,
+    each pass compiled it again, about 1.5 s). Different derivatives of the same function keep loops of
+    their own: each result against the hand formula."""
+    x, y, theta = _logistic_data(n=64)
+    before = (x.copy(), y.copy(), theta.copy())
+    residual = before[1] - _sigmoid(before[0] @ before[2])
+    types = tuple(numba.typeof(a) for a in (x, y, theta))
+    runs = {}
+    for _ in range(3):
+        for wrt, hand in ((2, before[0] * residual[:, None]), (0, residual[:, None] * before[2][None, :])):
+            batched = pyjlad.vmap(pyjlad.grad(log_likelihood, wrt=wrt), in_axes=(0, 0, None))
+            _close(batched(x, y, theta), hand)
+            runs.setdefault(wrt, set()).add(id(batched.loops(types).run))
+        pushed = pyjlad.vmap(pyjlad.jvp_fn(log_likelihood), in_axes=((0, 0, None), (None, None, 0)))
+        tangents = RNG.normal(size=x.shape)  # one tangent of theta per sample
+        _, got = pushed((x, y, theta), (None, None, tangents))
+        _close(got, np.sum(before[0] * residual[:, None] * tangents, axis=1))
+        runs.setdefault("jvp", set()).add(id(pushed.loops(tuple(numba.typeof(a) for a in (
+            (x, y, theta), (None, None, tangents)))).run))
+    assert [len(ids) for ids in runs.values()] == [1, 1, 1]
+    assert len(set().union(*runs.values())) == 3
+    for now, then in zip((x, y, theta), before):
+        np.testing.assert_array_equal(now, then)

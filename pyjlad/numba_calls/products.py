@@ -55,7 +55,10 @@ class ProductType(PlannedCallable):
 
 @typeof_impl.register(ProductFunction)
 def _typeof_product(value: ProductFunction, c: Any) -> ProductType:
-    return cached_for(value, ("numba-type",), lambda: ProductType(value))
+    # One type per function, kind, wrt and engine: a product made again (``pyjlad.jvp_fn(f)`` written in a
+    # loop) is the same type, so Numba's callers and pyjlad.vmap's loops compiled for it are reused.
+    return cached_for(value.f, ("numba-product-type", value.kind, value.wrt, value.engine),
+                      lambda: ProductType(value))
 
 
 register_model(ProductType)(models.OpaqueModel)
