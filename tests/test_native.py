@@ -147,7 +147,7 @@ def _assert_gradients_still_work() -> None:
 
 
 def test_the_child_compiles_what_numba_compiles():
-    prepared, declared = objects._prepare_module(_bitcode(LOOP_IR), "driver")
+    prepared, declared, _ = objects._prepare_module(_bitcode(LOOP_IR), "driver")
     assert declared == []
     with native.start() as compiler:
         obj, shared = compiler.compile(prepared, "driver", "the loop")

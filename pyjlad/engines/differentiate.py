@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 from .. import cache
 from ..block_order import dominance_ordered
@@ -321,12 +322,15 @@ def nested_modules_called(exported: ExportedFunction) -> bool:
 _log = get_logger(__name__)
 
 
-def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False) -> bytes:
+def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
+               report: dict[str, Any] | None = None) -> bytes:
     """Enzyme's output for ``module_text``, retried as :func:`_next_attempt` says and, once, with the blocks
     in dominance order where Enzyme's forward mode met a use before its definition.
 
     ``host``: the derivative runs on this machine's CPU; its final optimization targets it
-    (:func:`_optimized_for_host`; key the result with :func:`host_target_key`)."""
+    (:func:`_optimized_for_host`; key the result with :func:`host_target_key`). ``report``: set
+    ``report["loose_types"]`` to whether Enzyme succeeded only with loose types (whose derivatives
+    :mod:`pyjlad.engines.loose_check` checks before trusting them)."""
     toolchain = locate()
     label = exported.abi.entry
     dump(label, "driver", module_text)
@@ -346,6 +350,8 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False)
             with timed(_log, "Enzyme on %s (options %s)", exported.name, " ".join(options) or "none"):
                 derivative = _differentiate(toolchain, module, passes, exported.name, options, host, rewrite)
             dump(label, "enzyme.output", derivative)
+            if report is not None:
+                report["loose_types"] = _LOOSE_TYPES in options
             return derivative
         except EnzymeError as exc:
             if _BLOCK_ORDER_FAILURE in exc.diagnostics and not reordered:

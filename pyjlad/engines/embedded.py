@@ -43,7 +43,7 @@ from ..abi import FunctionABI
 from ..activity import Activity
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import EnzymeError, OutOfMemoryError, PyjladError, ToolchainError, UnsupportedFunctionError
-from ..export import ExportedFunction, describe_function, export, numba_argtypes
+from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..memo import cached_for
 from ..nested import NestedSweep, cache_key_parts, remember
 from ..parallel_derivatives import cache_tag, with_parallel_fallback, with_runtime_activity
@@ -71,6 +71,8 @@ from .differentiate import (
 )
 from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
 from .hvp_driver import hvp_driver
+from .loose_check import LooseDerivativeCheck
+from .objects import built_with_loose_types, mark_loose_types
 from .objects import load_library as _load_library
 from .pool import failed_bytes
 from .vector_driver import vector_sweep_driver
@@ -96,8 +98,9 @@ _register_runtime_symbols()
 #: What Enzyme is given (cache key; see ExportedFunction.enzyme_module). 2: IR before code generation; 3: @njit
 #: callees, Numba's helpers copied, no speculation; 4: no unrolling or interleaving; 5: no non-trivial unswitching;
 #: 6: copies of float array elements typed before loose types (a derivative built without that may be wrong);
-#: 7: ... also where Enzyme's first failure was not the copy's; 8: ... not joined through constants (np.diff).
-_ENZYME_INPUT = "unvectorized-copy/8 " + " ".join(NO_SPECULATION_ARGS)
+#: 7: ... also where Enzyme's first failure was not the copy's; 8: ... not joined through constants (np.diff);
+#: 9: a derivative built with loose types marked so (checked before it is trusted: pyjlad.engines.loose_check).
+_ENZYME_INPUT = "unvectorized-copy/9 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
 class Built:
@@ -108,6 +111,7 @@ class Built:
     activities: tuple[Activity, ...]
     library: Any  # numba CodeLibrary holding the driver
     nested: NestedSweep | None = None  # what pyjlad.nested rebuilds the driver from (it holds it weakly)
+    loose_types: bool = False  # Enzyme needed loose types: checked before it is trusted (pyjlad.engines.loose_check)
 
 
 def _derivative_name(exported: ExportedFunction, sweep: Sweep) -> str:
@@ -148,15 +152,22 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
             return with_runtime_activity(driver.module(source().text)) if source else driver.module(
                 exported.enzyme_module.text)
 
-        return _load_library(key, lambda: native.drop_invariant_groups(run_enzyme(exported, module(), host=True)),
-                             driver.symbol, _derivative_name(exported, sweep))
+        def derivative() -> bytes:
+            report: dict[str, Any] = {}
+            bitcode = native.drop_invariant_groups(run_enzyme(exported, module(), host=True, report=report))
+            return mark_loose_types(bitcode) if report["loose_types"] else bitcode
+
+        library = _load_library(key, derivative, driver.symbol, _derivative_name(exported, sweep))
+        return library, built_with_loose_types(library)
     try:
-        library = with_parallel_fallback(exported, sweep, load)
+        library, loose = with_parallel_fallback(exported, sweep, load)
     except (EnzymeError, ToolchainError):
         raise  # Enzyme's own failure (diagnostics kept), or the toolchain's, already in words
     except RuntimeError as exc:
         raise EnzymeError(f"the differentiated module of {exported.name} does not load: {exc}") from exc
-    return Built(exported=exported, driver=driver, activities=activities, library=library, nested=nested)
+    return Built(exported=exported, driver=driver, activities=activities, library=library, nested=nested,
+                 loose_types=loose)
+
 
 
 def _value_type(abi: FunctionABI) -> nbtypes.Type:
@@ -278,6 +289,7 @@ class Compiled:
         self._make = _make_caller(weakref.WeakMethod(self._build))
         self._callers: dict[tuple[int, int], Any] = {}
         self._lock = threading.Lock()
+        self._refused: EnzymeError | None = None  # a loose-typed derivative that failed its check
 
     def _caller(self, nargs: int, nshadows: int) -> Any:
         with self._lock:
@@ -304,13 +316,13 @@ class Compiled:
             self._pending.error = exc
             raise
 
-    def _compile_for(self, caller: Any, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: Any) -> None:
+    def _compile_for(self, caller: Any, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: Any) -> Built:
         """Build the sweep for these argument types (export, Enzyme; no Numba lock held across
         ``opt``), then compile the caller for them (its typing finds the build done)."""
         argtypes = numba_argtypes(args)
         build_error = None
         try:
-            self._build_once(argtypes)
+            built = self._build_once(argtypes)
         except PyjladError as exc:
             build_error = exc
         if build_error is not None:
@@ -322,18 +334,39 @@ class Compiled:
                 caller.compile(signature)
             finally:
                 caller._can_compile = False
+        return built
+
+    def _loose_check(self, built: Built) -> LooseDerivativeCheck | None:
+        """The check of a loose-typed reverse-mode derivative of a float-valued function (else ``None``; not
+        where the function calls a custom rule, whose derivative is the rule's, not the function's)."""
+        sweep, exported = self.sweep, built.exported
+        if not built.loose_types or (sweep.kind, sweep.mode, sweep.width) != ("ad", "reverse", 1) \
+                or exported.abi.result.dtype != "float64" \
+                or any(is_rule_symbol(name) for name in exported.module.external_functions):
+            return None
+        primal = as_numba_function(self.func)
+        if self._recursive:  # (its calls nest as deep as the derivative's: on a deep stack too)
+            primal = functools.partial(on_deep_stack, primal)
+        return LooseDerivativeCheck(primal, exported.name, built.driver.shadow_args, built.driver.active_scalars)
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
+        if self._refused is not None:
+            raise self._refused.with_traceback(None)
         self._pending.error = None
         caller = self._callers.get((len(args), len(shadows))) or self._caller(len(args), len(shadows))
         call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
+        check = None
         try:
             try:
                 status, value, dret, *adjoints = call(*args, *shadows, seed)
             except TypeError as exc:
                 if "No matching definition" not in str(exc):
                     raise
-                self._compile_for(caller, args, shadows, seed)
+                check = self._loose_check(self._compile_for(caller, args, shadows, seed))
+                if check is not None and check.applies(args, shadows, seed):
+                    check.before(args, shadows)
+                else:
+                    check = None
                 call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
                 status, value, dret, *adjoints = call(*args, *shadows, seed)
         except NotImplementedError:
@@ -354,6 +387,12 @@ class Compiled:
                     "inputs or free memory (the memory the sweep had taken before the failure is not returned)"
                 )
             reraise_from_function(self.func, args)
+        if check is not None:  # the first call for these types of a loose-typed derivative (see loose_check)
+            try:
+                check.after(shadows, adjoints, seed)
+            except EnzymeError as exc:
+                self._refused = exc
+                raise
         return value, dret, adjoints
 
 

@@ -29,13 +29,34 @@ from .pool import capacity, resolve_pool_symbols, use_pool
 __all__ = ["load_library"]
 
 
-def _prepare_module(bitcode: bytes, name: str) -> tuple[bytes, list[str]]:
-    """``bitcode`` as the JIT gets it, with its declarations: only ``name`` visible, allocations pooled.
+#: A global :func:`mark_loose_types` adds to a derivative Enzyme built with loose types; the object entry's
+#: header says so (``loose_types``), and :func:`built_with_loose_types` reads it from the loaded library.
+_LOOSE_TYPES_MARKER = "pyjlad.loose_types"
+_LOOSE_ATTRIBUTE = "_pyjlad_loose_types"
+
+
+def mark_loose_types(bitcode: bytes) -> bytes:
+    """``bitcode`` (a derivative Enzyme built with loose types) with a marker global saying so, kept with it in
+    the cache (:mod:`pyjlad.engines.loose_check` checks such derivatives before trusting them)."""
+    context = llvm.create_context()
+    text = f"{llvm.parse_bitcode(bitcode, context=context)}\n@{_LOOSE_TYPES_MARKER} = constant i8 1\n"
+    return llvm.parse_assembly(text, context=context).as_bitcode()
+
+
+def built_with_loose_types(library: Any) -> bool:
+    """Whether the library :func:`load_library` gave holds a derivative :func:`mark_loose_types` marked."""
+    return bool(getattr(library, _LOOSE_ATTRIBUTE, False))
+
+
+def _prepare_module(bitcode: bytes, name: str) -> tuple[bytes, list[str], bool]:
+    """``bitcode`` as the JIT gets it, with its declarations (only ``name`` visible, allocations pooled) and
+    whether it was built with loose types (:func:`mark_loose_types`).
 
     Parsed in an LLVM context of its own (no lock shared with Numba's compiler needed).
     """
     module = llvm.parse_bitcode(bitcode, context=llvm.create_context())
     module.verify()
+    loose = any(variable.name == _LOOSE_TYPES_MARKER for variable in module.global_variables)
     # Only the driver is looked up from outside: every other definition (the exported entry
     # `pyjlad_<name>`, Numba's functions) becomes internal, so two libraries that define the
     # same name for different code (two functions called f) never resolve to each other's.
@@ -47,7 +68,7 @@ def _prepare_module(bitcode: bytes, name: str) -> tuple[bytes, list[str]]:
             variable.linkage = "internal"
     use_pool(module)
     declared = [f.name for f in module.functions if f.is_declaration]
-    return module.as_bitcode(), declared
+    return module.as_bitcode(), declared, loose
 
 
 def _compile_object(compiler: native.NativeCompiler, bitcode: bytes, name: str, what: str) -> bytes:
@@ -58,12 +79,12 @@ def _compile_object(compiler: native.NativeCompiler, bitcode: bytes, name: str, 
     EnzymeError
         If LLVM crashes or fails on the module (in the child: this process lives on).
     """
-    prepared, declared = _prepare_module(bitcode, name)
+    prepared, declared, loose = _prepare_module(bitcode, name)
     obj, shared = compiler.compile(prepared, name, what)
-    return _pack_object(name, declared, obj, shared)
+    return _pack_object(name, declared, obj, shared, loose)
 
 
-_OBJECT_FORMAT = "pyjlad-object/5"  # 5: out-of-memory exit; every definition but the driver internal
+_OBJECT_FORMAT = "pyjlad-object/6"  # 6: loose_types in the header; 5: out-of-memory exit; definitions internal
 
 
 def _object_key(key: str) -> str:
@@ -73,11 +94,12 @@ def _object_key(key: str) -> str:
                            llvm.get_host_cpu_features().flatten())
 
 
-def _pack_object(name: str, declared: list[str], obj: bytes, shared: bytes) -> bytes:
+def _pack_object(name: str, declared: list[str], obj: bytes, shared: bytes, loose: bool = False) -> bytes:
     """An object entry: the library ``name``'s ELF object and linking bitcode (what Numba's
-    ``serialize_using_object_code`` gives) with the module's declarations."""
+    ``serialize_using_object_code`` gives) with the module's declarations, and whether it is a derivative
+    built with loose types."""
     header = json.dumps({"format": _OBJECT_FORMAT, "name": name, "kind": "object", "declared": declared,
-                         "sizes": [len(obj), len(shared)]}).encode()
+                         "sizes": [len(obj), len(shared)], "loose_types": loose}).encode()
     return len(header).to_bytes(8, "little") + header + obj + shared
 
 
@@ -115,7 +137,9 @@ def _unpack_object(payload: bytes) -> Any:
     resolve_blas_symbols(header["declared"])
     resolve_pool_symbols(header["declared"])
     codegen = cpu_target.target_context.codegen()
-    return codegen.unserialize_library((header["name"], header["kind"], (obj, shared)))
+    library = codegen.unserialize_library((header["name"], header["kind"], (obj, shared)))
+    setattr(library, _LOOSE_ATTRIBUTE, header.get("loose_types") is True)
+    return library
 
 
 _log = get_logger(__name__)

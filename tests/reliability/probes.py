@@ -656,7 +656,33 @@ def _bad_input_probes() -> list[Probe]:
             for w in ["x", 1.5, (), (0, "a"), True, None, [0]]]
     out.append(_bad("wrt=(0, 1) naming an int among floats", lambda: g(_scale, 1.0, 3, wrt=(0, 1)), TypeError,
                     "argument 1 of _scale is int64, which is a constant", (39,)))
+    out.append(_bad("a wrong loose-typed derivative (copies left untyped)", _untyped_copies_gradient, RuntimeError,
+                    "cannot be trusted", (69,)))
     return out
+
+
+def _untyped_copies_gradient() -> Any:
+    """Row 69: the gradient of a median of a sorted slice with pyjlad's typing of copies switched off, so that
+    Enzyme builds the wrong (zero) loose-typed derivative it built before that typing existed; the disk cache
+    off meanwhile (no other caller may load that derivative)."""
+    from pyjlad.engines import differentiate
+
+    def median_of_sorted_tail(x):
+        y = x.copy()
+        y.sort()
+        return np.median(y[2:])
+
+    typed, cached = differentiate._copies_typed, os.environ.get("PYJLAD_DISABLE_DISK_CACHE")
+    os.environ["PYJLAD_DISABLE_DISK_CACHE"] = "1"
+    differentiate._copies_typed = lambda m: m.decode() if isinstance(m, bytes) else m
+    try:
+        return pyjlad.gradient(njit(median_of_sorted_tail), np.array([0.3, -1.2, 2.5, 0.9, 1.7, -0.4, 3.1]))
+    finally:
+        differentiate._copies_typed = typed
+        if cached is None:
+            del os.environ["PYJLAD_DISABLE_DISK_CACHE"]
+        else:
+            os.environ["PYJLAD_DISABLE_DISK_CACHE"] = cached
 
 
 def _unidentified_failure():

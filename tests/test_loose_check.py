@@ -1,0 +1,134 @@
+"""Derivatives Enzyme builds only with loose types are checked against finite differences before they are
+trusted (pyjlad/engines/loose_check.py).
+
+The wrong derivative the check must catch is a real one: the median of a slice of a sorted copy, which
+Enzyme v0.0.289 differentiated into a zero gradient before pyjlad typed such copies (session fix,
+tests/test_sorted_copies.py). With that typing switched off for one test (``_copies_typed`` made the
+identity, the disk cache off so that no other test can load the wrong derivative), Enzyme builds the same
+wrong derivative again, with loose types; the check must refuse it. With the typing on, the same function's
+loose-typed derivative is right (against ``jax.grad``) and must pass. Oracles: ``jax.grad`` in float64 and
+hand-derived directional derivatives.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import pytest
+from numba import njit
+
+import pyjlad
+from pyjlad import cache
+from pyjlad.activity import Activity
+from pyjlad.engines import compiled_sweep, differentiate, embedded, objects
+from pyjlad.engines.loose_check import directional_mismatch
+from pyjlad.export import numba_argtypes
+from pyjlad.sweep import Sweep
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+jax.config.update("jax_enable_x64", True)
+
+X = np.array([0.3, -1.2, 2.5, 0.9, 1.7, -0.4, 3.1, 0.05])  # no ties
+
+
+def median_of_sorted_tail(x):
+    y = x.copy()
+    y.sort()
+    return np.median(y[2:]) * np.sum(x * x)
+
+
+def median_of_sorted_tail_jax(x):
+    return jnp.median(jnp.sort(x)[2:]) * jnp.sum(x * x)
+
+
+def _built(f, args):
+    """The reverse-mode sweep of ``f`` pyjlad builds for ``args`` (its Enzyme build)."""
+    compiled = compiled_sweep(f, Sweep("ad", "reverse", (Activity.DUP,) * len(args)), None)
+    return compiled._build_once(numba_argtypes(args))
+
+
+def test_a_wrong_loose_typed_derivative_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    monkeypatch.setattr(differentiate, "_copies_typed", lambda m: m.decode() if isinstance(m, bytes) else m)
+    f = njit(median_of_sorted_tail)
+    x = X.copy()
+    with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted") as info:
+        pyjlad.grad(f)(x)
+    assert "loose types" in str(info.value) and "central differences" in info.value.diagnostics
+    with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted"):  # and on every later call
+        pyjlad.grad(f)(x)
+    np.testing.assert_array_equal(x, X)
+    assert _built(f, (x,)).loose_types
+
+
+def test_a_right_loose_typed_derivative_passes_the_check() -> None:
+    f = njit(median_of_sorted_tail)
+    x = X.copy()
+    got = pyjlad.grad(f)(x)
+    np.testing.assert_allclose(got, np.asarray(jax.grad(median_of_sorted_tail_jax)(jnp.asarray(X))), rtol=1e-13)
+    np.testing.assert_array_equal(x, X)
+    assert _built(f, (x,)).loose_types  # (so the check ran on its first call)
+
+
+def test_a_derivative_built_without_loose_types_is_recorded_so_and_kept_on_disk() -> None:
+    # A function of its own, so that its derivative is built here: its record says no loose types. The twin
+    # (another dispatcher, the same code) finds the derivative on disk, and the record with it.
+    def smooth(x):
+        return np.sum(np.sin(x) * x)
+
+    first, again = njit(smooth), njit(smooth)
+    assert not _built(first, (X.copy(),)).loose_types
+    assert not _built(again, (X.copy(),)).loose_types
+    np.testing.assert_allclose(pyjlad.grad(again)(X.copy()), np.sin(X) + X * np.cos(X), rtol=1e-14)
+
+
+def test_the_marker_reaches_the_loaded_library_through_the_machine_code_entry() -> None:
+    # One module twice, marked and not, each compiled to machine code under a key of its own and loaded again
+    # from that entry in a fresh state (as a later process would).
+    from test_native import LOOP_IR, _bitcode
+
+    for marked in (False, True):
+        bitcode = _bitcode(LOOP_IR)
+        bitcode = objects.mark_loose_types(bitcode) if marked else bitcode
+        key = cache.cache_key("test-loose-marker", secrets.token_hex(16))
+        built = embedded._load_library(key, lambda b=bitcode: b, "driver", "a marked module")
+        assert objects.built_with_loose_types(built) is marked
+        if cache.get(objects._object_key(key)) is not None:  # (unless the disk cache is off here)
+            again = embedded._load_library(key, lambda: b"", "driver", "a marked module")  # from the cache
+            assert objects.built_with_loose_types(again) is marked
+
+
+def _cubes(a):
+    return float(np.sum(a[0] ** 3))
+
+
+def test_directional_mismatch_accepts_a_right_derivative_and_catches_a_lost_one() -> None:
+    x, v = np.array([1.0, 2.0, -0.5]), np.array([1.0, -1.0, 2.0])
+    exact = float(np.sum(3 * x * x * v))  # hand-derived: d/dt sum((x + t v)^3) at 0
+    assert directional_mismatch(_cubes, (x,), {0: v}, exact) is None
+    assert directional_mismatch(_cubes, (x,), {0: v}, exact * (1 + 1e-9)) is None  # rounding
+    found = directional_mismatch(_cubes, (x,), {0: v}, 0.0)
+    assert found is not None and found[0] == 0.0 and found[1] == pytest.approx(exact, rel=1e-8)
+    partial = exact - 3 * x[2] ** 2 * v[2]  # one component's adjoint lost
+    assert directional_mismatch(_cubes, (x,), {0: v}, partial) is not None
+    np.testing.assert_array_equal(x, [1.0, 2.0, -0.5])  # differences taken on copies
+
+
+def test_directional_mismatch_says_nothing_where_it_cannot_judge() -> None:
+    v = {0: np.array([1.0])}
+    kink = np.array([0.0])  # |x| at 0: the central differences (0) agree, the one-sided ones (1, -1) do not
+    assert directional_mismatch(lambda a: float(abs(a[0][0])), (kink,), v, 1.0) is None
+    tie = np.array([0.7, 0.7])  # a tie in a sort: the median of two moves with the larger one
+    assert directional_mismatch(lambda a: float(np.max(a[0])), (tie,), {0: np.array([1.0, -1.0])}, 1.0) is None
+    jump = np.array([1e-7])  # a step inside the wider difference only: the two steps disagree
+    assert directional_mismatch(lambda a: float(a[0][0] > 0), (jump,), v, 0.0) is None
+
+    def fails(a):
+        if a[0][0] > 1.0:
+            raise ValueError("outside the domain")
+        return float(a[0][0])
+
+    assert directional_mismatch(fails, (np.array([1.0]),), v, 5.0) is None
+    assert directional_mismatch(lambda a: float(np.log(a[0][0] - 1.0)), (np.array([1.0]),), v, 5.0) is None
