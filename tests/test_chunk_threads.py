@@ -36,30 +36,12 @@ if MOST < 2:
 rng = np.random.default_rng(20261130)
 
 
-@njit(parallel=True)
-def interactions(x, w):
-    """An array result: output ``i`` reads the whole shared input."""
-    y = np.empty_like(x)
-    for i in prange(x.shape[0]):
-        s = 0.0
-        for j in range(x.shape[0]):
-            s += np.tanh(w * x[i] - x[j])
-        y[i] = s
-    return y
+# The kernels `interactions` (an array result, each output reading the whole shared input) and `pairwise` (an
+# O(n^2) energy) are benchmarks/parallel_gradients.py's (the `parallel_kernels` fixture).
 
 
 def interactions_jax(x, w):
     return jnp.sum(jnp.tanh(w * x[:, None] - x[None, :]), axis=1)
-
-
-@njit(parallel=True)
-def pair_energy(x):
-    e = 0.0
-    for i in prange(x.shape[0]):
-        for j in range(x.shape[0]):
-            d = x[i] - x[j]
-            e += 1.0 / (1.0 + d * d)
-    return e
 
 
 def pair_energy_jax(x):
@@ -109,11 +91,11 @@ def _at(threads: int, call):
 
 
 @pytest.mark.parametrize("mode", ["reverse", "forward"])
-def test_jacobian_of_a_parallel_function_on_every_thread_count(parallel_on, threads_started, mode) -> None:
+def test_jacobian_of_a_parallel_function_on_every_thread_count(parallel_on, threads_started, mode, parallel_kernels) -> None:
     x, w = rng.uniform(-1.5, 1.5, 90), 0.7
     x0 = x.copy()
     expected = np.asarray(jax.jacobian(interactions_jax)(jnp.asarray(x0), w))
-    got = {t: _at(t, lambda: pyjlad.jacobian(interactions, x, w, mode=mode, chunk=8)) for t in THREADS}
+    got = {t: _at(t, lambda: pyjlad.jacobian(parallel_kernels.interactions, x, w, mode=mode, chunk=8)) for t in THREADS}
     np.testing.assert_allclose(got[1], expected, rtol=1e-12, atol=1e-12)
     for t in THREADS:
         np.testing.assert_array_equal(got[t], got[1])
@@ -121,15 +103,15 @@ def test_jacobian_of_a_parallel_function_on_every_thread_count(parallel_on, thre
     assert len(threads_started) == STARTED
 
 
-def test_batched_jvp_and_vjp_of_a_parallel_function(parallel_on, threads_started) -> None:
+def test_batched_jvp_and_vjp_of_a_parallel_function(parallel_on, threads_started, parallel_kernels) -> None:
     x, w = rng.uniform(-1.5, 1.5, 60), 0.4
     x0 = x.copy()
     tangents, cotangents = rng.normal(size=(40, 60)), rng.normal(size=(40, 60))
     jac = np.asarray(jax.jacobian(interactions_jax)(jnp.asarray(x0), w))
     for threads in (1, MOST):
         numba.set_num_threads(threads)
-        value, pushed = pyjlad.jvp(interactions, (x, w), (tangents, None), batched=True, chunk=8)
-        _, (pulled, _) = pyjlad.vjp(interactions, (x, w), cotangents, batched=True, chunk=8)
+        value, pushed = pyjlad.jvp(parallel_kernels.interactions, (x, w), (tangents, None), batched=True, chunk=8)
+        _, (pulled, _) = pyjlad.vjp(parallel_kernels.interactions, (x, w), cotangents, batched=True, chunk=8)
         np.testing.assert_allclose(value, np.asarray(interactions_jax(jnp.asarray(x0), w)), rtol=1e-13)
         np.testing.assert_allclose(pushed, tangents @ jac.T, rtol=1e-11, atol=1e-11)
         np.testing.assert_allclose(pulled, cotangents @ jac, rtol=1e-11, atol=1e-11)
@@ -137,11 +119,11 @@ def test_batched_jvp_and_vjp_of_a_parallel_function(parallel_on, threads_started
     assert len(threads_started) == 2 * (MOST - 1)  # for jvp and for vjp
 
 
-def test_hessian_in_vector_mode_on_every_thread_count(parallel_on, threads_started) -> None:
+def test_hessian_in_vector_mode_on_every_thread_count(parallel_on, threads_started, parallel_kernels) -> None:
     x = rng.uniform(-1.5, 1.5, 70)
     x0 = x.copy()
     expected = np.asarray(jax.hessian(pair_energy_jax)(jnp.asarray(x0)))
-    got = {t: _at(t, lambda: pyjlad.hessian(pair_energy, x, chunk=8)) for t in THREADS}
+    got = {t: _at(t, lambda: pyjlad.hessian(parallel_kernels.pairwise, x, chunk=8)) for t in THREADS}
     np.testing.assert_allclose(got[1], expected, rtol=1e-11, atol=1e-11)
     for t in THREADS:
         np.testing.assert_array_equal(got[t], got[1])
@@ -181,14 +163,14 @@ def test_a_function_writing_its_argument_gets_a_copy_per_chunk(parallel_on, thre
     assert len(threads_started) == 2 * (MOST - 1)
 
 
-def test_the_setting_off_keeps_one_thread(monkeypatch: pytest.MonkeyPatch, threads_started) -> None:
+def test_the_setting_off_keeps_one_thread(monkeypatch: pytest.MonkeyPatch, threads_started, parallel_kernels) -> None:
     monkeypatch.setenv("PYJLAD_PARALLEL_DERIVATIVES", "0")
     before = numba.get_num_threads()
     try:
         numba.set_num_threads(MOST)
-        assert chunk_threads(interactions) == 1
+        assert chunk_threads(parallel_kernels.interactions) == 1
         x = rng.uniform(-1.5, 1.5, 40)
-        jac = pyjlad.jacobian(interactions, x, 0.5, chunk=4)
+        jac = pyjlad.jacobian(parallel_kernels.interactions, x, 0.5, chunk=4)
         np.testing.assert_allclose(jac, np.asarray(jax.jacobian(interactions_jax)(jnp.asarray(x), 0.5)),
                                    rtol=1e-12, atol=1e-12)
     finally:
@@ -196,10 +178,10 @@ def test_the_setting_off_keeps_one_thread(monkeypatch: pytest.MonkeyPatch, threa
     assert not threads_started
 
 
-def test_serial_functions_keep_one_thread(parallel_on) -> None:
+def test_serial_functions_keep_one_thread(parallel_on, parallel_kernels) -> None:
     numba.set_num_threads(MOST)
     assert chunk_threads(njit(lambda x: x)) == 1
-    assert chunk_threads(interactions) == MOST
+    assert chunk_threads(parallel_kernels.interactions) == MOST
 
 
 def test_run_chunks_runs_the_threads_at_once() -> None:
