@@ -71,7 +71,7 @@ from .differentiate import (
 )
 from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
 from .hvp_driver import hvp_driver
-from .loose_check import LooseDerivativeCheck
+from .loose_check import LooseDerivativeCheck, loose_derivative_check
 from .objects import built_with_loose_types, mark_loose_types
 from .objects import load_library as _load_library
 from .pool import failed_bytes
@@ -167,7 +167,6 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
         raise EnzymeError(f"the differentiated module of {exported.name} does not load: {exc}") from exc
     return Built(exported=exported, driver=driver, activities=activities, library=library, nested=nested,
                  loose_types=loose)
-
 
 
 def _value_type(abi: FunctionABI) -> nbtypes.Type:
@@ -337,17 +336,13 @@ class Compiled:
         return built
 
     def _loose_check(self, built: Built) -> LooseDerivativeCheck | None:
-        """The check of a loose-typed reverse-mode derivative of a float-valued function (else ``None``; not
-        where the function calls a custom rule, whose derivative is the rule's, not the function's)."""
-        sweep, exported = self.sweep, built.exported
-        if not built.loose_types or (sweep.kind, sweep.mode, sweep.width) != ("ad", "reverse", 1) \
-                or exported.abi.result.dtype != "float64" \
-                or any(is_rule_symbol(name) for name in exported.module.external_functions):
+        """The check of ``built`` if it is a loose-typed derivative the check can judge (see loose_check)."""
+        if not built.loose_types:
             return None
         primal = as_numba_function(self.func)
         if self._recursive:  # (its calls nest as deep as the derivative's: on a deep stack too)
             primal = functools.partial(on_deep_stack, primal)
-        return LooseDerivativeCheck(primal, exported.name, built.driver.shadow_args, built.driver.active_scalars)
+        return loose_derivative_check(self.sweep, built.exported, built.driver, primal)
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
         if self._refused is not None:

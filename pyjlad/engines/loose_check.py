@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import EnzymeError
+from ..rules import is_rule_symbol
 
-__all__ = ["LooseDerivativeCheck", "directional_mismatch"]
+__all__ = ["LooseDerivativeCheck", "directional_mismatch", "loose_derivative_check"]
 
 #: Relative disagreement at which a derivative is refused (a lost adjoint is usually all of a component).
 _TOLERANCE = 1e-3
@@ -75,6 +76,17 @@ def directional_mismatch(f: Callable[[tuple[Any, ...]], float], args: tuple[Any,
     if abs(derivative - differences) <= _TOLERANCE * max(abs(derivative), abs(differences)) + rounding:
         return None
     return derivative, differences
+
+
+def loose_derivative_check(sweep: Any, exported: Any, driver: Any,
+                           primal: Callable[..., Any]) -> LooseDerivativeCheck | None:
+    """The check of a loose-typed derivative (``sweep`` of ``exported``, called through ``driver``), or
+    ``None`` where it cannot judge it: other than one reverse-mode sweep, a result other than float64, or
+    a function calling a custom rule (its derivative is the rule's, not the function's)."""
+    if (sweep.kind, sweep.mode, sweep.width) != ("ad", "reverse", 1) or exported.abi.result.dtype != "float64" \
+            or any(is_rule_symbol(name) for name in exported.module.external_functions):
+        return None
+    return LooseDerivativeCheck(primal, exported.name, driver.shadow_args, driver.active_scalars)
 
 
 class LooseDerivativeCheck:
