@@ -3,7 +3,9 @@
 For each kernel: the primal (Numba, ``parallel=True``), pyjlad's gradient with
 ``PYJLAD_PARALLEL_DERIVATIVES=1`` (the default: OpenMP loops, ``numba.set_num_threads``), the serial
 gradient (the setting off, ``0``) and ``jax.jit(jax.grad)`` of a ``jax.numpy`` twin; then ``pyjlad.jvp``
-(forward mode) with the setting on and off. Best of ``--repeat``
+(forward mode) with the setting on and off; then ``vjp`` and ``jvp`` of an array result, and
+Jacobians and Hessians (their chunks of directions on Numba's threads, :mod:`pyjlad.chunk_threads`,
+against the setting off and ``jax.jit`` of ``jacrev``/``jacfwd``/``hessian``). Best of ``--repeat``
 wall-clock times, and the process CPU time per thread over the same calls (the machine is shared, so
 wall-clock speedups are noisy; CPU per thread shows the work split). Prints markdown.
 

@@ -6,8 +6,8 @@ mode and Hessian-vector products differentiate the function's serial copy). Thei
 chunks of ``W`` that are independent of one another, so for a ``parallel=True`` function (the setting
 ``PYJLAD_PARALLEL_DERIVATIVES`` on, the default) the chunks run on ``numba.get_num_threads()`` threads
 instead, each chunk one call of the serial vector derivative (a ``nogil`` call: the threads run at once),
-each thread with its own buffers (:func:`run_chunks`). A call with fewer than three chunks runs on one
-thread.
+each thread with its own buffers (:func:`run_chunks`). A single chunk runs on one thread, and so do two
+on a first call, whose first chunk runs alone.
 """
 
 from __future__ import annotations
