@@ -326,7 +326,7 @@ def _shared_loops(f: Any, in_axes: InAxes, argtypes: tuple[types.Type, ...]) -> 
     The loops call ``f`` through its Numba type alone: every ``pyjlad.grad(g)`` made again has the
     same type (:mod:`pyjlad.numba_calls.derivatives`), an ``@njit`` function its dispatcher's. So
     ``pyjlad.vmap(pyjlad.grad(g))(...)`` written inside a loop compiles its parallel loop on the
-    first pass only (each pass compiled it again before, about 1.5 s).
+    first pass only (before, each pass compiled it again).
     """
     return cached_for(numba.typeof(f), ("vmap-loops", in_axes, argtypes), lambda: _make_loops(f, in_axes, argtypes))
 
