@@ -36,6 +36,7 @@ from .export_compile import (
     serial_dispatcher,
 )
 from .export_ir import enzyme_ir
+from .export_recursion import resolve_recursion
 from .ir import Module, Parameter
 from .ir import parse as parse_module
 from .ir.analysis import numba_entry
@@ -160,7 +161,7 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         cres = compile_result(serial_dispatcher(target), argtypes)
         argtypes = tuple(cres.signature.args)
         restype = cres.signature.return_type
-        ir = cres.library.get_llvm_str()
+        ir = resolve_recursion(cres.library.get_llvm_str(), cres, describe_function(target))
         mangled = cres.fndesc.mangled_name
         run = target
         serial = serial_dispatcher(target)

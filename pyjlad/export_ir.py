@@ -14,6 +14,8 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
 from .enzyme_copy import branch_preserving_compile, unvectorized_copy
+from .export_compile import describe_function
+from .export_recursion import resolve_recursion
 
 __all__ = ["compile_before_codegen", "enzyme_ir", "ir_before_codegen"]
 
@@ -77,7 +79,9 @@ def compile_before_codegen(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type,
 
     The IR is taken as LLVM's optimizer left it (see :func:`ir_before_codegen`),
     or read back from the library if ``dispatcher`` was compiled for
-    ``argtypes`` already. ``None`` if no compile result matches ``argtypes``.
+    ``argtypes`` already; the functions it calls recursively linked in and called
+    directly (:func:`pyjlad.export_recursion.resolve_recursion`). ``None`` if no
+    compile result matches ``argtypes``.
     """
     captured: list[tuple[Any, str]] = []
     with ir_before_codegen(captured):
@@ -85,5 +89,6 @@ def compile_before_codegen(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type,
     cres = dispatcher.overloads.get(tuple(argtypes))
     if cres is None:
         return None
-    text = next((ir for library, ir in captured if library is cres.library), None)
-    return cres, text if text is not None else cres.library.get_llvm_str()
+    texts = {id(library): ir for library, ir in captured}
+    text = texts.get(id(cres.library)) or cres.library.get_llvm_str()
+    return cres, resolve_recursion(text, cres, describe_function(dispatcher), texts)
