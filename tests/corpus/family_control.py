@@ -876,3 +876,58 @@ def _prefix_args_f32(rng):
 
 program(FAMILY, "early-exit-break-f32", early_exit_break_f32, early_exit_break_jax,
         _prefix_args_f32, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ recursion (called from another function)
+@njit
+def _halves(x, lo, hi):
+    if hi - lo <= 2:
+        s = 0.0
+        for i in range(lo, hi):
+            s += x[i] * x[i] * math.cos(x[i])
+        return s
+    mid = (lo + hi) // 2
+    return 1.1 * _halves(x, lo, mid) + _halves(x, mid, hi)
+
+
+@njit
+def recursive_halves(x):
+    return _halves(x, 0, x.shape[0])
+
+
+def _halves_jax(x, lo, hi):
+    if hi - lo <= 2:
+        return jnp.sum(x[lo:hi] ** 2 * jnp.cos(x[lo:hi]))
+    mid = (lo + hi) // 2
+    return 1.1 * _halves_jax(x, lo, mid) + _halves_jax(x, mid, hi)
+
+
+def recursive_halves_jax(x):
+    return _halves_jax(x, 0, x.shape[0])
+
+
+program(FAMILY, "recursive-halves", recursive_halves, recursive_halves_jax,
+        lambda rng: (rng.standard_normal(11),), transforms=SMOOTH)
+
+
+@njit
+def _power_by_squaring(x, n):
+    if n == 0:
+        return np.ones_like(x)
+    h = _power_by_squaring(x, n // 2)
+    if n % 2:
+        return h * h * x
+    return h * h
+
+
+@njit
+def recursive_powers(x):
+    return _power_by_squaring(x, 5) - 0.5 * _power_by_squaring(x, 2)
+
+
+def recursive_powers_jax(x):
+    return x ** 5 - 0.5 * x ** 2
+
+
+program(FAMILY, "recursive-powers", recursive_powers, recursive_powers_jax,
+        lambda rng: (rng.standard_normal(7),), transforms=ARRAY)
