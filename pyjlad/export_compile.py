@@ -157,8 +157,8 @@ def compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:
             "nopython-mode Numba code: change the function so that numba.njit compiles it "
             f"for these arguments.\nNumba said:\n{detail}"
         ) from None
-    except TypeError as exc:
-        if "Signature mismatch" in str(exc):
+    except (TypeError, RuntimeError) as exc:  # RuntimeError("compilation disabled"): explicit signatures only
+        if isinstance(exc, TypeError) and "Signature mismatch" in str(exc):
             raise UnsupportedFunctionError(_arity_message(func, argtypes)) from None
         if "compilation disabled" not in str(exc):
             raise
