@@ -658,7 +658,14 @@ def _bad_input_probes() -> list[Probe]:
                     "argument 1 of _scale is int64, which is a constant", (39,)))
     out.append(_bad("a wrong loose-typed derivative (copies left untyped)", _untyped_copies_gradient, RuntimeError,
                     "cannot be trusted", (69,)))
+    out.append(_bad("types none of the explicit signatures takes", lambda: g(_one_signature, np.ones((2, 2))),
+                    TypeError, "compilation is disabled; its signatures are", (70,)))
     return out
+
+
+@njit("float64(float64[:])")
+def _one_signature(x):
+    return np.sum(x * x)
 
 
 def _untyped_copies_gradient() -> Any:
