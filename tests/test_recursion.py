@@ -5,21 +5,25 @@ indirect call through a global it fills at run time (``.numba.unresolved$...``);
 ("cannot compute with global variable that doesn't have marked shadow global") and pyjlad called it a
 defect. pyjlad now links the callee's IR in and calls it directly. Oracles: ``jax.grad``/``jax.jvp``/
 ``jax.hessian``/``jax.jacobian`` in float64 of the same recursions written in JAX, from copies taken before
-the call; the caller's arrays are checked unchanged.
+the call; the caller's arrays are checked unchanged. The divide-and-conquer sum and the powers by squaring
+are the corpus programs ``control/recursive-halves`` and ``control/recursive-powers``.
 """
 
 from __future__ import annotations
 
 import re
 
+import jax
 import numpy as np
 import pytest
+from corpus.family_control import _power_by_squaring as power_by_squaring
+from corpus.family_control import recursive_halves as divide_and_conquer
+from corpus.family_control import recursive_halves_jax as divide_and_conquer_jax
 from numba import njit, prange
 
 import pyjlad
 from pyjlad.export_recursion import resolve_recursion, unresolved_symbols
 
-jax = pytest.importorskip("jax")
 jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
 
@@ -36,30 +40,6 @@ def nested_sin(n, x):
 @njit
 def three_sines(x):
     return nested_sin(3, x)
-
-
-@njit
-def halves(x, lo, hi):
-    if hi - lo <= 2:
-        s = 0.0
-        for i in range(lo, hi):
-            s += x[i] ** 2 * np.cos(x[i])
-        return s
-    mid = (lo + hi) // 2
-    return halves(x, lo, mid) * 1.1 + halves(x, mid, hi)
-
-
-@njit
-def divide_and_conquer(x):
-    return halves(x, 0, x.shape[0])
-
-
-def divide_and_conquer_jax(x, lo=0, hi=None):
-    hi = x.shape[0] if hi is None else hi
-    if hi - lo <= 2:
-        return jnp.sum(x[lo:hi] ** 2 * jnp.cos(x[lo:hi]))
-    mid = (lo + hi) // 2
-    return divide_and_conquer_jax(x, lo, mid) * 1.1 + divide_and_conquer_jax(x, mid, hi)
 
 
 @njit
@@ -85,16 +65,6 @@ def mutual_jax(x, n=5, even=True):
     if even:
         return x if n == 0 else mutual_jax(x * 1.5, n - 1, False) + jnp.tanh(x)
     return -x if n == 0 else mutual_jax(x, n - 1, True) * x
-
-
-@njit
-def power_by_squaring(x, n):
-    if n == 0:
-        return np.ones_like(x)
-    h = power_by_squaring(x, n // 2)
-    if n % 2:
-        return h * h * x
-    return h * h
 
 
 @njit
