@@ -25,6 +25,7 @@ from . import portable as p
 from . import stable_names as sn
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
+from .integer_minmax import integer_min_max_as_selects
 from .ir import analysis, downlevel
 from .ir.edit import drop_empty_attribute_groups, drop_repeated_declarations
 from .ir.lexer import texts_of
@@ -248,6 +249,15 @@ def freeze_selects(module: Module, context: PortableContext) -> Module:
     return map_items(module, lambda d: freeze_carried_selects(d)[0], where=definitions_named(context.rewritten))
 
 
+def integer_min_max(module: Module, context: PortableContext) -> Module:
+    """Write each integer ``min``/``max`` intrinsic as an ``icmp`` and a ``select``, which Enzyme differentiates.
+
+    Enzyme v0.0.289 has no reverse rule for ``@llvm.smin`` and its kin, and stops on one it cannot prove
+    inactive: an index clamped after ``np.searchsorted`` (see :mod:`pyjlad.integer_minmax`).
+    """
+    return map_items(module, lambda d: integer_min_max_as_selects(d)[0], where=definitions_named(context.rewritten))
+
+
 def down_level(text: str, context: PortableContext) -> str:
     """Rewrite LLVM 22 syntax to LLVM 15's, line by line.
 
@@ -353,6 +363,7 @@ PORTABLE = Pipeline("portable", (
     Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions"),
     Pass("opaque-address-comparisons", opaque_address_comparisons, "bodies of Numba's functions; a helper added"),
     Pass("freeze-carried-selects", freeze_selects, "bodies of Numba's functions"),
+    Pass("integer-min-max", integer_min_max, "bodies of Numba's functions"),
     Pass("down-level", down_level, "syntax, vector intrinsics", form="text"),
     Pass("translate-attribute-groups", translate_attribute_groups, "attribute groups"),
     Pass("unique-names", unique_names, "the entry's and mangled names"),

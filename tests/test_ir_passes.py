@@ -24,6 +24,7 @@ from pyjlad.portable_pipeline import (
     down_level,
     extract,
     freeze_selects,
+    integer_min_max,
     kind_specific_blas,
     opaque_address_comparisons,
     refuse_target_intrinsics,
@@ -245,6 +246,35 @@ exit:
     assert _llvm_as_15(text).returncode == 0
 
 
+def test_integer_min_max_becomes_compare_and_select() -> None:
+    clamp = HEADER + """
+define i64 @entry(i64 %k, i64 %n, <2 x i64> %v) {
+entry:
+  %".lo" = tail call i64 @llvm.smax.i64(i64 %k, i64 1)
+  %top = add i64 %n, -1
+  %hi = call noundef i64 @llvm.smin.i64(i64 noundef %".lo", i64 %top) #0
+  %u = call i32 @llvm.umax.i32(i32 7, i32 3)
+  %w = zext i32 %u to i64
+  %vm = call <2 x i64> @llvm.smin.v2i64(<2 x i64> %v, <2 x i64> %v)
+  %r = add i64 %hi, %w
+  ret i64 %r
+}
+declare i64 @llvm.smax.i64(i64, i64)
+declare i64 @llvm.smin.i64(i64, i64)
+declare i32 @llvm.umax.i32(i32, i32)
+declare <2 x i64> @llvm.smin.v2i64(<2 x i64>, <2 x i64>)
+attributes #0 = { nounwind }
+"""
+    text = _apply(integer_min_max, clamp, _context(rewritten={"@entry"}))
+    assert '%".lo.pj.cmp" = icmp sgt i64 %k, 1' in text
+    assert '%hi = select i1 %hi.pj.cmp, i64 %".lo", i64 %top' in text
+    assert "%u.pj.cmp = icmp ugt i32 7, 3" in text
+    assert "call <2 x i64> @llvm.smin.v2i64" in text  # vectors are left alone (Enzyme's copy has none)
+    assert "call i64 @llvm.s" not in text and "call noundef i64 @llvm.s" not in text
+    assert _apply(integer_min_max, clamp, _context(rewritten=set())) == clamp
+    assert _llvm_as_15(text).returncode == 0
+
+
 # ------------------------------------------------------------------ down-level and after
 def test_down_level_rewrites_syntax_and_keeps_used_groups_translated() -> None:
     modern = HEADER + """
@@ -304,7 +334,7 @@ def test_refuse_target_intrinsics() -> None:
 def test_the_portable_pipeline_names_every_pass_in_order() -> None:
     names = [p.name for p in PORTABLE.passes]
     assert names == ["nested-drivers", "kind-specific-blas", "stable-names", "extract", "split-excinfo-slots",
-                     "opaque-address-comparisons", "freeze-carried-selects", "down-level",
+                     "opaque-address-comparisons", "freeze-carried-selects", "integer-min-max", "down-level",
                      "translate-attribute-groups", "unique-names",
                      "dedupe-declarations", "declare-libm-calls", "refuse-target-intrinsics"]
     assert all(p.summary for p in PORTABLE.passes)  # each documents why it exists

@@ -284,3 +284,31 @@ program(FAMILY, "where_index/1d-f32", where_index, lambda x: jnp.sum(jnp.where(x
         args(normal(7, thresholds=(0.5,), dtype=np.float32)), **F32)
 program(FAMILY, "gather_sum/1d-positive", gather_sum, lambda x, idx: jnp.sum(jnp.sin(x[idx])),
         args(positive(4), np.array([3, 3, 3, 0], dtype=np.int64)))
+
+
+# ------------------------------------------------------------------ an index clamped after np.searchsorted
+@njit
+def clamped_interpolation(x, grid, values):
+    idx = np.searchsorted(grid, x)
+    s = 0.0
+    for i in range(x.shape[0]):
+        k = min(max(idx[i], 1), grid.shape[0] - 1)
+        t = (x[i] - grid[k - 1]) / (grid[k] - grid[k - 1])
+        s += ((1.0 - t) * values[k - 1] + t * values[k]) ** 2
+    return s
+
+
+def clamped_interpolation_jax(x, grid, values):
+    k = jnp.clip(jnp.searchsorted(grid, x), 1, grid.shape[0] - 1)
+    t = (x - grid[k - 1]) / (grid[k] - grid[k - 1])
+    return jnp.sum(((1.0 - t) * values[k - 1] + t * values[k]) ** 2)
+
+
+def _interpolation_args(rng):
+    grid = np.linspace(-3.0, 3.0, 13)
+    points = rng.uniform(-3.5, 3.5, 9)  # some outside the grid: the clamp decides
+    return points + 0.01 * (np.abs(points[:, None] - grid).min(axis=1) < 0.01), grid, np.cos(grid)
+
+
+program(FAMILY, "searchsorted-clamped-interp", clamped_interpolation, clamped_interpolation_jax,
+        _interpolation_args, wrt=(0, 1, 2), transforms=("gradient", "jvp"))
