@@ -299,11 +299,15 @@ def enzyme_reason(diagnostics: str) -> str:
     for line in lines:
         if "Enzyme:" in line and not line.startswith(("@", "%", "define ", "declare ")):
             reason = line.split("Enzyme:", 1)[1].strip()
-            if reason and reason != "<analysis>" and not reason.startswith("oldFunc:"):  # not an IR dump's header
+            if reason and reason != "<analysis>" and not reason.startswith(("oldFunc:", ";")):  # not a dump's header
                 return reason[:200]
-    for line in lines:
+    for k, line in enumerate(lines):
         if line.startswith("Cannot deduce"):  # type analysis, its reason on a line of its own after a dump
             return line[:200]
+        if line.startswith("cannot handle"):  # a missing rule, after a dump; the next line may name what it lacks
+            following = lines[k + 1] if k + 1 < len(lines) else ""
+            named = following and " " not in following and not following.startswith(("%", "@", "}"))
+            return f"{line} {following}"[:200] if named else line[:200]
     for line in lines:
         found = _SUMMARY_RE.search(line)
         if found:  # an assertion: the assertion itself, not the program and function before it

@@ -184,6 +184,12 @@ def test_enzyme_reason_skips_ir_comment_lines():
                    "define i32 @f(ptr %a) {\n  ret i32 0\n}\n"
                    "Cannot deduce adding type of:   %r = insertelement <4 x i64> %v, i64 %l, i64 3\n")
     assert enzyme_reason(diagnostics).startswith("Cannot deduce adding type of:   %r = insertelement")
+    # a missing rule (seen: llvm.smin, before the integer-min-max pass): Enzyme's dump, then what it lacks
+    diagnostics = ("error: <unknown>:0:0: in function f void (ptr): Enzyme: ; Function Attrs: mustprogress willreturn\n"
+                   "define internal void @f(ptr %a) {\n  ret void\n}\n\n"
+                   "cannot handle (reverse) unknown intrinsic\nllvm.smin\n"
+                   "  %k = tail call i64 @llvm.smin.i64(i64 %a, i64 %b)\n")
+    assert enzyme_reason(diagnostics) == "cannot handle (reverse) unknown intrinsic llvm.smin"
 
 
 def test_demangle_reads_numba_symbols():
