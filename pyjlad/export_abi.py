@@ -43,6 +43,12 @@ def arg_abi(index: int, ty: nbtypes.Type) -> ArgABI:
             f"argument {index} is complex ({ty}); pyjlad differentiates real float64/float32 "
             "code: split complex values into real and imaginary float arrays"
         )
+    if isinstance(ty, nbtypes.NoneType):
+        raise UnsupportedFunctionError(
+            f"argument {index} is None, which pyjlad cannot pass to a differentiated function: where None is "
+            "the argument's default (def f(x, w=None)), leave it out of the call; otherwise pass a float, int, "
+            "bool or NumPy array"
+        )
     raise UnsupportedFunctionError(
         f"argument {index} has Numba type {ty}, which pyjlad cannot pass to a differentiated "
         "function; pass floats, ints, bools or NumPy arrays of them (unpack tuples and "

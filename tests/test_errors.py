@@ -171,3 +171,16 @@ def test_broken_toolchain_is_an_exception(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
     with pytest.raises(pyjlad.EnzymeError, match="failed"):
         pyjlad.gradient(njit(lambda x: x * 5.0), 1.0)
+
+
+def test_none_passed_as_an_argument_says_to_leave_the_default_out() -> None:
+    @njit
+    def weighted(x, w=None):
+        if w is None:
+            return np.sum(x ** 2)
+        return np.sum(w * x ** 2)
+
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(pyjlad.grad(weighted)(x), 2 * x)  # the default, left out: fine
+    with pytest.raises(pyjlad.UnsupportedFunctionError, match=r"argument 1 is None.*leave it out of the call"):
+        pyjlad.grad(weighted)(x, None)

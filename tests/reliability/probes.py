@@ -661,12 +661,19 @@ def _bad_input_probes() -> list[Probe]:
                     "cannot be trusted", (69,)))
     out.append(_bad("types none of the explicit signatures takes", lambda: g(_one_signature, np.ones((2, 2))),
                     TypeError, "compilation is disabled; its signatures are", (70,)))
+    out.append(_bad("None for an argument whose default is None", lambda: g(_default_none, np.ones(2), None),
+                    TypeError, "is None, which pyjlad cannot pass", (71,)))
     return out
 
 
 @njit("float64(float64[:])")
 def _one_signature(x):
     return np.sum(x * x)
+
+
+@njit
+def _default_none(x, w=None):
+    return np.sum(x * x) if w is None else np.sum(w * x * x)
 
 
 def _untyped_copies_gradient() -> Any:
