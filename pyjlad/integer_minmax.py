@@ -14,7 +14,8 @@ Examples
 ... entry:
 ...   %lo = tail call i64 @llvm.smax.i64(i64 %k, i64 1) #3
 ...   %hi = call i64 @llvm.umin.i64(i64 %lo, i64 %n)
-...   ret i64 %hi
+...   %0 = call i64 @llvm.smin.i64(i64 %hi, i64 7)
+...   ret i64 %0
 ... }'''
 >>> text, changed = integer_min_max_as_selects(body)
 >>> changed
@@ -26,7 +27,9 @@ entry:
   %lo = select i1 %lo.pj.cmp, i64 %k, i64 1
   %hi.pj.cmp = icmp ult i64 %lo, %n
   %hi = select i1 %hi.pj.cmp, i64 %lo, i64 %n
-  ret i64 %hi
+  %"0.pj.cmp" = icmp slt i64 %hi, 7
+  %0 = select i1 %"0.pj.cmp", i64 %hi, i64 7
+  ret i64 %0
 }
 """
 
@@ -47,7 +50,10 @@ _CALL_RE = re.compile(
 
 
 def _compare_name(name: str) -> str:
-    return f'{name[:-1]}.pj.cmp"' if name.endswith('"') else f"{name}.pj.cmp"
+    """A new local name beside ``name``; quoted where ``name`` is quoted or a number (``%8``: ``%8.x`` is no
+    name)."""
+    bare = name[2:-1] if name.startswith('%"') else name[1:]
+    return f'%"{bare}.pj.cmp"' if name.startswith('%"') or bare.isdigit() else f"%{bare}.pj.cmp"
 
 
 def _as_select(call: re.Match[str]) -> str:

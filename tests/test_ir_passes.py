@@ -256,7 +256,8 @@ entry:
   %u = call i32 @llvm.umax.i32(i32 7, i32 3)
   %w = zext i32 %u to i64
   %vm = call <2 x i64> @llvm.smin.v2i64(<2 x i64> %v, <2 x i64> %v)
-  %r = add i64 %hi, %w
+  %0 = call i64 @llvm.smin.i64(i64 %hi, i64 %w)
+  %r = add i64 %hi, %0
   ret i64 %r
 }
 declare i64 @llvm.smax.i64(i64, i64)
@@ -269,6 +270,7 @@ attributes #0 = { nounwind }
     assert '%".lo.pj.cmp" = icmp sgt i64 %k, 1' in text
     assert '%hi = select i1 %hi.pj.cmp, i64 %".lo", i64 %top' in text
     assert "%u.pj.cmp = icmp ugt i32 7, 3" in text
+    assert '%0 = select i1 %"0.pj.cmp", i64 %hi, i64 %w' in text  # a numbered value's compare gets a quoted name
     assert "call <2 x i64> @llvm.smin.v2i64" in text  # vectors are left alone (Enzyme's copy has none)
     assert "call i64 @llvm.s" not in text and "call noundef i64 @llvm.s" not in text
     assert _apply(integer_min_max, clamp, _context(rewritten=set())) == clamp
