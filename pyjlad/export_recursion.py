@@ -20,24 +20,31 @@ Examples
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .errors import UnsupportedFunctionError
+from .ir import parse
+from .ir.instructions import parse_instruction
+from .ir.lexer import substitute, texts_of
+from .ir.names import decode_name, symbol_for
+from .ir.rewrite import map_items
 
 __all__ = ["UNRESOLVED_PREFIX", "resolve_recursion", "unresolved_symbols"]
 
 #: The prefix of the globals through which Numba calls a function it had not finished compiling.
 UNRESOLVED_PREFIX = ".numba.unresolved$"
-_UNRESOLVED_RE = re.compile(r'@"' + re.escape(UNRESOLVED_PREFIX) + r'([^"]+)"')
-_LOAD_RE = re.compile(r'^\s*(%[-\w.$]+|%"[^"]+") = load ptr, ptr @"' + re.escape(UNRESOLVED_PREFIX)
-                      + r'([^"]+)"[^\n]*\n', re.M)
+
+
+def _unresolved(symbol: str) -> str | None:
+    """The function an ``@".numba.unresolved$<name>"`` symbol stands for; ``None`` for any other symbol."""
+    name = decode_name(symbol)
+    return name[len(UNRESOLVED_PREFIX):] if name.startswith(UNRESOLVED_PREFIX) else None
 
 
 def unresolved_symbols(text: str) -> list[str]:
     """The symbols ``text`` calls through Numba's ``.numba.unresolved$`` pointers, in order of first mention."""
-    return list(dict.fromkeys(_UNRESOLVED_RE.findall(text)))
+    return list(dict.fromkeys(name for name in map(_unresolved, texts_of(text, "global")) if name))
 
 
 def _called_dispatchers(cres: Any) -> Iterator[Any]:
@@ -66,23 +73,29 @@ def _libraries_by_symbol(cres: Any) -> dict[str, Any]:
     return found
 
 
-def _defines(text: str, symbol: str) -> bool:
-    return re.search(r"^define [^\n]*@" + re.escape(symbol) + r"\(", text, re.M) is not None
+def _missing(text: str) -> list[str]:
+    """The functions ``text`` calls through an ``unresolved`` pointer that it does not define."""
+    defined = {decode_name(f.symbol) for f in parse(text).definitions}
+    return [name for name in unresolved_symbols(text) if name not in defined]
+
+
+def _without_pointer_loads(define: str) -> str:
+    """One ``define`` with each load of an ``unresolved`` pointer removed and its value replaced by the function."""
+    lines, kept, functions = define.split("\n"), [], {}
+    for line in lines:
+        instruction = parse_instruction(line) if UNRESOLVED_PREFIX in line else None
+        targets = [name for name in map(_unresolved, texts_of(line, "global")) if name]
+        if instruction is not None and instruction.opcode == "load" and instruction.result and targets:
+            functions[instruction.result] = symbol_for(targets[0])
+            continue
+        kept.append(line)
+    return substitute("\n".join(kept), "local", lambda value: functions.get(value, value)) if functions else define
 
 
 def _direct_calls(text: str) -> str:
     """Each load of an ``unresolved`` pointer removed, its value replaced by the function, in its function."""
-    parts = re.split(r"(?m)^(?=define )", text)
-    for k, part in enumerate(parts):
-        loads = list(_LOAD_RE.finditer(part))
-        if not loads:
-            continue
-        for load in loads:
-            part = part.replace(load.group(0), "", 1)
-            value = re.escape(load.group(1))
-            part = re.sub(value + r'(?![-\w.$"])', "@" + load.group(2), part)
-        parts[k] = part
-    return "".join(parts)
+    module = parse(text)
+    return map_items(module, _without_pointer_loads, where=lambda item: UNRESOLVED_PREFIX in item.render()).render()
 
 
 def resolve_recursion(text: str, cres: Any, name: str, texts: Mapping[Any, str] | None = None) -> str:
@@ -107,7 +120,7 @@ def resolve_recursion(text: str, cres: Any, name: str, texts: Mapping[Any, str] 
     UnsupportedFunctionError
         If the function a pointer stands for is found in no compile result.
     """
-    missing = [s for s in unresolved_symbols(text) if not _defines(text, s)]
+    missing = _missing(text)
     if not missing:
         return _direct_calls(text) if unresolved_symbols(text) else text
     import llvmlite.binding as llvm
@@ -126,5 +139,5 @@ def resolve_recursion(text: str, cres: Any, name: str, texts: Mapping[Any, str] 
         other = (texts or {}).get(id(library)) or library.get_llvm_str()
         module.link_in(llvm.parse_assembly(other))
         text = str(module)
-        missing = [s for s in unresolved_symbols(text) if not _defines(text, s)]
+        missing = _missing(text)
     return _direct_calls(text)

@@ -35,31 +35,37 @@ entry:
 
 from __future__ import annotations
 
-import re
+from .ir.instructions import parse_instruction
+from .ir.lexer import tokenize, words
+from .ir.names import decode_name, symbol_for
 
 __all__ = ["integer_min_max_as_selects"]
 
 #: The intrinsic -> the ``icmp`` predicate true where its first operand is the result.
 _PREDICATES = {"smin": "slt", "smax": "sgt", "umin": "ult", "umax": "ugt"}
-_OPERAND = r"(?:-?\d+|true|false|%[-\w.$]+|%\"[^\"]+\")"
-_CALL_RE = re.compile(
-    r"^(?P<indent>\s*)(?P<name>%[-\w.$]+|%\"[^\"]+\") = (?:tail |notail |musttail )?call (?:[a-z_]+ )*"
-    r"(?P<type>i\d+) @llvm\.(?P<op>smin|smax|umin|umax)\.i\d+\("
-    r"(?P=type) (?:noundef )?(?P<a>" + _OPERAND + r"), (?P=type) (?:noundef )?(?P<b>" + _OPERAND + r")\)"
-    r"(?P<rest>.*)$", re.M)
 
 
-def _compare_name(name: str) -> str:
-    """A new local name beside ``name``; quoted where ``name`` is quoted or a number (``%8``: ``%8.x`` is no
-    name)."""
-    bare = name[2:-1] if name.startswith('%"') else name[1:]
-    return f'%"{bare}.pj.cmp"' if name.startswith('%"') or bare.isdigit() else f"%{bare}.pj.cmp"
+def _is_integer_type(word: str) -> bool:
+    return word.startswith("i") and word[1:].isdigit()
 
 
-def _as_select(call: re.Match[str]) -> str:
-    indent, name, ty = call.group("indent"), call.group("name"), call.group("type")
-    a, b, compare = call.group("a"), call.group("b"), _compare_name(name)
-    return (f"{indent}{compare} = icmp {_PREDICATES[call.group('op')]} {ty} {a}, {b}\n"
+def _as_select(line: str) -> str | None:
+    """``line`` as an ``icmp`` and a ``select`` if it calls a scalar integer min/max intrinsic, else ``None``."""
+    instruction = parse_instruction(line)
+    call = instruction.call() if instruction is not None and instruction.result is not None else None
+    if call is None or len(call.arguments) != 2:
+        return None
+    parts = decode_name(call.callee).split(".")
+    if len(parts) != 3 or parts[0] != "llvm" or parts[1] not in _PREDICATES or not _is_integer_type(parts[2]):
+        return None
+    types = [(words(tokenize(argument)) or [""])[0] for argument in call.arguments]
+    if types != [parts[2], parts[2]]:
+        return None
+    (a, b), ty, name = call.values, parts[2], instruction.result
+    assert name is not None
+    compare = symbol_for(decode_name(name) + ".pj.cmp", "%")
+    indent = line[: len(line) - len(line.lstrip())]
+    return (f"{indent}{compare} = icmp {_PREDICATES[parts[1]]} {ty} {a}, {b}\n"
             f"{indent}{name} = select i1 {compare}, {ty} {a}, {ty} {b}")
 
 
@@ -76,5 +82,8 @@ def integer_min_max_as_selects(define: str) -> tuple[str, bool]:
     tuple of (str, bool)
         The function, and whether it changed.
     """
-    text, count = _CALL_RE.subn(_as_select, define)
-    return text, count > 0
+    lines = define.split("\n")
+    rewritten = [_as_select(line) if "@llvm." in line else None for line in lines]
+    if not any(rewritten):
+        return define, False
+    return "\n".join(new or line for new, line in zip(rewritten, lines)), True

@@ -267,7 +267,7 @@ declare <2 x i64> @llvm.smin.v2i64(<2 x i64>, <2 x i64>)
 attributes #0 = { nounwind }
 """
     text = _apply(integer_min_max, clamp, _context(rewritten={"@entry"}))
-    assert '%".lo.pj.cmp" = icmp sgt i64 %k, 1' in text
+    assert '%.lo.pj.cmp = icmp sgt i64 %k, 1' in text
     assert '%hi = select i1 %hi.pj.cmp, i64 %".lo", i64 %top' in text
     assert "%u.pj.cmp = icmp ugt i32 7, 3" in text
     assert '%0 = select i1 %"0.pj.cmp", i64 %hi, i64 %w' in text  # a numbered value's compare gets a quoted name
