@@ -29,8 +29,8 @@ from .errors import ExportError, UnsupportedFunctionError
 from .export_abi import arg_abi, data_parameters, filled_args, result_abi
 from .export_compile import (
     as_numba_function,
-    compile_result,
     describe_function,
+    inspectable_compile_result,
     numba_argtypes,
     result_type,
     serial_dispatcher,
@@ -158,7 +158,7 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         run = as_numba_function(pyfunc)
     else:
         argtypes = tuple(argtypes)
-        cres = compile_result(serial_dispatcher(target), argtypes)
+        cres = inspectable_compile_result(serial_dispatcher(target), argtypes)
         argtypes = tuple(cres.signature.args)
         restype = cres.signature.return_type
         ir = resolve_recursion(cres.library.get_llvm_str(), cres, describe_function(target))

@@ -3,7 +3,8 @@
 :func:`as_numba_function` finds the Numba object behind what the user passed (a ``@njit``
 dispatcher, a ``@cfunc``, a :class:`~pyjlad.rules.CustomDerivative` or a plain Python function),
 :func:`numba_argtypes` types the call's arguments, :func:`compile_result` compiles the function for
-them, and :func:`serial_dispatcher` replaces a ``parallel=True`` function by a serial copy. Each
+them, :func:`serial_dispatcher` replaces a ``parallel=True`` function by a serial copy and
+:func:`inspectable_compile_result` compiles afresh what Numba loaded from its disk cache. Each
 refuses what pyjlad cannot differentiate with an :class:`~pyjlad.errors.UnsupportedFunctionError`
 in the user's terms.
 """
@@ -26,7 +27,8 @@ from .errors import UnsupportedFunctionError
 from .memo import cached_for
 
 __all__ = [
-    "as_numba_function", "compile_result", "describe_function", "numba_argtypes", "result_type", "serial_dispatcher",
+    "as_numba_function", "compile_result", "describe_function", "inspectable_compile_result", "numba_argtypes",
+    "result_type", "serial_dispatcher",
 ]
 
 
@@ -204,6 +206,16 @@ def _uses_parallel(dispatcher: Dispatcher, seen: set[int] | None = None) -> bool
     )
 
 
+def _clone(dispatcher: Dispatcher, dropped: tuple[str, ...], namespace: dict[str, Any] | None = None) -> Dispatcher:
+    """A fresh ``@njit`` function of ``dispatcher``'s code (its globals ``namespace``), without the options
+    ``dropped``."""
+    py = dispatcher.py_func
+    clone = pytypes.FunctionType(py.__code__, py.__globals__ if namespace is None else namespace, py.__name__,
+                                 py.__defaults__, py.__closure__)
+    clone.__qualname__ = py.__qualname__
+    return numba.njit(**{k: v for k, v in dispatcher.targetoptions.items() if k not in dropped})(clone)
+
+
 def serial_dispatcher(dispatcher: Dispatcher) -> Dispatcher:
     """The dispatcher itself, or a serial copy if it (or an ``@njit`` function it calls) is ``parallel=True``.
 
@@ -222,9 +234,20 @@ def serial_dispatcher(dispatcher: Dispatcher) -> Dispatcher:
             value = namespace.get(name)
             if isinstance(value, Dispatcher) and _uses_parallel(value):
                 namespace[name] = serial_dispatcher(value)
-        clone = pytypes.FunctionType(py.__code__, namespace, py.__name__, py.__defaults__, py.__closure__)
-        clone.__qualname__ = py.__qualname__
-        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in ("parallel", "nopython")}
-        return numba.njit(**options)(clone)
+        return _clone(dispatcher, ("parallel", "nopython"), namespace)
 
     return cached_for(dispatcher, ("serial",), build)
+
+
+def inspectable_compile_result(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:
+    """:func:`compile_result`, compiled afresh (by a copy) where Numba loaded it from its disk cache.
+
+    A function Numba loads from its disk cache (``cache=True``, a later process) has machine code but no
+    IR ("Inspection disabled for cached code"), and pyjlad found no entry function in its module. The
+    copy compiles once per process; the user's function keeps its cache.
+    """
+    cres = compile_result(dispatcher, argtypes)
+    if not getattr(cres.library, "_disable_inspection", False):
+        return cres
+    copy = cached_for(dispatcher, ("fresh-compile",), lambda: _clone(dispatcher, ("nopython",)))
+    return compile_result(copy, tuple(cres.signature.args))
