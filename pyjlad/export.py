@@ -154,6 +154,9 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         restype = sig.return_type
         ir = target._library.get_llvm_str()
         mangled = target.native_name.split(".", 1)[1]
+        if getattr(target._library, "_disable_inspection", False):  # loaded from Numba's disk cache: no IR
+            fresh = target._compile_uncached()
+            ir, mangled = fresh.library.get_llvm_str(), fresh.fndesc.mangled_name
         pyfunc = target._pyfunc
         run = as_numba_function(pyfunc)
     else:

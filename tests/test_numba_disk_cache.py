@@ -3,7 +3,7 @@
 In a process where Numba loads such a function from its disk cache, the function has machine code but no
 IR ("Inspection disabled for cached code"); pyjlad took its IR from there and refused the function with
 "entry function ... is not defined in the module". pyjlad now compiles a copy afresh in that case
-(``pyjlad.export_compile.inspectable_compile_result``). Each check runs in two fresh interpreters sharing a
+(``pyjlad.export_compile.inspectable_compile_result``; a ``@cfunc`` compiles itself again, uncached). Each check runs in two fresh interpreters sharing a
 Numba cache directory: the first fills Numba's cache, the second loads from it. Oracles: hand-derived
 gradients.
 """
@@ -21,7 +21,11 @@ import numpy as np
 
 KERNELS = textwrap.dedent('''
     import numpy as np
-    from numba import njit
+    from numba import cfunc, njit
+
+    @cfunc("float64(float64, float64)", cache=True)
+    def c_callback(x, y):
+        return x * x * y + np.sin(x)
 
     @njit(cache=True)
     def soft_norm(x):
@@ -40,7 +44,8 @@ CALLS = textwrap.dedent('''
     warnings.simplefilter("ignore")  # Numba's "Inspection disabled for cached code"
     x = np.array([1.0, -2.0, 0.5])
     gx, ga = pyjlad.grad(kernels.scaled_cubes, wrt=(0, 1))(x, 1.5)
-    print(json.dumps({"soft_norm": pyjlad.grad(kernels.soft_norm)(x).tolist(),
+    cx, cy = pyjlad.grad(kernels.c_callback, wrt=(0, 1))(0.5, 2.0)
+    print(json.dumps({"soft_norm": pyjlad.grad(kernels.soft_norm)(x).tolist(), "callback": [cx, cy],
                       "cubes_x": gx.tolist(), "cubes_a": ga,
                       "from_cache": bool(kernels.soft_norm.stats.cache_hits)}))
 ''')
@@ -62,3 +67,4 @@ def test_a_function_numba_loads_from_its_disk_cache_differentiates(tmp_path: Pat
         np.testing.assert_allclose(result["soft_norm"], x / np.sqrt(x * x + 2.0), rtol=1e-14)
         np.testing.assert_allclose(result["cubes_x"], 1.5 * 3 * x ** 2, rtol=1e-14)
         np.testing.assert_allclose(result["cubes_a"], np.sum(x ** 3), rtol=1e-14)
+        np.testing.assert_allclose(result["callback"], [2 * 0.5 * 2.0 + np.cos(0.5), 0.25], rtol=1e-14)
