@@ -70,18 +70,8 @@ def _as_select(line: str) -> str | None:
 
 
 def integer_min_max_as_selects(define: str) -> tuple[str, bool]:
-    """Each scalar ``@llvm.{s,u}{min,max}`` call of one ``define`` as an ``icmp`` and a ``select``.
-
-    Parameters
-    ----------
-    define : str
-        The text of one LLVM ``define`` (from its ``define`` line to its ``}``).
-
-    Returns
-    -------
-    tuple of (str, bool)
-        The function, and whether it changed.
-    """
+    """``define`` (one function's text, its ``define`` line to its ``}``) with each scalar
+    ``@llvm.{s,u}{min,max}`` call written as an ``icmp`` and a ``select``, and whether anything changed."""
     lines = define.split("\n")
     rewritten = [_as_select(line) if "@llvm." in line else None for line in lines]
     if not any(rewritten):
