@@ -120,6 +120,8 @@ def resolve_recursion(text: str, cres: Any, name: str, texts: Mapping[Any, str] 
     UnsupportedFunctionError
         If the function a pointer stands for is found in no compile result.
     """
+    if UNRESOLVED_PREFIX not in text:  # the common case: no parse of the module on every export
+        return text
     missing = _missing(text)
     if not missing:
         return _direct_calls(text) if unresolved_symbols(text) else text
