@@ -42,20 +42,26 @@ def test_grad_of_a_function_with_one_explicit_signature():
 
 
 def test_each_of_several_signatures_is_differentiated():
-    gx, ga = pyjlad.grad(scaled_squares, wrt=(0, 1))(X.copy(), 1.5)
+    x = X.copy()
+    gx, ga = pyjlad.grad(scaled_squares, wrt=(0, 1))(x, 1.5)
     np.testing.assert_allclose(gx, 3.0 * X, rtol=1e-14)
     assert ga == pytest.approx(np.sum(X * X), rel=1e-14)
+    np.testing.assert_array_equal(x, X)
     m = np.arange(6.0).reshape(2, 3)
-    np.testing.assert_allclose(pyjlad.grad(scaled_squares)(m, 0.5), m, rtol=1e-14)
+    np.testing.assert_allclose(pyjlad.grad(scaled_squares)(m, 0.5), np.arange(6.0).reshape(2, 3), rtol=1e-14)
+    np.testing.assert_array_equal(m, np.arange(6.0).reshape(2, 3))
 
 
 def test_forward_mode_and_jacobian_of_an_explicit_signature():
-    value, tangent = pyjlad.jvp(fourth_powers, (X.copy(),), (np.ones(4),))
+    x, ones = X.copy(), np.ones(4)
+    value, tangent = pyjlad.jvp(fourth_powers, (x,), (ones,))
     assert value == pytest.approx(np.sum(X ** 4), rel=1e-14)
     assert tangent == pytest.approx(np.sum(4 * X ** 3), rel=1e-14)
     for mode in ("reverse", "forward"):
-        np.testing.assert_allclose(pyjlad.jacobian(scaled_cubes, X.copy(), 2.0, mode=mode),
+        np.testing.assert_allclose(pyjlad.jacobian(scaled_cubes, x, 2.0, mode=mode),
                                    np.diag(6.0 * X ** 2), rtol=1e-14)
+    np.testing.assert_array_equal(x, X)
+    np.testing.assert_array_equal(ones, np.ones(4))
 
 
 def test_types_no_signature_takes_are_refused_clearly():

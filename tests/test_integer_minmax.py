@@ -51,14 +51,20 @@ def test_gradient_through_an_index_clamped_after_searchsorted():
 
 def test_forward_mode_through_the_clamped_index():
     tangents = (np.ones(9), np.zeros(13), np.sin(GRID))
-    value, tangent = pyjlad.jvp(clamped_interpolation, _args(), tangents)
+    args = _args()
+    value, tangent = pyjlad.jvp(clamped_interpolation, args, tangents)
     want = jax.jvp(clamped_interpolation_jax, tuple(map(jnp.asarray, _args())), tuple(map(jnp.asarray, tangents)))
     np.testing.assert_allclose((value, tangent), want, rtol=1e-12)
+    for a, b in zip(args, _args()):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_an_integer_array_argument_clamped_into_range():
     x = RNG.normal(size=6)
     idx = np.array([-2, 0, 3, 5, 9, 2])
-    got = pyjlad.grad(clamped_gather)(x.copy(), idx)
-    want = jax.grad(lambda x: jnp.sum(x[jnp.clip(idx, 0, 5)] ** 3 * jnp.arange(1, 7)))(jnp.asarray(x))
+    x_before, idx_before = x.copy(), idx.copy()
+    got = pyjlad.grad(clamped_gather)(x, idx)
+    want = jax.grad(lambda x: jnp.sum(x[jnp.clip(idx_before, 0, 5)] ** 3 * jnp.arange(1, 7)))(jnp.asarray(x_before))
     np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_array_equal(idx, idx_before)

@@ -44,10 +44,12 @@ CALLS = textwrap.dedent('''
     warnings.simplefilter("ignore")  # Numba's "Inspection disabled for cached code"
     x = np.array([1.0, -2.0, 0.5])
     gx, ga = pyjlad.grad(kernels.scaled_cubes, wrt=(0, 1))(x, 1.5)
+    soft = pyjlad.grad(kernels.soft_norm)(x).tolist()
+    unchanged = x.tolist() == [1.0, -2.0, 0.5]
     cx, cy = pyjlad.grad(kernels.c_callback, wrt=(0, 1))(0.5, 2.0)
-    print(json.dumps({"soft_norm": pyjlad.grad(kernels.soft_norm)(x).tolist(), "callback": [cx, cy],
+    print(json.dumps({"soft_norm": soft, "callback": [cx, cy],
                       "cubes_x": gx.tolist(), "cubes_a": ga,
-                      "from_cache": bool(kernels.soft_norm.stats.cache_hits)}))
+                      "from_cache": bool(kernels.soft_norm.stats.cache_hits), "unchanged": unchanged}))
 ''')
 
 
@@ -64,6 +66,7 @@ def test_a_function_numba_loads_from_its_disk_cache_differentiates(tmp_path: Pat
     first, second = _run(tmp_path), _run(tmp_path)
     assert not first["from_cache"] and second["from_cache"]  # the second process really loaded Numba's cache
     for result in (first, second):
+        assert result["unchanged"]  # the caller's array, compared after both gradients
         np.testing.assert_allclose(result["soft_norm"], x / np.sqrt(x * x + 2.0), rtol=1e-14)
         np.testing.assert_allclose(result["cubes_x"], 1.5 * 3 * x ** 2, rtol=1e-14)
         np.testing.assert_allclose(result["cubes_a"], np.sum(x ** 3), rtol=1e-14)
