@@ -6,8 +6,10 @@ mode and Hessian-vector products differentiate the function's serial copy). Thei
 chunks of ``W`` that are independent of one another, so for a ``parallel=True`` function (the setting
 ``PYJLAD_PARALLEL_DERIVATIVES`` on, the default) the chunks run on ``numba.get_num_threads()`` threads
 instead, each chunk one call of the serial vector derivative (a ``nogil`` call: the threads run at once),
-each thread with its own buffers (:func:`run_chunks`). A single chunk runs on one thread, and so do two
-on a first call, whose first chunk runs alone.
+each thread with its own buffers (:func:`run_chunks`). A sweep is as wide as :func:`sweep_width` says: no
+wider than the directions need, and for such a function narrow enough that every thread gets a chunk
+(a Jacobian of 20 columns on 2 threads: two chunks of 16 directions, each thread one, instead of one
+chunk of 32 on one thread). On a first call the first chunk runs alone.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, TypeVar
 from . import config
 from .parallel_derivatives import PARALLEL_TWIN
 
-__all__ = ["chunk_threads", "run_chunks"]
+__all__ = ["chunk_threads", "run_chunks", "sweep_width"]
 
 S = TypeVar("S")
 
@@ -41,6 +43,26 @@ def chunk_threads(f: Any) -> int:
     import numba
 
     return max(1, numba.get_num_threads())
+
+
+def sweep_width(chunk: int, count: int, threads: int = 1) -> int:
+    """Directions per vector sweep for ``count`` directions on ``threads`` threads, at most ``chunk``.
+
+    The directions each thread would get (``count / threads``, rounded up) rounded up to a power of two,
+    at least 2 (a sweep of width 1 is not vector mode), and never more than ``chunk``; ``chunk`` itself
+    where it is 1. A sweep's cost grows with its width, used or not, so a narrower one is cheaper where
+    the directions are few (a 3-column Jacobian: 4 lanes, not 32); the power of two bounds how many
+    widths one function is compiled for.
+
+    Examples
+    --------
+    >>> sweep_width(32, 3), sweep_width(32, 100), sweep_width(32, 20, threads=2), sweep_width(1, 50)
+    (4, 32, 16, 1)
+    """
+    if chunk < 2:
+        return chunk
+    each = -(-count // max(1, threads))
+    return min(chunk, max(2, 1 << max(0, each - 1).bit_length()))
 
 
 def run_chunks(starts: Sequence[int], threads: int, new_state: Callable[[], S],

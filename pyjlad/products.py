@@ -64,8 +64,9 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
         mode (:mod:`pyjlad.vector_batched`), on copies of the arguments (the
         caller's arrays are never written). Array and float arguments only.
     chunk : int, optional
-        Directions per sweep when ``batched`` (default
-        :data:`~pyjlad.vector_products.DEFAULT_CHUNK`; 1: one sweep each).
+        Most directions per sweep when ``batched`` (default
+        :data:`~pyjlad.vector_products.DEFAULT_CHUNK`; fewer where fewer are
+        needed: :func:`~pyjlad.chunk_threads.sweep_width`; 1: one sweep each).
 
     Returns
     -------
@@ -267,8 +268,9 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     mode : {"reverse", "forward"}
         Reverse sweeps over output elements, or forward sweeps over input elements.
     chunk : int, optional
-        Elements per sweep (Enzyme's vector mode; default
-        :data:`~pyjlad.vector_products.DEFAULT_CHUNK`). 1, and functions vector
+        Most elements per sweep (Enzyme's vector mode; default
+        :data:`~pyjlad.vector_products.DEFAULT_CHUNK`; fewer where fewer are
+        needed: :func:`~pyjlad.chunk_threads.sweep_width`). 1, and functions vector
         mode does not apply to (see :mod:`pyjlad.vector_products`), sweep one
         element at a time.
 
@@ -369,7 +371,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
 def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: int | None = None) -> Any:
     """The Hessian of the scalar function ``f`` with respect to argument ``wrt``.
 
-    ``chunk`` columns per sweep (default :data:`~pyjlad.vector_products.DEFAULT_CHUNK`):
+    At most ``chunk`` columns per sweep (default :data:`~pyjlad.vector_products.DEFAULT_CHUNK`):
     forward over reverse, the forward sweep in Enzyme's vector mode. With ``chunk=1``,
     and where vector mode does not apply (see :mod:`pyjlad.vector_products`), column
     by column with :func:`hvp` (reverse over forward). Every sweep runs ``f`` on copies

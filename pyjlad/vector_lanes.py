@@ -100,6 +100,7 @@ class HessianLanes:
 
     def __init__(self, like: Any, width: int) -> None:
         like = np.asarray(like)
+        self.width = width
         self.buffer = np.zeros((*like.shape, 2 * width + 2), like.dtype)
         self.primal = self.buffer[..., 0]
         axes = (like.ndim, *range(like.ndim))

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numba import types as nbtypes
 
-from .chunk_threads import chunk_threads, run_chunks
+from .chunk_threads import chunk_threads, run_chunks, sweep_width
 from .engines import default_engine_name
 from .errors import ArgumentTypeError
 from .export import result_type
@@ -206,14 +206,15 @@ def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | 
     buffer and the directions for its next call (taken while a call runs: concurrent calls make their own)."""
     x = args[wrt]
     n = x.size
+    width = sweep_width(width, n, chunk_threads(f))  # (at most ``width``: narrower for few columns, or threads)
     run = sweeper(f, engine, "hvp", "reverse", (), wrt, width, (wrt,) if interleaved else ())
     padded = -(-n // width) * width
     try:
         kept = spare.pop() if spare is not None else None
     except IndexError:  # (none kept, or taken by a concurrent call)
         kept = None
-    if kept is not None and kept[1].primal.shape != x.shape:
-        kept = None  # (a replay's key holds types, not shapes)
+    if kept is not None and (kept[1].primal.shape != x.shape or kept[1].width != width):
+        kept = None  # (a replay's key holds types, not shapes; the width follows the size and the threads)
     # The directions: rows (zero past n), one block per sweep (a sweep of the stacked layout may write into its
     # block: kept between calls only where interleaved, which copies them into the lanes).
     eye = kept[0] if kept is not None else unit_rows(padded, n, x.dtype)

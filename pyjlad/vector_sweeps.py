@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .activity import Activity
-from .chunk_threads import chunk_threads, run_chunks
+from .chunk_threads import chunk_threads, run_chunks, sweep_width
 from .engines import compiled_sweep
 from .errors import ArgumentError, EnzymeError, PyjladError, UnsupportedFunctionError
 from .memo import cached_for
@@ -202,7 +202,8 @@ def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
     """``(value, tangents)``: the output tangents of ``count`` directions, stacked ``(count, *out_shape)``
     (see :func:`pyjlad.vector_products.forward_directions`); with ``columns``, ``(*out_shape, count)``
     (a Jacobian's layout: interleaved output tangents are copied straight into it, and the value is
-    not kept)."""
+    not kept). At most ``width`` directions per sweep (:func:`~pyjlad.chunk_threads.sweep_width`)."""
+    width = sweep_width(width, count, chunk_threads(plan.function))
     prep = _prepared(plan, primals, "forward", active, width, interleaved, engine)
     kind, layout, written, out_like, writes = plan.kind, plan.layout, plan.written, plan.out_like, plan.writes
     unwritten = None if any(writes) else fresh(primals, writes)  # the same arrays for every chunk
@@ -268,7 +269,9 @@ def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
 def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool, ...], count: int,
                    seeds: Any, width: int, engine: str | None, interleaved: bool) -> tuple[Any, list[Any]]:
     """``(value, cotangents)`` for ``count`` output cotangents (``seeds(start, stop, width)``, stacked, or a
-    :class:`UnitChunks` of the output; see :func:`pyjlad.vector_products.reverse_directions`)."""
+    :class:`UnitChunks` of the output; see :func:`pyjlad.vector_products.reverse_directions`), at most
+    ``width`` per sweep (:func:`~pyjlad.chunk_threads.sweep_width`)."""
+    width = sweep_width(width, count, chunk_threads(plan.function))
     prep = _prepared(plan, primals, "reverse", active, width, interleaved, engine)
     kind, layout, written, out_like, writes = plan.kind, plan.layout, plan.written, plan.out_like, plan.writes
     unwritten = None if any(writes) else fresh(primals, writes)

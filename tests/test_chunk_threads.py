@@ -131,6 +131,25 @@ def test_hessian_in_vector_mode_on_every_thread_count(parallel_on, threads_start
     assert len(threads_started) == STARTED
 
 
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_fewer_directions_than_a_chunk_are_split_between_the_threads(parallel_on, threads_started, mode,
+                                                                     parallel_kernels) -> None:
+    # 20 columns, the default chunk of 32: one sweep on one thread before; now narrower sweeps, one per thread
+    # (the second call: a first call's first chunk runs alone), each its own thread's.
+    x, w = rng.uniform(-1.5, 1.5, 20), 0.6
+    x0 = x.copy()
+    expected = np.asarray(jax.jacobian(interactions_jax)(jnp.asarray(x0), w))
+    one = _at(1, lambda: pyjlad.jacobian(parallel_kernels.interactions, x, w, mode=mode))
+    assert not threads_started
+    for _ in range(2):
+        got = _at(MOST, lambda: pyjlad.jacobian(parallel_kernels.interactions, x, w, mode=mode))
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(got, one)
+    np.testing.assert_allclose(one, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(x, x0)
+    assert threads_started
+
+
 def test_hessian_one_column_per_sweep_on_threads(parallel_on, threads_started) -> None:
     # LAPACK in the loop: no vector mode; each column one Hessian-vector product of the serial copy (which
     # warns once, when built, that a single hvp runs on one thread), the columns on Numba's threads.

@@ -15,6 +15,8 @@ import pytest
 from numba import njit
 
 import pyjlad
+from pyjlad import vector_products, vector_sweeps
+from pyjlad.chunk_threads import sweep_width
 from pyjlad.errors import ArgumentError, ArgumentTypeError
 from pyjlad.vector_products import (
     forward_directions,
@@ -388,3 +390,50 @@ def test_a_result_whose_length_changes_between_calls_of_the_same_shapes_is_measu
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
         np.testing.assert_array_equal(x, before)
+
+
+def test_sweep_width_is_what_the_directions_need_at_most_the_chunk():
+    # Hand-derived: the directions per thread, rounded up to a power of two (at least 2), capped by the chunk.
+    assert [sweep_width(32, n) for n in (1, 2, 3, 5, 16, 17, 33, 500)] == [2, 2, 4, 8, 16, 32, 32, 32]
+    assert [sweep_width(5, n) for n in (3, 4, 5, 90)] == [4, 4, 5, 5]
+    assert sweep_width(1, 50) == 1 and sweep_width(3, 3) == 3
+    assert [sweep_width(32, 20, t) for t in (1, 2, 3, 4)] == [32, 16, 8, 8]
+    assert sweep_width(32, 64, 2) == 32 and sweep_width(8, 90, 4) == 8
+
+
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_few_directions_sweep_no_wider_than_they_need(monkeypatch, mode):
+    # A Jacobian with respect to 5 inputs (forward) or of 7 outputs (reverse) with the default chunk of 32:
+    # sweeps of 8 directions, not 32 of which 25 (24) would be zero. Seen by the widths the sweeps are prepared for.
+    widths = []
+    real = vector_sweeps._prepared
+
+    def spy(plan, primals, sweep_mode, active, width, *rest):
+        widths.append(width)
+        return real(plan, primals, sweep_mode, active, width, *rest)
+
+    monkeypatch.setattr(vector_sweeps, "_prepared", spy)
+    w, x, b = _copies(W, X, B)
+    got = pyjlad.jacobian(layer, w, x, b, S, wrt=1, mode=mode)
+    np.testing.assert_allclose(got, np.asarray(jax.jacrev(layer_jax, argnums=1)(W, X, B, S)), rtol=1e-12)
+    assert widths and set(widths) == {8}
+    for a, orig in zip((w, x, b), (W, X, B)):
+        np.testing.assert_array_equal(a, orig)
+
+
+def test_a_small_hessian_sweeps_no_wider_than_its_columns(monkeypatch):
+    widths = []
+    real = vector_products.sweeper
+
+    def spy(f, engine, kind, mode, fixed, wrt, width, *rest):
+        widths.append(width)
+        return real(f, engine, kind, mode, fixed, wrt, width, *rest)
+
+    monkeypatch.setattr(vector_products, "sweeper", spy)
+    x0, c0 = RNG.normal(size=3), np.array([2.0])
+    x, c = x0.copy(), c0.copy()
+    got = pyjlad.hessian(rosen, x, c)
+    np.testing.assert_allclose(got, np.asarray(jax.hessian(rosen_jax)(x0, c0)), rtol=1e-11, atol=1e-11)
+    assert widths and set(widths) == {4}
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(c, c0)
