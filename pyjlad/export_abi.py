@@ -49,6 +49,13 @@ def arg_abi(index: int, ty: nbtypes.Type) -> ArgABI:
             "the argument's default (def f(x, w=None)), leave it out of the call; otherwise pass a float, int, "
             "bool or NumPy array"
         )
+    if isinstance(ty, (nbtypes.UnicodeType, nbtypes.StringLiteral, nbtypes.CharSeq, nbtypes.UnicodeCharSeq)):
+        raise UnsupportedFunctionError(
+            f"argument {index} is a string (Numba type {ty}), which pyjlad cannot pass to a differentiated "
+            "function: bind it in an @njit function that calls this one with it and differentiate that "
+            "(@njit def g(x): return f(x, \"mode\")), or, where the string is the parameter's default, leave "
+            "it out of the call"
+        )
     raise UnsupportedFunctionError(
         f"argument {index} has Numba type {ty}, which pyjlad cannot pass to a differentiated "
         "function; pass floats, ints, bools or NumPy arrays of them (unpack tuples and "

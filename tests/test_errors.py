@@ -173,6 +173,28 @@ def test_broken_toolchain_is_an_exception(monkeypatch, tmp_path) -> None:
         pyjlad.gradient(njit(lambda x: x * 5.0), 1.0)
 
 
+def test_a_string_argument_says_how_to_bind_it() -> None:
+    @njit
+    def loss(x, kind="sq"):
+        if kind == "sq":
+            return np.sum(x * x)
+        return np.sum(np.abs(x))
+
+    @njit
+    def absolute(x):  # what the message says to write
+        return loss(x, "abs")
+
+    x = np.array([1.5, -2.0, 0.5])
+    x0 = x.copy()
+    with pytest.raises(pyjlad.UnsupportedFunctionError,
+                       match=r"argument 1 is a string \(Numba type unicode_type\).*bind it in an @njit function.*"
+                             r"leave it out of the call"):
+        pyjlad.grad(loss)(x, "abs")
+    np.testing.assert_allclose(pyjlad.grad(absolute)(x), np.sign(x0))  # hand-derived: d|x|/dx
+    np.testing.assert_allclose(pyjlad.grad(loss)(x), 2 * x0)  # the default, left out
+    np.testing.assert_array_equal(x, x0)
+
+
 def test_none_passed_as_an_argument_says_to_leave_the_default_out() -> None:
     @njit
     def weighted(x, w=None):
