@@ -116,6 +116,12 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
         "order, copy into a preallocated array in a loop"),
     "numba_unicode": Construct("string operations", ("str",), True,
                                "keep string handling outside the differentiated function"),
+    # Numba allocates a jitclass instance with a destructor (which drops its members' references); pyjlad's
+    # runtime replaces the allocators without one only.
+    "NRT_MemInfo_alloc_dtor": Construct(
+        "a jitclass instance created inside the function", ("jitclass",), True,
+        "keep the model's numbers in NumPy arrays and floats passed as arguments (or a namedtuple of them) "
+        "and write its methods as @njit functions that take them"),
 }
 
 _MERGE_SORT = "a merge sort (kind='mergesort': Numba's merge sort)"
@@ -183,6 +189,8 @@ class Use:
 
 def _label_of_callee(typ: Any) -> str | None:
     text = str(typ)
+    if text.startswith("jitclass."):  # (a jitclass's constructor; its methods are ClassInstanceType.<name>)
+        return "jitclass"
     for marker, label in (("ListType", "typed.List"), ("DictType", "typed.Dict"), ("UnicodeType", "str")):
         if marker in text:
             return label

@@ -7,7 +7,8 @@ import inspect
 
 import numpy as np
 import pytest
-from numba import njit
+from numba import float64, njit
+from numba.experimental import jitclass
 from numba.typed import Dict, List
 
 import pyjlad
@@ -103,6 +104,22 @@ def sums_unique_values(x):
     return np.sum(np.unique(x) ** 2)  # REFUSED
 
 
+@jitclass([("w", float64[:]), ("b", float64)])
+class Affine:
+    def __init__(self, w, b):
+        self.w = w
+        self.b = b
+
+    def value(self):
+        return np.sum(self.w * self.w) + self.b
+
+
+@njit
+def uses_jitclass(x):
+    model = Affine(x, 0.5)  # REFUSED
+    return model.value()
+
+
 CASES = [
     (uses_print, "print()", "print outside"),
     (partitions, "a list that grows", "np.sort(x)[k]"),
@@ -116,6 +133,7 @@ CASES = [
     (uses_eigh, "np.linalg.eigh", "np.linalg.solve(A.T @ A, A.T @ b)"),
     (uses_svd, "np.linalg.svd", "inv, det, solve and cholesky"),
     (uses_eig_in_a_helper, "np.linalg.eigh / eigvalsh", "inv, det, solve and cholesky"),
+    (uses_jitclass, "a jitclass instance created inside the function", "write its methods as @njit functions"),
 ]
 
 

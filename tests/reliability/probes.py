@@ -601,6 +601,8 @@ def _bad_input_probes() -> list[Probe]:
              "typed dict", (37,)),
         _bad("np.random inside f", lambda: g(_refusal("uses_random"), np.ones(3)), pyjlad.EnzymeError,
              "np.random", (37,)),
+        _bad("a jitclass instance built inside f", lambda: g(_refusal("uses_jitclass"), np.ones(3)),
+             pyjlad.EnzymeError, "a jitclass instance created inside the function", (37,)),
         _bad("np.linalg.eigh inside f", lambda: g(_refusal("uses_eigh"), np.ones(3)), pyjlad.EnzymeError,
              "eigh", (37,)),
         _bad("np.linalg.svd inside f", lambda: g(_refusal("uses_svd"), np.ones(3)), pyjlad.EnzymeError, "svd",
