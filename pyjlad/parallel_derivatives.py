@@ -41,6 +41,7 @@ chunks of directions run on Numba's threads instead (:mod:`pyjlad.chunk_threads`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from numba import types as nbtypes
 from numba.core.dispatcher import Dispatcher
 
 from . import cache, config
+from .blas_loops import blas_as_loops
 from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionError
 from .export_ir import compile_before_codegen
 from .ir import parse
@@ -130,6 +132,8 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
         return None, f"its parallel copy could not be exported ({type(exc).__name__}: {str(exc)[:200]})"
     if "numba_parallel_for" in module.text or "@__kmpc_fork_call(" not in module.text:
         return None, "the OpenMP rewrite of its parallel loops did not survive the portable pipeline"
+    if not forward and blas_in_parallel_loops(module.text):  # (Enzyme's BLAS rules would race: loops instead)
+        module = dataclasses.replace(module, text=blas_as_loops(module.text))
     blas = [] if forward else blas_in_parallel_loops(module.text)
     if blas:
         return None, (f"its prange loops compute {' and '.join(blas)} with BLAS, whose reverse-mode derivative "

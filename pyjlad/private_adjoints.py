@@ -143,7 +143,7 @@ def _read_across_iterations(parfor: object) -> frozenset[str]:
     across: set[str] = set()
     for s in statements:
         used = {v.name for v in s.list_vars()}
-        value = getattr(s, "value", None)
+        value = s.value if isinstance(s, ir.Assign) else None  # (getattr: a Numba Expr raises KeyError)
         if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.op in ("getattr", "getitem",
                                                                                  "static_getitem"):
             array = value.value.name
@@ -294,9 +294,13 @@ def read_only_arguments(text: str | Module, kernel: str, indices: list[int]) -> 
         return set()
     if function.body is None or not function.parameters or function.parameters[0].name is None:
         return set()
-    instructions = [i for i in map(parse_instruction, function.body) if i is not None]
+    instructions = _instructions(function)
     data = argument_pointers(function, instructions)
-    return {j for j in indices if _only_loaded({v for v, slot in data.items() if slot == j}, instructions)}
+    return {j for j in indices if _only_loaded({v for v, slot in data.items() if slot == j}, instructions, module)}
+
+
+def _instructions(function: Function) -> list[Instruction]:
+    return [i for i in map(parse_instruction, function.body or []) if i is not None]
 
 
 def argument_pointers(function: Function, instructions: list[Instruction]) -> dict[str, int]:
@@ -332,17 +336,48 @@ def derived_pointers(roots: set[str], instructions: list[Instruction]) -> set[st
     return derived
 
 
-def _only_loaded(roots: set[str], instructions: list[Instruction]) -> bool:
-    """Whether every use of the pointers ``roots`` (and of those derived from them) only reads memory."""
+#: Numba's BLAS helpers (numba/_lapack.c) by the positions of the pointer arguments they only read: gemv's
+#: ``alpha``, ``a``, ``x`` and ``beta``, gemm's ``alpha``, ``a``, ``b`` and ``beta``, dot's and nrm2's vectors.
+_READING_HELPERS = {"@numba_xxgemv": frozenset({4, 5, 7, 8}), "@numba_xxgemm": frozenset({6, 7, 9, 11}),
+                    "@numba_xxdot": frozenset({3, 4}), "@numba_xxnrm2": frozenset({2})}
+
+
+def _only_loaded(roots: set[str], instructions: list[Instruction], module: Module | None = None,
+                 depth: int = 4) -> bool:
+    """Whether every use of the pointers ``roots`` (and of those derived from them) only reads memory; with
+    ``module``, a call passing one to a function ``module`` defines (``depth`` calls deep) that only reads
+    through that parameter, or to one of Numba's BLAS helpers where it only reads, reads too (a matrix
+    product's operand: ``W @ X[i]`` in a ``prange``)."""
     if not roots:
         return False
     derived = derived_pointers(roots, instructions)
     for ins in instructions:
         if not derived & set(ins.operands()) or (ins.opcode in _POINTER_STEPS and ins.result in derived):
             continue
-        if ins.opcode not in ("load", "icmp"):  # a load's only local operand is its address
+        if ins.opcode in ("load", "icmp"):  # a load's only local operand is its address
+            continue
+        if module is None or not _call_only_reads(ins, derived, module, depth):
             return False
     return True
+
+
+def _call_only_reads(ins: Instruction, derived: set[str], module: Module, depth: int) -> bool:
+    """Whether call ``ins`` only reads through the arguments of it that are in ``derived``."""
+    call = ins.call()
+    if call is None or ins.opcode != "call" or not call.callee.startswith("@"):
+        return False
+    passed = [k for k, value in enumerate(call.values) if value in derived]
+    if not passed:  # (a derived pointer elsewhere in the call: an operand bundle, say)
+        return False
+    if call.callee in _READING_HELPERS:
+        return set(passed) <= _READING_HELPERS[call.callee]
+    callee = module.functions.get(call.callee) if depth > 0 else None
+    if callee is None or callee.body is None or len(callee.parameters) != len(call.values):
+        return False
+    names = [parameter.name for parameter in callee.parameters]
+    if any(names[k] is None for k in passed):
+        return False
+    return _only_loaded({names[k] for k in passed}, _instructions(callee), module, depth - 1)
 
 
 def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, str, str]:

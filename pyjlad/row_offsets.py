@@ -134,7 +134,7 @@ def _subscripts(statements: list) -> tuple[dict[str, list[str]], set[str]]:
     others: set[str] = set()
     for s in statements:
         used = {v.name for v in s.list_vars()}
-        value = getattr(s, "value", None)
+        value = s.value if isinstance(s, ir.Assign) else None  # (getattr: a Numba Expr raises KeyError)
         if isinstance(s, ir.Assign) and isinstance(value, ir.Expr) and value.op in ("getattr", "getitem"):
             used.discard(value.value.name)
             if value.op == "getitem":

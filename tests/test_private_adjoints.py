@@ -106,6 +106,38 @@ def test_read_only_arguments():
     assert read_only_arguments(text, "@k", [1, 2]) == {1}
 
 
+def test_read_only_through_calls_and_blas_helpers():
+    # args[1] reaches Numba's gemv as its matrix (read), through a function that only loads it; args[2] is
+    # gemv's output (written); args[3] goes to a function that stores through it.
+    text = "\n".join([
+        "define void @k(ptr %args, ptr %dims, ptr %steps, ptr %data) {", "entry:",
+        "  %s = getelementptr i8, ptr %args, i64 8", "  %a = load ptr, ptr %s, align 8",
+        "  %t = getelementptr i8, ptr %args, i64 16", "  %b = load ptr, ptr %t, align 8",
+        "  %u = getelementptr i8, ptr %args, i64 24", "  %c = load ptr, ptr %u, align 8",
+        "  %r = call i32 @body(ptr %a, ptr %b)", "  call void @writes(ptr %c)", "  ret void", "}",
+        "define i32 @body(ptr %m, ptr %y) {", "entry:", "  %first = load double, ptr %m, align 8",
+        "  %r = call i32 @numba_xxgemv(i8 100, i8 116, i64 2, i64 2, ptr %m, ptr %m, i64 2, ptr %m, ptr %m, ptr %y)",
+        "  ret i32 %r", "}",
+        "define void @writes(ptr %p) {", "entry:", "  store double 0.0, ptr %p, align 8", "  ret void", "}",
+        "declare i32 @numba_xxgemv(i8, i8, i64, i64, ptr, ptr, i64, ptr, ptr, ptr)", ""])
+    assert read_only_arguments(text, "@k", [1, 2, 3]) == {1}
+
+
+@njit(parallel=True)
+def shared_matrix_with_array_expressions(x, s):
+    e = 0.0
+    for i in prange(x.shape[0]):
+        z = s @ x[i]
+        e += np.sum(np.exp(z - z.max()))  # array expressions: nested parfors in the loop's body
+    return e
+
+
+def test_a_body_with_nested_array_expressions_gets_its_copies():
+    # Numba's statements of a nested parfor made the body's analysis fail (a KeyError): no copies at all
+    x, s = np.ones((6, 3)), np.ones((2, 3))
+    assert _parallel_text(shared_matrix_with_array_expressions, (x, s)).count("@malloc(i64 %priv") == 1
+
+
 def test_private_copy_ir_and_unchanged_without_layouts():
     setup, prefix, release = private_copy(ArrayLayout(1, 8, (2,), (4,)), [ArrayLayout(2, 8, (3,), (5,))])
     assert prefix == "%priv1" and "@malloc(" in setup and "%priv1.ok = " in setup and "@free(" in release

@@ -7,6 +7,8 @@ function or CBLAS symbol each definition stands for, and why Enzyme needs it:
     Numba's NRT reference counting and allocation (:data:`pyjlad.portable.PORTABLE_RUNTIME`).
 ``cblas.ll``
     Numba's BLAS helpers ``numba_xx{dot,gemv,nrm2,gemm}`` over CBLAS, one definition per kind.
+``blas_loops.ll``
+    The same helpers as loops, for the parallel loops of a reverse-mode derivative (:mod:`pyjlad.blas_loops`).
 ``address.ll``
     ``@pyjlad_address``, an address compared as an integer (:data:`pyjlad.portable.ADDRESS_FUNCTION`).
 ``lascl.ll``
@@ -31,7 +33,7 @@ from ..ir.analysis import references
 __all__ = ["FILES", "TEMPLATES", "source", "module", "definitions", "declarations", "dependencies", "fill"]
 
 #: Every runtime file; each is a valid LLVM 15 module as it stands.
-FILES = ("nrt.ll", "cblas.ll", "address.ll", "lascl.ll")
+FILES = ("nrt.ll", "cblas.ll", "blas_loops.ll", "address.ll", "lascl.ll")
 #: Runtime files with ``${name}`` placeholders: valid LLVM 15 modules once :func:`fill` ed.
 TEMPLATES = ("pool.ll",)
 
