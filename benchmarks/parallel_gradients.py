@@ -72,6 +72,18 @@ def heat2d(u, k):
 
 
 @njit(parallel=True)
+def classifier(w, x, y):
+    """A softmax classifier's mean cross-entropy: a matrix-vector product with the shared weights per sample."""
+    n = x.shape[0]
+    loss = 0.0
+    for i in prange(n):
+        z = w @ x[i]
+        m = z.max()
+        loss += m + np.log(np.sum(np.exp(z - m))) - z[y[i]]
+    return loss / n
+
+
+@njit(parallel=True)
 def interactions(x, w):
     """An array result: output ``i`` reads the whole shared input."""
     y = np.empty_like(x)
@@ -110,8 +122,12 @@ def _jax_twins():
         inner = c + k * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * c)
         return jnp.sum(inner ** 2)
 
+    def softmax(w, x, y):
+        z = x @ w.T
+        return jnp.mean(jax.nn.logsumexp(z, axis=1) - z[jnp.arange(x.shape[0]), y])
+
     return jax, {"remote_stats": (remote, (0, 1, 2)), "pairwise": (pair, 0), "stencil": (sten, 0),
-                 "heat2d": (heat, 0)}
+                 "heat2d": (heat, 0), "classifier": (softmax, 0)}
 
 
 def kernel_cases(ns: argparse.Namespace, rng: np.random.Generator) -> dict:
@@ -124,6 +140,8 @@ def kernel_cases(ns: argparse.Namespace, rng: np.random.Generator) -> dict:
         "pairwise": (pairwise, (rng.uniform(-2, 2, ns.pairs),), (0,), f"n = {ns.pairs} (O(n^2))"),
         "stencil": (stencil, (rng.normal(size=ns.cells), 0.2), (0,), f"{ns.cells} cells, one step"),
         "heat2d": (heat2d, (rng.normal(size=(ns.grid, ns.grid)), 0.1), (0,), f"{ns.grid}x{ns.grid}, one step"),
+        "classifier": (classifier, (rng.normal(size=(10, 32)) / 4, rng.normal(size=(ns.samples, 32)),
+                                    rng.integers(0, 10, ns.samples)), (0,), f"{ns.samples} samples, 10x32 weights"),
     }
 
 
@@ -147,11 +165,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2000)
     parser.add_argument("--cells", type=int, default=1_000_000)
     parser.add_argument("--grid", type=int, default=1024, help="heat2d: grid side")
+    parser.add_argument("--samples", type=int, default=20000, help="classifier: samples")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     ns = parser.parse_args()
     if ns.quick:
-        ns.voxels, ns.pairs, ns.cells, ns.grid, ns.repeat = 2000, 400, 100_000, 128, 3
+        ns.voxels, ns.pairs, ns.cells, ns.grid, ns.samples, ns.repeat = 2000, 400, 100_000, 128, 2000, 3
     rng = np.random.default_rng(0)
     cases = kernel_cases(ns, rng)
     jax, twins = _jax_twins()
@@ -165,7 +184,8 @@ def main() -> None:
         os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
         parallel_grad = pyjlad.grad(f, wrt=wrt)
         parallel_grad(*args)
-        tangents = tuple(rng.normal(size=np.shape(a)) if isinstance(a, np.ndarray) else 0.0 for a in args)
+        tangents = tuple((rng.normal(size=a.shape) if a.dtype.kind == "f" else None) if isinstance(a, np.ndarray)
+                         else 0.0 for a in args)
         os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "0"
         pyjlad.jvp(serial, args, tangents)  # the serial forward derivative, built with the setting off
         os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"

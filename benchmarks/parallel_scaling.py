@@ -92,7 +92,8 @@ def measure(ns: argparse.Namespace) -> dict:
         serial_s = _best(lambda g=serial_grad, a=args: g(*a), ns.repeat)
         os.environ["PYJLAD_PARALLEL_DERIVATIVES"] = "1"
         grad = pyjlad.grad(f, wrt=wrt)
-        tangents = tuple(rng.normal(size=np.shape(a)) if isinstance(a, np.ndarray) else 0.0 for a in args)
+        tangents = tuple((rng.normal(size=a.shape) if a.dtype.kind == "f" else None) if isinstance(a, np.ndarray)
+                         else 0.0 for a in args)
         rows = []
         for threads in ns.threads:
             numba.set_num_threads(threads)
@@ -181,6 +182,7 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=2000)
     parser.add_argument("--cells", type=int, default=1_000_000)
     parser.add_argument("--grid", type=int, default=1024, help="heat2d: grid side")
+    parser.add_argument("--samples", type=int, default=20000, help="classifier: samples")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--runs", type=int, default=10, help="gradients compared with JAX and with each other")
     parser.add_argument("--tolerance", type=float, default=1e-10)
@@ -196,7 +198,7 @@ def main() -> int:
         print("\n\n".join(markdown(r) for r in reports))
         return 0
     if ns.quick:
-        ns.voxels, ns.pairs, ns.cells, ns.grid, ns.repeat, ns.runs = 500, 200, 10_000, 64, 2, 3
+        ns.voxels, ns.pairs, ns.cells, ns.grid, ns.samples, ns.repeat, ns.runs = 500, 200, 10_000, 64, 500, 2, 3
     ns.threads = ns.threads or _default_threads()
     report = measure(ns)
     print(markdown(report))

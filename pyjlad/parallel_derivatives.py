@@ -132,7 +132,7 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
         return None, f"its parallel copy could not be exported ({type(exc).__name__}: {str(exc)[:200]})"
     if "numba_parallel_for" in module.text or "@__kmpc_fork_call(" not in module.text:
         return None, "the OpenMP rewrite of its parallel loops did not survive the portable pipeline"
-    if not forward and blas_in_parallel_loops(module.text):  # (Enzyme's BLAS rules would race: loops instead)
+    if blas_in_parallel_loops(module.text):  # (Enzyme's BLAS rules: a race in reverse, a failure forward; loops)
         module = dataclasses.replace(module, text=blas_as_loops(module.text))
     blas = [] if forward else blas_in_parallel_loops(module.text)
     if blas:

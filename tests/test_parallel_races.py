@@ -123,6 +123,15 @@ def test_blas_with_a_shared_operand_differentiates_in_parallel_without_a_race(pa
         np.testing.assert_allclose(got, first, rtol=1e-13, atol=1e-14)  # atomic adds: their order varies
     numba.set_num_threads(1)
     np.testing.assert_allclose(pyjlad.gradient(f, *args, wrt=1), want, rtol=1e-12, atol=1e-12)
+    # forward mode, in parallel too (Enzyme's forward BLAS rules failed inside the parallel loop): along a
+    # direction of the shared operand, the closed-form gradient's dot product with it
+    direction = rng.normal(size=args[1].shape)
+    for threads in (1, 2):
+        numba.set_num_threads(threads)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ParallelFallbackWarning)
+            _, tangent = pyjlad.jvp(f, args, (None, direction))
+        np.testing.assert_allclose(tangent, np.sum(want * direction), rtol=1e-12, atol=1e-12)
     for a, a0 in zip(args, copies):
         np.testing.assert_array_equal(a, a0)
 
