@@ -29,7 +29,7 @@ SECTIONS: dict[str, list[list[str]]] = {
     ],
     "parallel": [
         ["parallel_gradients.py", "--voxels", "20000", "--pairs", "2000", "--cells", "1000000", "--grid", "1024",
-         "--repeat", "3"],
+         "--samples", "20000", "--repeat", "3"],
     ],
     "checkpointing": [
         ["checkpointing.py", "--lorenz-steps", "10000000", "--heat-steps", "100000", "--plain-steps", "1000000"],
