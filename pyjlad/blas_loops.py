@@ -3,7 +3,8 @@
 A portable module defines Numba's BLAS helpers (``@numba_xxgemv.d`` and the others) over CBLAS
 (``pyjlad/runtime/cblas.ll``), and Enzyme differentiates a CBLAS call by its BLAS rules, whose adjoints
 add into a shared matrix's adjoint with BLAS again, without atomic operations: inside a parallel loop, a
-data race (:func:`pyjlad.openmp_loops.blas_in_parallel_loops`). :func:`blas_as_loops` gives those helpers
+data race (:func:`pyjlad.openmp_loops.blas_in_parallel_loops`); in forward mode Enzyme failed on them
+inside a parallel loop. :func:`blas_as_loops` gives those helpers
 the bodies of ``pyjlad/runtime/blas_loops.ll`` instead, the same products as plain loops, which Enzyme
 differentiates as it does every other loop of a parallel region. The whole module's helpers change, those
 its serial code calls too (one definition serves every caller); the serial derivative keeps BLAS.

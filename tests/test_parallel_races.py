@@ -136,6 +136,23 @@ def test_blas_with_a_shared_operand_differentiates_in_parallel_without_a_race(pa
         np.testing.assert_array_equal(a, a0)
 
 
+def test_float32_matrix_vector_products_in_parallel(parallel_on) -> None:
+    # the float32 helpers' loops (numba_xxgemv.s): against the closed form in float64
+    x = rng.normal(size=(60, 8)).astype(np.float32)
+    s = (rng.normal(size=(5, 8)) / 3).astype(np.float32)
+    x0, s0 = x.copy(), s.copy()
+    want = (1 - np.tanh(x0.astype(np.float64) @ s0.T.astype(np.float64)) ** 2).T @ x0.astype(np.float64)
+    for threads in (1, 2):
+        numba.set_num_threads(threads)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ParallelFallbackWarning)
+            got = pyjlad.gradient(tanh_of_shared_matrix_times_rows, x, s, wrt=1)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(s, s0)
+
+
 def test_no_blas_is_found_in_loops_without_it() -> None:
     from pyjlad.openmp_loops import EXAMPLE, blas_in_parallel_loops, openmp_parallel_loops
 

@@ -8,7 +8,7 @@ function or CBLAS symbol each definition stands for, and why Enzyme needs it:
 ``cblas.ll``
     Numba's BLAS helpers ``numba_xx{dot,gemv,nrm2,gemm}`` over CBLAS, one definition per kind.
 ``blas_loops.ll``
-    The same helpers as loops, for the parallel loops of a reverse-mode derivative (:mod:`pyjlad.blas_loops`).
+    The same helpers as loops, for the parallel loops of a derivative (:mod:`pyjlad.blas_loops`).
 ``address.ll``
     ``@pyjlad_address``, an address compared as an integer (:data:`pyjlad.portable.ADDRESS_FUNCTION`).
 ``lascl.ll``

@@ -1,10 +1,11 @@
-; Numba's BLAS helpers as plain loops, for the parallel loops of a reverse-mode derivative.
+; Numba's BLAS helpers as plain loops, for the parallel loops of a derivative (both modes).
 ;
 ; Loaded by pyjlad.blas_loops. cblas.ll makes Numba's numba_xxdot/gemv/gemm calls CBLAS, which
 ; Enzyme differentiates with its BLAS rules: their adjoints are BLAS calls again (cblas_dger,
 ; cblas_daxpy), which add into the adjoint of a matrix without atomic operations. Inside an
 ; OpenMP parallel loop every thread adds into the adjoint of the arrays the iterations share (the
-; W of a `W @ X[i]` in a prange), so that would be a data race. The definitions below have the
+; W of a `W @ X[i]` in a prange), so that would be a data race; in forward mode Enzyme failed on
+; them inside a parallel loop. The definitions below have the
 ; same names, parameters and results as cblas.ll's and compute the same products as loops, which
 ; Enzyme differentiates like any other loop of a parallel region (its adds into shared adjoints
 ; atomic, or into a thread's own copy). pyjlad.blas_loops puts them in place of cblas.ll's in a
