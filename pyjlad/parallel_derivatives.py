@@ -81,7 +81,8 @@ PARALLEL_TWIN = "pyjlad_parallel_twin"
 
 #: The modules whose code makes the parallel module Enzyme differentiates, or edits Enzyme's output of it.
 _SOURCES = ("parallel_derivatives.py", "openmp_loops.py", "openmp_tasks.py", "private_adjoints.py", "private_bodies.py",
-            "parfor_bodies.py", "openmp.py", "row_offsets.py", "openmp_fills.py", "blas_loops.py", "runtime/blas_loops.ll")
+            "parfor_bodies.py", "openmp.py", "row_offsets.py", "openmp_fills.py", "blas_loops.py", "runtime/blas_loops.ll",
+            "shared_writes.py")
 
 
 @functools.cache
@@ -122,6 +123,12 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     cres, text = fresh
     if parallel_call_count(text) == 0:
         return None, "Numba made no parallel loop of it for these argument types"
+    racing = sorted({name.split(".")[0] for layout in layouts.values() for name in layout.shared_writes})
+    if racing:
+        return None, (f"its prange loop writes {', '.join(racing)} at an index other iterations may write too "
+                      "(such as out[i % 4] += ... or out[idx[i]] = ...): iterations racing on one element, in the "
+                      "function itself too, and its parallel reverse sweep got such gradients wrong; write each "
+                      "iteration's own element (out[i]), or reduce into a scalar or a whole array (h += ...)")
     rewritten = prepared_loop_bodies(openmp_parallel_loops(typed_loop_arguments(text, layouts), forward=forward,
                                                            layouts=layouts))
     if unrecognized_parallel_calls(rewritten):

@@ -51,6 +51,7 @@ from .ir import Function, Instruction, Module, parse
 from .ir.edit import FLOAT_TYPE_HINTS, type_hint_declaration
 from .ir.instructions import parse_instruction, significant
 from .row_offsets import own_elements, row_offsets
+from .shared_writes import shared_writes
 
 __all__ = ["ArrayLayout", "LoopLayout", "argument_pointers", "declarations", "derived_pointers", "private_copy",
            "read_only_arguments", "recording_loop_layouts"]
@@ -99,6 +100,9 @@ class LoopLayout:
     candidates: list[ArrayLayout] = field(default_factory=list)
     arrays: list[ArrayLayout] = field(default_factory=list)
     complete: bool = True
+    #: Arrays from outside the loop its body writes at an element other iterations may write too
+    #: (:func:`pyjlad.shared_writes.shared_writes`): a race.
+    shared_writes: tuple[str, ...] = ()
 
 
 def _symbol(name: str) -> str:
@@ -175,7 +179,7 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
     if tuple(inspect.signature(call).parameters) != _GUFUNC_CALL_PARAMETERS:
         yield  # a Numba whose lowering this does not know: no layouts, no private copies
         return
-    current: list[tuple[frozenset[str] | None, dict[str, tuple[int, int]], frozenset[str]]] = []
+    current: list[tuple[frozenset[str] | None, dict[str, tuple[int, int]], frozenset[str], tuple[str, ...]]] = []
 
     def lower_parfor(lowerer, parfor):  # type: ignore[no-untyped-def]
         try:
@@ -183,7 +187,11 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
             halos, own = row_offsets(parfor), own_elements(parfor)
         except Exception:  # noqa: BLE001 - a body this does not read: no private copies
             across, halos, own = None, {}, frozenset()
-        current.append((across, halos, own))
+        try:
+            racing = tuple(sorted(shared_writes(parfor)))
+        except Exception:  # noqa: BLE001 - a body this does not read: no race found
+            racing = ()
+        current.append((across, halos, own, racing))
         try:
             return lower(lowerer, parfor)
         finally:
@@ -192,9 +200,10 @@ def recording_loop_layouts(layouts: dict[str, LoopLayout]) -> Iterator[None]:
     def call_gufunc(lowerer, cres, gu_signature, outer_sig, expr_args, expr_arg_types,
                     loop_ranges, redvars, *rest):  # type: ignore[no-untyped-def]
         try:
-            layouts["__gufunc__." + cres.fndesc.mangled_name] = _layout(
-                *(current[-1] if current else (None, {}, frozenset())), gu_signature, list(expr_args), list(expr_arg_types),
-                len(redvars), rest[4], types)
+            across, halos, own, racing = current[-1] if current else (None, {}, frozenset(), ())
+            layouts["__gufunc__." + cres.fndesc.mangled_name] = dataclasses.replace(_layout(
+                across, halos, own, gu_signature, list(expr_args), list(expr_arg_types), len(redvars), rest[4], types),
+                shared_writes=racing)
         except Exception:  # noqa: BLE001 - no layout means no private copies
             pass
         return call(lowerer, cres, gu_signature, outer_sig, expr_args, expr_arg_types, loop_ranges, redvars, *rest)
