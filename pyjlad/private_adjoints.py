@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from .errors import IRLookupError, IRParseError
 from .ir import Function, Instruction, Module, parse
 from .ir.edit import FLOAT_TYPE_HINTS, type_hint_declaration
-from .ir.instructions import parse_instruction, significant
+from .ir.instructions import significant
 from .row_offsets import own_elements, row_offsets
 from .shared_writes import shared_writes
 
@@ -303,13 +303,9 @@ def read_only_arguments(text: str | Module, kernel: str, indices: list[int]) -> 
         return set()
     if function.body is None or not function.parameters or function.parameters[0].name is None:
         return set()
-    instructions = _instructions(function)
+    instructions = list(function.instructions())
     data = argument_pointers(function, instructions)
     return {j for j in indices if _only_loaded({v for v, slot in data.items() if slot == j}, instructions, module)}
-
-
-def _instructions(function: Function) -> list[Instruction]:
-    return [i for i in map(parse_instruction, function.body or []) if i is not None]
 
 
 def argument_pointers(function: Function, instructions: list[Instruction]) -> dict[str, int]:
@@ -386,7 +382,7 @@ def _call_only_reads(ins: Instruction, derived: set[str], module: Module, depth:
     names = [parameter.name for parameter in callee.parameters]
     if any(names[k] is None for k in passed):
         return False
-    return _only_loaded({names[k] for k in passed}, _instructions(callee), module, depth - 1)
+    return _only_loaded({names[k] for k in passed}, list(callee.instructions()), module, depth - 1)
 
 
 def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, str, str]:
