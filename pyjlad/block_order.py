@@ -8,7 +8,11 @@ finds the value inactive, aborts (``forwardModeInvertedPointerFallback``:
 "Assertion `found == gutils->invertedPointers.end()' failed"). Numba's
 ``np.roll`` of a 2-D array is such a function: its exit block, written first,
 stores the element count (``smul.with.overflow`` of the two dimensions,
-computed in a later block) into the array it returns.
+computed in a later block) into the array it returns. Worse, it may not abort:
+a loop nest whose outer header Numba's optimizer wrote after its inner loop
+gave a wrong Hessian-vector product (reverse over forward) with no error
+(``tests/test_block_order.py``). pyjlad therefore orders every module Enzyme
+gets (``pyjlad.engines.differentiate._enzyme_input``).
 
 :func:`dominance_ordered` rewrites each function of a module with its blocks
 in reverse post-order of its control-flow graph (a block after all of its

@@ -60,12 +60,15 @@ class NestedSweep:
         The driver's per-argument activities.
     noalias : bool
         The driver's ``noalias`` choice (see :func:`pyjlad.engines.driver.ad_driver`).
+    value : bool
+        Whether the driver computes the function's value (``ad_driver``'s ``value``).
     """
 
     exported: Any
     mode: str
     activities: tuple[Activity, ...]
     noalias: bool
+    value: bool = True
 
 
 #: Held weakly: the build that made a driver holds its sweep (see :func:`remember`), so a function the
@@ -145,7 +148,7 @@ def _driver_module(symbol: str, sweep: NestedSweep) -> list[str]:
 
     exported = sweep.exported
     driver = ad_driver(exported.abi, sweep.mode, sweep.activities, noalias=sweep.noalias,
-                       salt=exported.module.text, oom_guard=False)
+                       salt=exported.module.text, oom_guard=False, value=sweep.value)
     assert driver.symbol == symbol, (driver.symbol, symbol)
     return [driver.module(exported.enzyme_module.text), *linked_modules(exported)]
 

@@ -50,6 +50,11 @@ class Sweep:
         With ``width > 1``: the array arguments whose ``width`` shadows are one element apart,
         addressed with the primal's strides (the primal a view of the same buffer: see
         :mod:`pyjlad.vector_lanes`).
+    value : bool
+        Whether the caller needs the function's value (reverse mode, a float result). ``False``
+        (:func:`pyjlad.grad`) lets Enzyme leave out work that only computes it, such as a loop
+        summing a loss whose terms the reverse sweep reads again: the returned value is then
+        meaningless.
 
     Examples
     --------
@@ -67,6 +72,7 @@ class Sweep:
     scalar_result: bool = False
     width: int = 1
     interleaved: tuple[int, ...] = ()
+    value: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "activities", as_activities(self.activities))

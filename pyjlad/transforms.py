@@ -61,10 +61,12 @@ def _normalize_wrt(wrt: Wrt) -> tuple[tuple[int, ...], bool]:
     return items, single
 
 
-def _reverse(f: Callable[..., Any], wrt: tuple[int, ...], engine: str | None) -> Any:
-    """The cached reverse-mode value-and-gradient callable of ``f``."""
+def _reverse(f: Callable[..., Any], wrt: tuple[int, ...], engine: str | None, value: bool = True) -> Any:
+    """The cached reverse-mode value-and-gradient callable of ``f`` (``value=False``: its value is ``None``,
+    and Enzyme may leave out what only computes it)."""
     name = engine or default_engine_name()
-    return cached_for(f, ("gradient", wrt, name), lambda: get_engine(name).reverse(f, wrt))
+    key = ("gradient", wrt, name) if value else ("gradient", wrt, name, "no value")
+    return cached_for(f, key, lambda: get_engine(name).reverse(f, wrt, value))
 
 
 _NAMES = {"_ValueAndGrad": "value_and_grad", "_Grad": "grad", "_ValueAndGradArgs": "value_and_grad",
@@ -98,6 +100,8 @@ class _ValueAndGrad:
 
     __slots__ = ("_rev", "_order", "_single", "__wrapped__", "_spec", "_requested", "_has_aux", "_nparams",
                  "_plain")
+    #: Whether the caller gets the function's value (``grad`` does not: see ``pyjlad.sweep.Sweep.value``).
+    _WANTS_VALUE = True
 
     def __init__(self, f: Callable[..., Any], wrt: Wrt, engine: str | None, has_aux: bool = False) -> None:
         self._spec = (f, wrt, engine)
@@ -114,7 +118,7 @@ class _ValueAndGrad:
         self.__wrapped__ = f
         if self._plain:
             unique = tuple(sorted(set(requested)))
-            self._rev = _reverse(f, unique, engine)
+            self._rev = _reverse(f, unique, engine, self._WANTS_VALUE)
             self._order = None if requested == unique else tuple(unique.index(i) for i in requested)
 
     def __reduce__(self):
@@ -155,13 +159,14 @@ class _ValueAndGrad:
             primal = flattened_function(f, call, has_aux=False)
             check_aux_result(result_type(primal, numba_argtypes(call.leaves)), self._describe)
             copies = tuple(_copy_leaf(x) for x in call.leaves)  # before the sweep, which may write them
-            value, grads = _reverse(flattened_function(f, call, has_aux=True), leaf_wrt, engine)(*call.leaves)
+            _, grads = _reverse(flattened_function(f, call, has_aux=True), leaf_wrt, engine, False)(*call.leaves)
             value, aux = primal(*copies)
             value = float(value)
         elif kwargs or has_container(args) or (self._nparams >= 0 and len(args) != self._nparams):
-            value, grads = _reverse(flattened_function(f, call, has_aux=False), leaf_wrt, engine)(*call.leaves)
+            value, grads = _reverse(flattened_function(f, call, has_aux=False), leaf_wrt, engine,
+                                    self._WANTS_VALUE)(*call.leaves)
         else:
-            value, grads = _reverse(f, unique, engine)(*args)
+            value, grads = _reverse(f, unique, engine, self._WANTS_VALUE)(*args)
             leaf_wrt = unique  # the arguments are their own leaves
         by_leaf = dict(zip(leaf_wrt, grads))
         out, seen = [], set()
@@ -200,6 +205,7 @@ class _Grad(_ValueAndGrad):
     """Callable returned by :func:`grad`."""
 
     __slots__ = ()
+    _WANTS_VALUE = False
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._direct(args, kwargs):
@@ -295,7 +301,9 @@ def grad(f: Callable[..., Any], wrt: Wrt | None = None, *, argnums: Wrt | None =
     """Return a function computing the gradient of ``f``.
 
     The returned callable is the fast path: compiled gradients are kept per
-    argument types, so calls after the first do no compilation.
+    argument types, so calls after the first do no compilation. Its sweep does not
+compute ``f``'s value: Enzyme leaves out what only computes it (a loop summing the
+loss's terms), so it is a derivative of its own, not :func:`value_and_grad`'s.
 
     Parameters
     ----------

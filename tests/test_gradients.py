@@ -125,3 +125,53 @@ def test_long_loop_memory_is_reasonable() -> None:
     g = pyjlad.gradient(euler, 0.5, 1.0, wrt=(0, 1))
     fd = (central_fd(euler, (0.5, 1.0), 0), central_fd(euler, (0.5, 1.0), 1))
     np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+@njit
+def _sum_of_squares_of_a_temporary(x, k):
+    """A loss whose last loop only sums: ``grad`` needs its terms, not its sum."""
+    n = x.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        out[i] = k * x[i] + x[i] ** 2
+    s = 0.0
+    for i in range(n):
+        s += out[i] * out[i]
+    return s
+
+
+def test_grad_leaves_out_the_value_and_value_and_grad_keeps_it() -> None:
+    # grad builds its sweep with the result pointer "dupnoneed" (pyjlad.sweep.Sweep.value): Enzyme may skip
+    # the summing loop. value_and_grad of the same function, built after it, must still return the value:
+    # the two are separate derivatives (a shared one would give value 0.0 or the gradient without the sum).
+    x = np.linspace(-1.0, 2.0, 1001)
+    k = 0.7
+    before = x.copy()
+    out = k * before + before ** 2
+    expected = 2.0 * out * (k + 2.0 * before)  # hand-derived
+    g = pyjlad.grad(_sum_of_squares_of_a_temporary, wrt=(0, 1))(x, k)
+    np.testing.assert_allclose(g[0], expected, rtol=1e-13)
+    assert g[1] == pytest.approx(float(np.sum(2.0 * out * before)), rel=1e-13)
+    value, g2 = pyjlad.value_and_grad(_sum_of_squares_of_a_temporary, wrt=(0, 1))(x, k)
+    assert value == pytest.approx(float(np.sum(out * out)), rel=1e-13)
+    np.testing.assert_allclose(g2[0], expected, rtol=1e-13)
+    np.testing.assert_array_equal(x, before)
+
+
+def test_only_grad_asks_enzyme_to_leave_out_the_value() -> None:
+    from pyjlad.engines.driver import ad_driver
+    from pyjlad.export import export, numba_argtypes
+
+    abi = export(_sum_of_squares_of_a_temporary, numba_argtypes((np.ones(3), 1.0))).abi
+
+    def result_marker(mode: str = "reverse", **kwargs) -> str:
+        acts = ("dup", "active" if mode == "reverse" else "dup")
+        text = ad_driver(abi, mode, acts, salt="s", **kwargs).text
+        call = next(line for line in text.splitlines() if "(...) @__enzyme_" in line)
+        return call.split("ptr %ret")[0].rsplit("ptr @", 1)[1].strip(" ,")
+
+    assert result_marker() == "enzyme_dup"
+    assert result_marker(value=False) == "enzyme_dupnoneed"
+    assert ad_driver(abi, "reverse", ("dup", "active"), salt="s", value=False).symbol != ad_driver(
+        abi, "reverse", ("dup", "active"), salt="s").symbol
+    assert result_marker(mode="forward", value=False) == "enzyme_dup"  # forward mode returns the value's tangent

@@ -3,8 +3,8 @@
 * ``np.roll`` of a 2-D array aborted Enzyme's forward mode ("found ==
   gutils->invertedPointers.end()"): Numba writes the exit block of ``np.roll``
   before the block computing the element count it stores, and Enzyme v0.0.289
-  visits blocks in written order. pyjlad retries with the blocks in dominance
-  order (:mod:`pyjlad.block_order`).
+  visits blocks in written order. pyjlad lays out the blocks in dominance
+  order before every Enzyme run (:mod:`pyjlad.block_order`).
 * ``np.swapaxes``, ``np.transpose(x, axes)``, ``x.transpose(...)`` and ``np.rot90``
   with ``k`` = 1 or 3 (which Numba writes with ``np.swapaxes``) stay refused: Numba
   permutes the shape and strides in ``numba.np.arrayobj.permute_arrays``, whose

@@ -110,15 +110,17 @@ class ReverseGradient:
     """Reverse-mode ``value_and_gradient`` of one scalar function for fixed ``wrt``.
 
     Calling it returns ``(value, grads)`` with one gradient per ``wrt`` entry
-    (in increasing argument order).
+    (in increasing argument order); ``value`` is ``None`` where ``value=False`` (see :attr:`Sweep.value`).
     """
 
-    def __init__(self, func: Any, wrt: tuple[int, ...], compile: Callable[[Any, Sweep], Any]) -> None:
+    def __init__(self, func: Any, wrt: tuple[int, ...], compile: Callable[[Any, Sweep], Any],
+                 value: bool = True) -> None:
         self.wrt = tuple(sorted(set(wrt)))
         activities = [Activity.CONST] * (max(self.wrt) + 1)
         for index in self.wrt:
             activities[index] = Activity.DIFF
-        self._compiled = compile(func, Sweep("ad", "reverse", tuple(activities), scalar_result=True))
+        self._value = value
+        self._compiled = compile(func, Sweep("ad", "reverse", tuple(activities), scalar_result=True, value=value))
 
     def __call__(self, *args: Any) -> tuple[Any, tuple[Any, ...]]:
         wrt = self.wrt
@@ -130,7 +132,7 @@ class ReverseGradient:
         if not any(isinstance(args[index], np.ndarray) for index in wrt):
             # Scalars only (the per-call fast path): adjoints come back in wrt order.
             value, _, adjoints = self._compiled(args, (), 1.0)
-            return float(value), tuple(map(float, adjoints))
+            return float(value) if self._value else None, tuple(map(float, adjoints))
         args = compact_overlapping(args, wrt)
         shadows = []
         views = []
@@ -150,7 +152,7 @@ class ReverseGradient:
                 grads.append(np.array(shadow) if is_view else shadow)
             else:
                 grads.append(float(next(adjoint_iter)))
-        return float(value), tuple(grads)
+        return float(value) if self._value else None, tuple(grads)
 
 
 class Engine(Protocol):
@@ -161,8 +163,9 @@ class Engine(Protocol):
     def compile(self, func: Any, sweep: Sweep) -> Any:
         """A callable ``(args, shadows, seed) -> (value, result, adjoints)`` running ``sweep`` of ``func``."""
 
-    def reverse(self, func: Any, wrt: tuple[int, ...]) -> ReverseGradient:
-        """The reverse-mode value-and-gradient callable of ``func`` for the arguments ``wrt``."""
+    def reverse(self, func: Any, wrt: tuple[int, ...], value: bool = True) -> ReverseGradient:
+        """The reverse-mode value-and-gradient callable of ``func`` for the arguments ``wrt``
+        (``value=False``: the caller discards the value, see :attr:`Sweep.value`)."""
 
     def status(self) -> tuple[bool, str]:
         """Whether the engine can run here, with details or the fix."""

@@ -292,21 +292,21 @@ def _copies_typed(module: str | bytes) -> str:
     return type_float_copies(parse(text, strict=False)).render()
 
 
-#: Enzyme v0.0.289's forward mode reached a value's use before its definition (see :mod:`pyjlad.block_order`).
-_BLOCK_ORDER_FAILURE = "forwardModeInvertedPointerFallback"
+def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str) -> str | bytes:
+    """The module Enzyme gets: ``module_text`` linked with the modules it needs, every function's blocks in
+    dominance order (:mod:`pyjlad.block_order`).
 
-
-def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str,
-                  dominance: bool = False) -> str | bytes:
-    """The module Enzyme gets: ``module_text`` linked with the modules it needs, blocks in dominance order
-    if ``dominance``."""
+    Always: Enzyme v0.0.289's forward mode visits blocks in the order they are written, and a use written
+    before its definition either aborts it (``forwardModeInvertedPointerFallback``, once the only reason to
+    reorder) or, silently, gives a wrong derivative: the Hessian-vector product (reverse over forward) of
+    ``w = a[:, 0].copy(); sum_ij w[i] a[i, j] w[j]`` was wrong wherever Numba's O3 had left the second loop
+    nest's outer header after its inner loop (``tests/test_block_order.py``)."""
     # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
     # The derivatives it calls from @njit code come first: Enzyme lowers the __enzyme_autodiff
     # calls in module order, and the inner ones must be lowered before the outer one reaches them.
     nested = nested_modules(exported.enzyme_module.external_functions)
     texts = [prepare_special(m) for m in (*nested, module_text, *linked_modules(exported))]
-    if dominance:
-        texts = [dominance_ordered(t) for t in texts]
+    texts = [dominance_ordered(t) for t in texts]
     # IR text, like the single module of the other branch (and its dump)
     return toolchain.link(texts, what=exported.name, text=True) if len(texts) > 1 else texts[0]
 
@@ -324,8 +324,8 @@ _log = get_logger(__name__)
 
 def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                report: dict[str, Any] | None = None) -> bytes:
-    """Enzyme's output for ``module_text``, retried as :func:`_next_attempt` says and, once, with the blocks
-    in dominance order where Enzyme's forward mode met a use before its definition.
+    """Enzyme's output for ``module_text`` (its blocks in dominance order: :func:`_enzyme_input`), retried as
+    :func:`_next_attempt` says.
 
     ``host``: the derivative runs on this machine's CPU; its final optimization targets it
     (:func:`_optimized_for_host`; key the result with :func:`host_target_key`). ``report``: set
@@ -334,7 +334,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     toolchain = locate()
     label = exported.abi.entry
     dump(label, "driver", module_text)
-    module, reordered, typed, copies = _enzyme_input(toolchain, exported, module_text), False, False, False
+    module, typed, copies = _enzyme_input(toolchain, exported, module_text), False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
@@ -354,14 +354,6 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 report["loose_types"] = _LOOSE_TYPES in options
             return derivative
         except EnzymeError as exc:
-            if _BLOCK_ORDER_FAILURE in exc.diagnostics and not reordered:
-                _log.debug("Enzyme's forward mode met a use before its definition in %s: retrying with the "
-                           "blocks in dominance order", exported.name)
-                module, reordered = _enzyme_input(toolchain, exported, module_text, dominance=True), True
-                module = _copies_typed(module) if copies else module
-                module = _integers_typed(module) if typed else module
-                dump(label, "enzyme.input-blocks-in-dominance-order", module)
-                continue
             if _COPY_TYPE_FAILURE in exc.diagnostics and not copies:
                 _log.debug("Enzyme could not type a copy in %s: retrying with float copies typed", exported.name)
                 untyped, module, copies = module, _copies_typed(module), True

@@ -333,7 +333,7 @@ def _arg_markers(abi, params, names, activities, mode, shadow_name) -> list[str]
 
 
 def ad_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity | str], *, noalias: bool = True,
-              salt: str = "", oom_guard: bool = True) -> Driver:
+              salt: str = "", oom_guard: bool = True, value: bool = True) -> Driver:
     """Driver for one reverse or forward sweep with the given per-argument activities.
 
     ``salt`` (the module's text) makes the driver's symbol unique to the function: two
@@ -342,6 +342,10 @@ def ad_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity | str],
     ``activities`` (:class:`~pyjlad.activity.Activity` members or their values) must be
     concrete and valid for ``abi`` (checked by the engine): ``ACTIVE`` only on float scalars
     in reverse mode, ``DUP``/``DUPNONEED`` on float arrays, or on float scalars in forward mode.
+
+    ``value=False`` (reverse mode) passes the result pointer as ``enzyme_dupnoneed``: Enzyme may
+    then leave out what only computes the function's value (a loop summing a loss), and the
+    driver's ``value_out`` is meaningless.
     """
     if mode not in MODES:
         raise ArgumentError(f"mode must be one of {MODES}, got {mode!r}")
@@ -349,7 +353,8 @@ def ad_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity | str],
     params, names = _names(abi)
     # Digested by value ('dup', not Activity.DUP's repr): the symbol, so the driver's text and the
     # disk-cache key, are those of the string activities that came before the enum.
-    tag = _digest(abi.to_dict(), mode, tuple(a.value for a in activities), salt)
+    unneeded = not value and mode == "reverse"
+    tag = _digest(abi.to_dict(), mode, tuple(a.value for a in activities), salt, *(["no-value"] if unneeded else []))
     symbol = f"{abi.entry}_{mode}_{tag}"
     primal = f"{abi.entry}_status_{tag}"
     active = tuple(i for i, a in enumerate(activities) if a is Activity.ACTIVE)
@@ -370,7 +375,8 @@ def ad_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity | str],
         for i in shadowed
     ]
     result_marker = (
-        ["ptr @enzyme_dup", "ptr %ret", "ptr %dretslot"] if float_result else ["ptr @enzyme_const", "ptr %ret"]
+        [f"ptr @enzyme_{'dupnoneed' if unneeded else 'dup'}", "ptr %ret", "ptr %dretslot"] if float_result
+        else ["ptr @enzyme_const", "ptr %ret"]
     )
     ad_args = [
         f"ptr @{primal}", *result_marker,

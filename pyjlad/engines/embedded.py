@@ -99,8 +99,9 @@ _register_runtime_symbols()
 #: callees, Numba's helpers copied, no speculation; 4: no unrolling or interleaving; 5: no non-trivial unswitching;
 #: 6: copies of float array elements typed before loose types (a derivative built without that may be wrong);
 #: 7: ... also where Enzyme's first failure was not the copy's; 8: ... not joined through constants (np.diff);
-#: 9: a derivative built with loose types marked so (checked before it is trusted: pyjlad.engines.loose_check).
-_ENZYME_INPUT = "unvectorized-copy/9 " + " ".join(NO_SPECULATION_ARGS)
+#: 9: a derivative built with loose types marked so (checked before it is trusted: pyjlad.engines.loose_check);
+#: 10: every function's blocks in dominance order (a Hessian-vector product built without that may be wrong).
+_ENZYME_INPUT = "unvectorized-copy/10 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
 class Built:
@@ -135,8 +136,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
         driver, nested = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text), None
     else:
         driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
-                           oom_guard=oom_guard)
-        nested = remember(driver.symbol, NestedSweep(exported, sweep.mode, activities, noalias))
+                           oom_guard=oom_guard, value=sweep.value)
+        nested = remember(driver.symbol, NestedSweep(exported, sweep.mode, activities, noalias, sweep.value))
     toolchain = locate()
     # Keyed by the function as the user compiled it (free to get); Enzyme differentiates its
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
@@ -428,9 +429,9 @@ class EmbeddedEngine:
 
     name = NAME
 
-    def reverse(self, func: Any, wrt: tuple[int, ...]) -> ReverseGradient:
-        """The reverse-mode value-and-gradient callable of ``func``."""
-        return ReverseGradient(func, wrt, compile=Compiled)
+    def reverse(self, func: Any, wrt: tuple[int, ...], value: bool = True) -> ReverseGradient:
+        """The reverse-mode value-and-gradient callable of ``func`` (``value=False``: see ``Sweep.value``)."""
+        return ReverseGradient(func, wrt, compile=Compiled, value=value)
 
     def compile(self, func: Any, sweep: Sweep) -> Compiled:
         """A compiled-on-demand sweep of ``func`` (see :class:`Compiled`)."""

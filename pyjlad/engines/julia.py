@@ -308,8 +308,9 @@ class JuliaEngine:
         """A sweep of ``func`` run by Enzyme.jl."""
         return JuliaCompiled(func, sweep)
 
-    def reverse(self, func: Any, wrt: tuple[int, ...]):
-        """The reverse-mode value-and-gradient callable of ``func``."""
+    def reverse(self, func: Any, wrt: tuple[int, ...], value: bool = True):
+        """The reverse-mode value-and-gradient callable of ``func`` (Enzyme.jl computes the value whatever
+        ``value`` says: ``Sweep.value`` is the embedded engine's)."""
         from .base import ReverseGradient
 
         return ReverseGradient(func, wrt, compile=JuliaCompiled)

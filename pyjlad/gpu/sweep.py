@@ -34,7 +34,7 @@ from .tools import disassemble
 
 __all__ = ["DeviceSweep", "device_sweep"]
 
-_FORMAT = "pyjlad-gpu-sweep/1"
+_FORMAT = "pyjlad-gpu-sweep/2"  # 2: blocks in dominance order before Enzyme (pyjlad.block_order)
 #: Called only where Numba's reference counting releases an array (``NRT_decref`` when a count reaches
 #: zero, :mod:`pyjlad.runtime`'s ``nrt.ll``). The kernel's arrays have no meminfo (null), for which
 #: ``NRT_decref`` returns at once, so these calls are dead code once the kernel is optimized; they are
