@@ -12,8 +12,6 @@ product was wrong before.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from numba import njit
@@ -23,6 +21,8 @@ import pyjlad
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
+
+from corpus.family_numerics import power_iteration, power_iteration_jax  # noqa: E402 (the corpus's own program)
 
 
 @njit
@@ -87,35 +87,6 @@ def halved_product(a):
 def halved_product_jax(a):
     u = (a @ jnp.ones(a.shape[0])) * 0.5
     return u @ a @ u
-
-
-@njit
-def power_iteration(a, iters):
-    n = a.shape[0]
-    v = np.ones(n) / math.sqrt(n)
-    w = np.empty(n)
-    for _ in range(iters):
-        for i in range(n):
-            s = 0.0
-            for j in range(n):
-                s += a[i, j] * v[j]
-            w[i] = s
-        norm = math.sqrt(np.sum(w * w))
-        for i in range(n):
-            v[i] = w[i] / norm
-    rq = 0.0
-    for i in range(n):
-        for j in range(n):
-            rq += v[i] * a[i, j] * v[j]
-    return rq
-
-
-def power_iteration_jax(a, iters):
-    v = jnp.ones(a.shape[0]) / jnp.sqrt(a.shape[0])
-    for _ in range(iters):
-        w = a @ v
-        v = w / jnp.sqrt(jnp.sum(w * w))
-    return v @ a @ v
 
 
 CASES = {
