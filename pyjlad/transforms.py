@@ -302,8 +302,8 @@ def grad(f: Callable[..., Any], wrt: Wrt | None = None, *, argnums: Wrt | None =
 
     The returned callable is the fast path: compiled gradients are kept per
     argument types, so calls after the first do no compilation. Its sweep does not
-compute ``f``'s value: Enzyme leaves out what only computes it (a loop summing the
-loss's terms), so it is a derivative of its own, not :func:`value_and_grad`'s.
+    compute ``f``'s value: Enzyme leaves out what only computes it (a loop summing the
+    loss's terms), so it is a derivative of its own, not :func:`value_and_grad`'s.
 
     Parameters
     ----------

@@ -92,7 +92,9 @@ def test_nested_vmap_and_per_sample_gradients_equal_pyjlad_vmap() -> None:
     want = jax.vmap(jax.vmap(jax.grad(energy_jax), in_axes=(0, None)), in_axes=(0, None))(jnp.asarray(xs), 0.6)
     _close(got, want)
     flat = pyjlad.vmap(pyjlad.grad(energy), in_axes=(0, None))(xs.reshape(12, 6), 0.6)
-    assert np.array_equal(np.asarray(got).reshape(12, 6), flat)  # the same prange loop, bit for bit
+    # The same prange loop, but not the same derivative: pyjlad.grad's leaves out the function's value
+    # (pyjlad.sweep.Sweep.value), the bridge's vjp computes it; Enzyme's code differs, equal within rounding.
+    np.testing.assert_allclose(np.asarray(got).reshape(12, 6), flat, rtol=1e-13, atol=1e-13)
 
 
 def test_hessian_and_grad_of_grad_of_one_argument_functions() -> None:

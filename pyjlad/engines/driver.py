@@ -375,7 +375,7 @@ def ad_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity | str],
         for i in shadowed
     ]
     result_marker = (
-        [f"ptr @enzyme_{'dupnoneed' if unneeded else 'dup'}", "ptr %ret", "ptr %dretslot"] if float_result
+        [f"ptr @{(Activity.DUPNONEED if unneeded else Activity.DUP).marker}", "ptr %ret", "ptr %dretslot"] if float_result
         else ["ptr @enzyme_const", "ptr %ret"]
     )
     ad_args = [
