@@ -41,6 +41,7 @@ SECTIONS: dict[str, list[list[str]]] = {
     "tapes": [
         ["tape_bytes.py"],
         ["stencil_adjoint.py"],
+        ["temporaries.py"],
     ],
     "host-target": [
         ["host_target.py", "--repeats", "7"],

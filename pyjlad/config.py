@@ -42,7 +42,7 @@ __all__ = [
     "byte_count", "seconds", "flag",
     "engine_name", "julia_allow_install",
     "cache_dir_override", "gradient_cache_dir_override", "disk_cache_disabled", "cache_max_bytes",
-    "parallel_derivatives",
+    "parallel_derivatives", "scope_temporaries",
     "lock_timeout_s", "pool_bytes", "stack_bytes", "opt_timeout_s", "opt_override", "enzyme_plugin_override",
     "DEFAULT_ENGINE", "DEFAULT_CACHE_MAX_BYTES", "DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_POOL_BYTES",
     "DEFAULT_STACK_BYTES", "DEFAULT_OPT_TIMEOUT_S",
@@ -197,6 +197,20 @@ def parallel_derivatives() -> bool:
         If the value is not a switch word.
     """
     return flag("PYJLAD_PARALLEL_DERIVATIVES", default=True)
+
+
+def scope_temporaries() -> bool:
+    """``PYJLAD_SCOPE_TEMPORARIES``: a switch (:func:`flag`), default on, that tells Enzyme which memory the
+    differentiated function allocates itself and which its caller passed in (:mod:`pyjlad.memory_scopes`), so
+    that it reads the caller's arrays again in the reverse sweep instead of caching them; off, the module
+    Enzyme gets carries no such metadata (as before the setting existed).
+
+    Raises
+    ------
+    SettingError
+        If the value is not a switch word.
+    """
+    return flag("PYJLAD_SCOPE_TEMPORARIES", default=True)
 
 
 def cache_max_bytes() -> int:

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from .. import cache
+from .. import cache, config
 from ..block_order import dominance_ordered
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import (
@@ -26,6 +26,7 @@ from ..ir.module import parse
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
 from ..log import get_logger, timed
+from ..memory_scopes import scope_temporaries
 from ..nested import explain_failure as explain_nested
 from ..nested import is_nested_driver, nested_modules
 from ..openmp_fills import parallel_fills
@@ -38,8 +39,8 @@ from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
 from .blas import BLAS_NAME
 
-__all__ = ["HOST_TARGET", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS", "host_target_key", "linked_modules",
-           "run_enzyme", "unknown_externals"]
+__all__ = ["HOST_TARGET", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS", "enzyme_input_key", "host_target_key",
+           "linked_modules", "run_enzyme", "unknown_externals"]
 
 #: Before Enzyme: loops with a small constant trip count fully unrolled (Enzyme's copy of the function is
 #: compiled without unrolling; see :mod:`pyjlad.enzyme_copy`). Left a loop, such a loop inside another (the
@@ -294,7 +295,7 @@ def _copies_typed(module: str | bytes) -> str:
 
 def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str) -> str | bytes:
     """The module Enzyme gets: ``module_text`` linked with the modules it needs, every function's blocks in
-    dominance order (:mod:`pyjlad.block_order`).
+    dominance order (:mod:`pyjlad.block_order`), the entry's temporaries scoped (:mod:`pyjlad.memory_scopes`).
 
     Always: Enzyme v0.0.289's forward mode visits blocks in the order they are written, and a use written
     before its definition either aborts it (``forwardModeInvertedPointerFallback``, once the only reason to
@@ -305,10 +306,19 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # The derivatives it calls from @njit code come first: Enzyme lowers the __enzyme_autodiff
     # calls in module order, and the inner ones must be lowered before the outer one reaches them.
     nested = nested_modules(exported.enzyme_module.external_functions)
-    texts = [prepare_special(m) for m in (*nested, module_text, *linked_modules(exported))]
+    # The entry's own temporaries told apart from its caller's memory, so that Enzyme does not cache what it
+    # can read again (pyjlad.memory_scopes).
+    scoped = scope_temporaries(module_text, exported.abi.entry) if config.scope_temporaries() else module_text
+    texts = [prepare_special(m) for m in (*nested, scoped, *linked_modules(exported))]
     texts = [dominance_ordered(t) for t in texts]
     # IR text, like the single module of the other branch (and its dump)
     return toolchain.link(texts, what=exported.name, text=True) if len(texts) > 1 else texts[0]
+
+
+def enzyme_input_key() -> str:
+    """What, besides the modules, decides :func:`_enzyme_input`'s output (for cache keys): the
+    ``PYJLAD_SCOPE_TEMPORARIES`` setting."""
+    return "temporaries scoped" if config.scope_temporaries() else "temporaries not scoped"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:

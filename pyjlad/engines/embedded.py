@@ -66,6 +66,7 @@ from .differentiate import (
     _lapack_source_hash,
     _special_source_hash,
     custom_rule_modules,
+    enzyme_input_key,
     host_target_key,
     run_enzyme,
 )
@@ -100,8 +101,9 @@ _register_runtime_symbols()
 #: 6: copies of float array elements typed before loose types (a derivative built without that may be wrong);
 #: 7: ... also where Enzyme's first failure was not the copy's; 8: ... not joined through constants (np.diff);
 #: 9: a derivative built with loose types marked so (checked before it is trusted: pyjlad.engines.loose_check);
-#: 10: every function's blocks in dominance order (a Hessian-vector product built without that may be wrong).
-_ENZYME_INPUT = "unvectorized-copy/10 " + " ".join(NO_SPECULATION_ARGS)
+#: 10: every function's blocks in dominance order (a Hessian-vector product built without that may be wrong);
+#: 11: the entry's temporaries and its caller's memory told apart (pyjlad.memory_scopes).
+_ENZYME_INPUT = "unvectorized-copy/11 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
 class Built:
@@ -143,7 +145,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     # unvectorized copy (exported.enzyme_module), built only on a miss. LAPACK modules are
     # identified by their source (compiled only on a miss); rules by their IR.
     def load(source: Callable[[], PortableModule] | None) -> Any:  # the parallel copy (pyjlad.parallel_derivatives)
-        key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, native.MODULE_FORM, _special_source_hash(),
+        key = cache.cache_key(sweep.kind, sweep.mode, PASSES, _ENZYME_INPUT, enzyme_input_key(), native.MODULE_FORM,
+                              _special_source_hash(),
                               toolchain.identity, host_target_key(), *([cache_tag()] if source else []),
                               *(["aggregate-shadows/argmemonly-dropped"] if driver.aggregate_shadows else []),
                               exported.module.text, driver.text, *custom_rule_modules(exported),

@@ -21,7 +21,7 @@ from numba import types as nbtypes
 from .. import cache
 from ..activity import Activity
 from ..engines.base import check_result, resolve_activities
-from ..engines.differentiate import PASSES, _special_source_hash, run_enzyme
+from ..engines.differentiate import PASSES, _special_source_hash, enzyme_input_key, run_enzyme
 from ..engines.driver import Driver, ad_driver
 from ..export import ExportedFunction, export
 from ..memo import cached_for
@@ -34,7 +34,8 @@ from .tools import disassemble
 
 __all__ = ["DeviceSweep", "device_sweep"]
 
-_FORMAT = "pyjlad-gpu-sweep/2"  # 2: blocks in dominance order before Enzyme (pyjlad.block_order)
+#: 2: blocks in dominance order before Enzyme (pyjlad.block_order); 3: scoped alias metadata (pyjlad.memory_scopes)
+_FORMAT = "pyjlad-gpu-sweep/3"
 #: Called only where Numba's reference counting releases an array (``NRT_decref`` when a count reaches
 #: zero, :mod:`pyjlad.runtime`'s ``nrt.ll``). The kernel's arrays have no meminfo (null), for which
 #: ``NRT_decref`` returns at once, so these calls are dead code once the kernel is optimized; they are
@@ -80,8 +81,8 @@ def _build(func: Any, argtypes: tuple[nbtypes.Type, ...], wrt: tuple[int, ...], 
                            label=exported.abi.entry)
     driver = ad_driver(exported.abi, mode, activities, oom_guard=False, salt=exported.module.text)
     toolchain = locate()
-    key = cache.cache_key(_FORMAT, PASSES, _special_source_hash(), toolchain.identity, exported.module.text,
-                          driver.text)
+    key = cache.cache_key(_FORMAT, PASSES, enzyme_input_key(), _special_source_hash(), toolchain.identity,
+                          exported.module.text, driver.text)
     bitcode = cache.get_or_build(key, lambda: run_enzyme(exported, driver.module(device)),
                                  check=check_llvm_module)
     return DeviceSweep(exported, driver, activities, disassemble(bitcode, f"the derivative of {exported.name}"))

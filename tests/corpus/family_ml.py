@@ -277,6 +277,54 @@ program(FAMILY, "linear-softmax-xent", linear_softmax_xent, linear_softmax_xent_
 
 
 @njit
+def classifier_per_sample(w, x, y):
+    """A softmax classifier's mean cross-entropy, the scores of each sample in an array allocated for it
+    (Enzyme once cached every sample it read: pyjlad/memory_scopes.py)."""
+    n, k, d = x.shape[0], w.shape[0], w.shape[1]
+    loss = 0.0
+    for i in range(n):
+        z = np.empty(k)
+        for a in range(k):
+            s = 0.0
+            for b in range(d):
+                s += w[a, b] * x[i, b]
+            z[a] = s
+        m = z[0]
+        for a in range(1, k):
+            m = max(m, z[a])
+        t = 0.0
+        for a in range(k):
+            t += math.exp(z[a] - m)
+        loss += m + math.log(t) - z[y[i]]
+    return loss / n
+
+
+@njit
+def classifier_numpy(w, x, y):
+    """The same loss with NumPy per sample: each sample's scores, shifted scores and exponentials new arrays."""
+    loss = 0.0
+    for i in range(x.shape[0]):
+        z = w @ x[i]
+        m = z.max()
+        loss += m + np.log(np.sum(np.exp(z - m))) - z[y[i]]
+    return loss / x.shape[0]
+
+
+def classifier_jax(w, x, y):
+    z = x @ w.T
+    return jnp.mean(jax.nn.logsumexp(z, axis=1) - z[jnp.arange(y.shape[0]), y])
+
+
+def _classifier_args(rng):
+    return rng.standard_normal((4, 5)) / 2, rng.standard_normal((7, 5)), rng.integers(0, 4, 7)
+
+
+program(FAMILY, "classifier-per-sample", classifier_per_sample, classifier_jax, _classifier_args,
+        transforms=SMOOTH)
+program(FAMILY, "classifier-numpy", classifier_numpy, classifier_jax, _classifier_args, transforms=SMOOTH)
+
+
+@njit
 def binary_xent(w, x, y):
     loss = 0.0
     for i in range(x.shape[0]):

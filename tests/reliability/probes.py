@@ -749,6 +749,7 @@ def _settings_probes() -> list[Probe]:
                         rows=(46,), label=" (still a ToolchainError)"))
     out.append(_setting("PYJLAD_DISABLE_DISK_CACHE", "yes please", "PYJLAD_DISABLE_DISK_CACHE='yes please' is not",
                         rows=(65,)))
+    out.append(_setting("PYJLAD_SCOPE_TEMPORARIES", "maybe", "PYJLAD_SCOPE_TEMPORARIES='maybe' is not", rows=(65,)))
     out.append(_setting("PYJLAD_OPT", "/nonexistent/opt", "PYJLAD_OPT='/nonexistent/opt' is not an executable file",
                         error=pyjlad.ToolchainError, rows=(46,), quick=True))
     out.append(_setting("PYJLAD_OPT", "/etc/hostname", "PYJLAD_OPT='/etc/hostname' (is not an executable file|"
