@@ -204,13 +204,13 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     >>> print(caller.strip())
     (ptr %a, ptr %d, ptr %s) {
     entry:
-      store atomic i32 0, ptr @pyjlad.omp.failed monotonic, align 4
+      store atomic i32 0, ptr @pyjlad.omp.failed unordered, align 4
       %g = alloca i32, align 4
       %n = call i64 @get_num_threads()
       %pyjlad.omp.threads.0 = trunc i64 %n to i32
       call void @omp_set_num_threads(i32 %pyjlad.omp.threads.0)
       call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr @pyjlad.omp.task.0, ptr %a, ptr %d, ptr %s, ptr null)
-      %pyjlad.omp.failed.13.7 = load atomic i32, ptr @pyjlad.omp.failed monotonic, align 4
+      %pyjlad.omp.failed.13.7 = load atomic i32, ptr @pyjlad.omp.failed unordered, align 4
       %pyjlad.omp.status.13.7 = or i32 0, %pyjlad.omp.failed.13.7
       ret i32 %pyjlad.omp.status.13.7
     """
@@ -262,7 +262,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
                                                        line.strip() == "call void @PyErr_Clear()"):
             # an exception in a loop's body (Numba's gufunc wrapper clears Python's error, then builds and
             # raises the exception): reported through the status instead
-            out.append(f"  store atomic i32 1, ptr {_FAILED} monotonic, align 4")
+            out.append(f"  store atomic i32 1, ptr {_FAILED} unordered, align 4")
             continue
         edited = _threads_and_schedule(line, schedules)
         if edited is None:
@@ -342,7 +342,14 @@ def _report_failures(lines: list[str]) -> list[str] | None:
     """``lines`` with each function that runs a parallel loop clearing the failure flag on entry and
     returning its status or'ed with it (an exception raised in a loop's body, which Numba's gufunc
     wrapper raises in Python instead of returning, makes the status 1: pyjlad then calls the function
-    itself for the exception). None if such a function does not return Numba's ``i32`` status."""
+    itself for the exception). None if such a function does not return Numba's ``i32`` status.
+
+    The flag is read and written with ``unordered`` atomics: threads only ever store 1 into it, and it is
+    read after the fork has joined them, so no ordering is needed. A ``monotonic`` access would be worse
+    than slow: LLVM's alias analysis counts any atomic stronger than ``unordered`` as writing all memory, so
+    Enzyme took the body's ``store`` of the flag (or the caller's ``load`` of it after the loop) to
+    overwrite every array the loop reads and kept each value read from them on the tape (a softmax
+    classifier's weights, read ``k * d`` times per sample)."""
     out: list[str] = []
     start = 0
     for k, line in enumerate(lines):
@@ -356,11 +363,11 @@ def _report_failures(lines: list[str]) -> list[str] | None:
             return None
         body = out[start + 1:]
         first = 1 if body and body[0].strip().endswith(":") else 0
-        edited = [*body[:first], f"  store atomic i32 0, ptr {_FAILED} monotonic, align 4", *body[first:]]
+        edited = [*body[:first], f"  store atomic i32 0, ptr {_FAILED} unordered, align 4", *body[first:]]
         for j, item in enumerate(edited):
             words = item.split(", !")[0].split()
             if words[:2] == ["ret", "i32"] and len(words) == 3:
-                edited[j] = (f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {_FAILED} monotonic, align 4\n"
+                edited[j] = (f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {_FAILED} unordered, align 4\n"
                              f"  %pyjlad.omp.status.{k}.{j} = or i32 {words[2]}, %pyjlad.omp.failed.{k}.{j}\n"
                              f"  ret i32 %pyjlad.omp.status.{k}.{j}")
         out[start + 1:] = edited
