@@ -205,21 +205,26 @@ def test_jacobian_of_returned_temporary_matches_jax() -> None:
     np.testing.assert_array_equal(x, x0)
 
 
+def _tape_bytes(f, args, capacity: int) -> int:
+    """The bytes in blocks the pool counts that a second gradient call (wrt the weights) keeps."""
+    if pool.capacity() < capacity:
+        pytest.skip("PYJLAD_POOL_BYTES keeps fewer blocks than this tape would be")
+    df = pyjlad.grad(f, wrt=0)
+    df(*args)
+    pool.release()
+    df(*args)
+    kept = pool.kept_bytes()
+    pool.release()
+    return kept
+
+
 def test_per_sample_temporary_keeps_no_copy_of_the_samples() -> None:
     """Before: Enzyme cached every ``x[i, b]`` the inner loop read, ``n * k * d`` doubles (51 MB per gradient
     at 20,000 samples): 4,000 samples here kept 8.4 MiB in blocks the pool counts, five times the samples
     themselves (measured before the change). Now 0.4 MiB, the per-sample values."""
-    if pool.capacity() < 1 << 25:
-        pytest.skip("PYJLAD_POOL_BYTES keeps fewer blocks than this tape would be")
     w, x, y = _classifier_data(n=4000, k=10, d=50)
-    df = pyjlad.grad(classifier_per_sample, wrt=0)
-    df(w, x, y)
-    pool.release()
-    df(w, x, y)
-    kept = pool.kept_bytes()
-    pool.release()
+    kept = _tape_bytes(classifier_per_sample, (w, x, y), 1 << 25)
     assert kept < x.nbytes, kept  # what remains is per-sample values (k of them, 0.3 MB), not the samples
-
 
 
 def test_parallel_body_that_may_raise_keeps_no_copy_of_the_weights() -> None:
@@ -228,15 +233,8 @@ def test_parallel_body_that_may_raise_keeps_no_copy_of_the_weights() -> None:
     ``w[a, b]`` read, ``n * k * d`` doubles, besides the samples: 33 MiB here before, 17 MiB now (measured
     both ways). What remains is the samples' reads: the loop reads ``x`` in place, through a pointer loaded
     from Numba's argument array, whose values Enzyme keeps (issue 17's note)."""
-    if pool.capacity() < 1 << 26:
-        pytest.skip("PYJLAD_POOL_BYTES keeps fewer blocks than this tape would be")
     w, x, y = _classifier_data(n=4000, k=10, d=50)
-    df = pyjlad.grad(softmax_loss_prange, wrt=0)
-    df(w, x, y)
-    pool.release()
-    df(w, x, y)
-    kept = pool.kept_bytes()
-    pool.release()
+    kept = _tape_bytes(softmax_loss_prange, (w, x, y), 1 << 26)
     reads = x.shape[0] * w.size * 8  # one tape entry per w[a, b] * x[i, b]
     assert kept < 1.5 * reads, (kept, reads)
 
