@@ -47,12 +47,7 @@ def tape_bytes(f, args: tuple, wrt: tuple[int, ...]) -> int:
     from pyjlad.engines import pool
 
     df = pyjlad.grad(f, wrt=wrt)
-    df(*args)
-    pool.release()
-    df(*args)
-    kept = pool.kept_bytes()
-    pool.release()
-    return kept
+    return pool.kept_by(lambda: df(*args))
 
 
 def main() -> None:

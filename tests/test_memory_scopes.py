@@ -210,12 +210,7 @@ def _tape_bytes(f, args, capacity: int) -> int:
     if pool.capacity() < capacity:
         pytest.skip("PYJLAD_POOL_BYTES keeps fewer blocks than this tape would be")
     df = pyjlad.grad(f, wrt=0)
-    df(*args)
-    pool.release()
-    df(*args)
-    kept = pool.kept_bytes()
-    pool.release()
-    return kept
+    return pool.kept_by(lambda: df(*args))
 
 
 def test_per_sample_temporary_keeps_no_copy_of_the_samples() -> None:

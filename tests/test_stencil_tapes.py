@@ -131,12 +131,7 @@ def test_heat_2d_with_source_matches_jax() -> None:
 def _tape_bytes(f, *args, wrt) -> int:
     """Bytes of the blocks of 64 KiB or more one warmed gradient call of ``f`` allocates (and frees)."""
     df = pyjlad.grad(f, wrt=wrt)
-    df(*args)
-    pool.release()
-    df(*args)
-    kept = pool.kept_bytes()
-    pool.release()
-    return kept
+    return pool.kept_by(lambda: df(*args))
 
 
 @pytest.fixture()

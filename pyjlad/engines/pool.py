@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -33,7 +34,7 @@ from ..errors import OutOfMemoryError
 from .driver import OOM_ENTER, OOM_LEAVE
 
 __all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "kept_bytes",
-           "failed_bytes",
+           "kept_by", "failed_bytes",
            "capacity", "MIN_BYTES", "SLOTS"]
 
 POOL_MALLOC, POOL_CALLOC, POOL_FREE = "pyjlad_pool_malloc", "pyjlad_pool_calloc", "pyjlad_pool_free"
@@ -134,3 +135,18 @@ def kept_bytes() -> int:
     call allocated in large blocks (its tape and temporaries) and freed.
     """
     return int(_state["kept"]()) if "kept" in _state else 0
+
+
+def kept_by(call: Callable[[], object]) -> int:
+    """Bytes the pool keeps after ``call()`` runs once more on an emptied pool: the large blocks (tape,
+    shadows, temporaries) one warmed call allocates and frees. ``call`` runs twice; the pool is emptied after.
+
+    >>> kept_by(lambda: None)
+    0
+    """
+    call()  # warmed: built and its first blocks taken
+    release()
+    call()
+    kept = kept_bytes()
+    release()
+    return kept
