@@ -31,6 +31,10 @@ SECTIONS: dict[str, list[list[str]]] = {
         ["parallel_gradients.py", "--voxels", "20000", "--pairs", "2000", "--cells", "1000000", "--grid", "1024",
          "--samples", "20000", "--repeat", "3"],
     ],
+    "parallel-hvp": [
+        ["parallel_hvp.py", "--voxels", "20000", "--pairs", "2000", "--cells", "1000000", "--grid", "1024",
+         "--samples", "20000", "--repeat", "3"],
+    ],
     "checkpointing": [
         ["checkpointing.py", "--lorenz-steps", "10000000", "--heat-steps", "100000", "--plain-steps", "1000000"],
     ],

@@ -2,26 +2,29 @@
 ``parallel=True`` functions.
 
 Enzyme builds no parallel derivative of a width-``W`` sweep (:mod:`pyjlad.parallel_derivatives`: vector
-mode and Hessian-vector products differentiate the function's serial copy). Their directions come in
+mode differentiates the function's serial copy). Their directions come in
 chunks of ``W`` that are independent of one another, so for a ``parallel=True`` function (the setting
 ``PYJLAD_PARALLEL_DERIVATIVES`` on, the default) the chunks run on ``numba.get_num_threads()`` threads
 instead, each chunk one call of the serial vector derivative (a ``nogil`` call: the threads run at once),
 each thread with its own buffers (:func:`run_chunks`). A sweep is as wide as :func:`sweep_width` says: no
 wider than the directions need, and for such a function narrow enough that every thread gets a chunk
 (a Jacobian of 20 columns on 2 threads: two chunks of 16 directions, each thread one, instead of one
-chunk of 32 on one thread). On a first call the first chunk runs alone.
+chunk of 32 on one thread). On a first call the first chunk runs alone. A Hessian taken one
+Hessian-vector product per column runs its columns the same way, each product's loops on the thread
+running it (:func:`one_loop_thread`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from . import config
 from .parallel_derivatives import PARALLEL_TWIN
 
-__all__ = ["chunk_threads", "run_chunks", "sweep_width"]
+__all__ = ["chunk_threads", "one_loop_thread", "run_chunks", "sweep_width"]
 
 S = TypeVar("S")
 
@@ -43,6 +46,36 @@ def chunk_threads(f: Any) -> int:
     import numba
 
     return max(1, numba.get_num_threads())
+
+
+@contextlib.contextmanager
+def one_loop_thread(threads: int) -> Iterator[None]:
+    """Where ``threads`` > 1 (chunks running on several threads), the ``prange`` loops of a parallel derivative
+    called in the block run on this thread alone (``numba.set_num_threads(1)``, which holds for the calling
+    thread only, restored after): the chunks, not their loops, use the cores, and a chunk's result does
+    not depend on how many threads ran it (a parallel derivative's atomic adds may order sums differently).
+
+    Examples
+    --------
+    >>> import numba
+    >>> before = numba.get_num_threads()
+    >>> with one_loop_thread(2):
+    ...     numba.get_num_threads()
+    1
+    >>> numba.get_num_threads() == before
+    True
+    """
+    if threads < 2:
+        yield
+        return
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def sweep_width(chunk: int, count: int, threads: int = 1) -> int:

@@ -176,14 +176,14 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
             return make_portable(fresh[1], fresh[0].fndesc.mangled_name, name=entry, dump_as="enzyme-copy")
 
         if target.targetoptions.get("parallel"):
-            def parallel(forward: bool = False) -> tuple[PortableModule | None, str]:
-                return cached_for(target, ("parallel-module", argtypes, forward),
-                                  lambda: parallel_module(target, argtypes, entry, forward=forward))
+            def parallel(form: str = "reverse") -> tuple[PortableModule | None, str]:
+                return cached_for(target, ("parallel-module", argtypes, form),
+                                  lambda: parallel_module(target, argtypes, entry, form=form))
         elif getattr(target, PARALLEL_TWIN, None):  # the results wrapper of a parallel function (pyjlad.outputs)
-            def parallel(forward: bool = False) -> tuple[PortableModule | None, str]:
-                return cached_for(target, ("parallel-module", argtypes, forward),
+            def parallel(form: str = "reverse") -> tuple[PortableModule | None, str]:
+                return cached_for(target, ("parallel-module", argtypes, form),
                                   lambda: parallel_module(getattr(target, PARALLEL_TWIN)(), argtypes, entry,
-                                                          forward=forward))
+                                                          form=form))
 
     args_abi = [arg_abi(i, t) for i, t in enumerate(argtypes)]
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):

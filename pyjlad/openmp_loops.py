@@ -88,8 +88,9 @@ declare void @NRT_decref(ptr)
 
 _PRIVATE_DECLARATIONS = "\n".join(["", *declarations(), ""])
 
-_FORWARD_DECLARATIONS = """
+_FORWARD_DECLARATIONS = f"""
 declare void @__enzyme_fwddiff_pyjlad_omp(...)
+{type_hint_declaration("__enzyme_pointer")}
 @enzyme_dup = external global i32
 @enzyme_const = external global i32
 """

@@ -165,7 +165,10 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
 
     With ``shadows``, the forward-mode derivative of that task: it takes the shadow of the argument
     array after the arguments (``%dargs``) and runs Enzyme's forward derivative of ``kernel`` on each
-    row, the rows' argument pointers duplicated (see :func:`forward_fork`).
+    row, the rows' argument pointers duplicated (see :func:`forward_fork`). Enzyme is told that the rows'
+    argument arrays hold pointers (``__enzyme_pointer``): a Hessian-vector product's reverse sweep over this
+    task stores the shadows of those pointers, and could not type them otherwise ("Cannot deduce type of
+    store").
     """
     count = [f"  %c{k} = getelementptr inbounds i64, ptr %count, i64 {k}\n"
              f"  %dp{k} = getelementptr inbounds i64, ptr %dims, i64 {k}\n"
@@ -237,7 +240,9 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
         "entry:\n"
         f"  %count = alloca [{ndim + 1} x i64], align 8\n"
         f"  %rowargs = alloca [{narrays} x ptr], align 8\n"
-        + (f"  %rowdargs = alloca [{narrays} x ptr], align 8\n" if shadows else "")
+        + (f"  %rowdargs = alloca [{narrays} x ptr], align 8\n"
+           f"  call void @__enzyme_pointer(ptr %rowargs, i64 {8 * narrays})\n"
+           f"  call void @__enzyme_pointer(ptr %rowdargs, i64 {8 * narrays})\n" if shadows else "")
         + "".join(f"  %rowargs{k} = alloca [{narrays} x ptr], align 8\n" for k in parts or ()) +
         "  %lb = alloca i64, align 8\n  %ub = alloca i64, align 8\n  %st = alloca i64, align 8\n"
         "  %last = alloca i32, align 4\n"

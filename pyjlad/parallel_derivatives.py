@@ -27,13 +27,23 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
   (:func:`pyjlad.openmp_loops.openmp_parallel_loops` with ``forward=True``). Each tangent is written
   by the thread that writes its value, and ``prange`` reductions combine their per-thread parts as
   Numba does: identical run to run.
+* Hessian-vector products (reverse over forward, :func:`pyjlad.engines.hvp_driver.hvp_driver`): the
+  forward form of the module, whose registered fork derivatives Enzyme's reverse sweep then
+  differentiates as it does any parallel loop (the reverse of the task forking the body's forward
+  derivative is a parallel loop over the same schedule; shared inputs' adjoints atomic, so within
+  rounding run to run). Not for a loop reading the rows next to its own (a stencil): every such read's
+  adjoint is an atomic add there (the reverse form's private adjoints and split rows are not built for
+  this form), measured slower than the serial product on 2 threads. The task tells Enzyme that its rows' argument arrays hold pointers
+  (``__enzyme_pointer``): without it, the reverse sweep could not type the stores of the shadow
+  pointers. Not where the module calls custom rules (those products are forward over reverse, and
+  Enzyme's forward mode cannot run over the reverse of a fork).
 
 The function's ``@njit`` callees run serially inside it. Array and tuple results: the wrapper writing
 them (:mod:`pyjlad.outputs`) has a ``parallel=True`` twin with the function inlined, whose loops are
 the twin's own. Everything else is the serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
-:class:`~pyjlad.errors.ParallelFallbackWarning` saying why unless the setting is off: a single
-Hessian-vector product, a missing runtime, a loop the rewrite does not recognize, a copy Numba cannot
+:class:`~pyjlad.errors.ParallelFallbackWarning` saying why unless the setting is off: a
+Hessian-vector product through custom rules or of a stencil, a missing runtime, a loop the rewrite does not recognize, a copy Numba cannot
 compile, a copy Enzyme fails on. Vector-mode sweeps (several directions at once: ``jacobian``,
 ``hessian``, batched ``jvp``/``vjp``) differentiate the serial copy too, without a warning: their
 chunks of directions run on Numba's threads instead (:mod:`pyjlad.chunk_threads`).
@@ -68,8 +78,10 @@ from .parfor_bodies import prepared_loop_bodies, typed_loop_arguments
 from .portable import PortableModule
 from .private_adjoints import LoopLayout, recording_loop_layouts
 from .refusals import enzyme_reason
+from .rules import is_rule_symbol
 
-__all__ = ["PARALLEL_TWIN", "cache_tag", "parallel_module", "parallel_wanted", "with_parallel_fallback", "with_runtime_activity"]
+__all__ = ["PARALLEL_TWIN", "cache_tag", "parallel_module", "parallel_wanted", "sweep_form", "with_parallel_fallback",
+           "with_runtime_activity"]
 
 T = TypeVar("T")
 
@@ -101,12 +113,28 @@ def cache_tag() -> str:
     return "openmp-parallel-loops:" + cache.cache_key(*sources)
 
 
+def sweep_form(sweep: Any) -> str:
+    """The form of parallel module ``sweep`` differentiates: ``"reverse"``, ``"forward"``, or ``"hvp"`` (the
+    forward form, whose forward derivative the Hessian-vector product's reverse sweep differentiates).
+
+    Examples
+    --------
+    >>> from pyjlad.sweep import Sweep
+    >>> sweep_form(Sweep("ad", "forward", ())), sweep_form(Sweep("hvp", "reverse", (), 0))
+    ('forward', 'hvp')
+    """
+    return "hvp" if sweep.kind == "hvp" else sweep.mode
+
+
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
-                    entry: str, *, forward: bool = False) -> tuple[PortableModule | None, str]:
+                    entry: str, *, form: str = "reverse") -> tuple[PortableModule | None, str]:
     """The portable module of ``dispatcher``'s parallel copy with its loops made OpenMP loops, or why not.
 
-    Returns ``(module, "")``, or ``(None, reason)`` in the user's terms.
+    ``form`` (:func:`sweep_form`): ``"forward"`` and ``"hvp"`` register the forward derivative of each fork
+    (:func:`pyjlad.openmp_tasks.forward_fork`); ``"reverse"`` and ``"hvp"`` refuse BLAS in a loop, whose
+    reverse-mode rules race. Returns ``(module, "")``, or ``(None, reason)`` in the user's terms.
     """
+    forward = form != "reverse"
     from .enzyme_copy import branch_preserving_compile, unvectorized_copy
     from .nested import calls_kept
     from .portable_pipeline import make_portable
@@ -129,6 +157,10 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
                       "(such as out[i % 4] += ... or out[idx[i]] = ...): iterations racing on one element, in the "
                       "function itself too, and its parallel reverse sweep got such gradients wrong; write each "
                       "iteration's own element (out[i]), or reduce into a scalar or a whole array (h += ...)")
+    if form == "hvp" and any(a.halo for layout in layouts.values() for a in layout.candidates):
+        return None, ("its prange loop reads the rows next to each row's own (a stencil): a Hessian-vector product's "
+                      "reverse sweep adds into their adjoints atomically on every read, slower than the serial "
+                      "product on 2 threads (benchmarks/parallel_hvp.py); its gradient and jvp run in parallel")
     rewritten = prepared_loop_bodies(openmp_parallel_loops(typed_loop_arguments(text, layouts), forward=forward,
                                                            layouts=layouts))
     if unrecognized_parallel_calls(rewritten):
@@ -141,7 +173,7 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
         return None, "the OpenMP rewrite of its parallel loops did not survive the portable pipeline"
     if blas_in_parallel_loops(module.text):  # (Enzyme's BLAS rules: a race in reverse, a failure forward; loops)
         module = dataclasses.replace(module, text=blas_as_loops(module.text))
-    blas = [] if forward else blas_in_parallel_loops(module.text)
+    blas = [] if form == "forward" else blas_in_parallel_loops(module.text)
     if blas:
         return None, (f"its prange loops compute {' and '.join(blas)} with BLAS, whose reverse-mode derivative "
                       "(Enzyme's BLAS rules) adds into the adjoints of arrays shared between iterations without "
@@ -173,7 +205,8 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
 
     False, silently, for a function that is not ``parallel=True`` or with the setting off (the serial
     derivative); False with a :class:`~pyjlad.errors.ParallelFallbackWarning` where the setting is on (the
-    default) but the parallel derivative is not available (a single Hessian-vector product, no runtime);
+    default) but the parallel derivative is not available (a Hessian-vector product through custom rules, no
+    runtime);
     False silently for a vector-mode sweep, whose chunks run on several threads instead
     (:mod:`pyjlad.chunk_threads`).
 
@@ -188,10 +221,10 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
         return False
     if sweep.width > 1:
         return False  # the serial vector derivative, its chunks run on several threads (pyjlad.chunk_threads)
-    if sweep.kind != "ad":
-        return _fallback(exported, "Hessian-vector products of parallel loops differentiate the serial copy: "
-                         "each hvp runs on one thread (a hessian runs its columns on several threads; reverse and "
-                         "forward mode run the loops in parallel)")
+    if sweep.kind == "hvp" and any(is_rule_symbol(name) for name in exported.module.external_functions):
+        return _fallback(exported, "its Hessian-vector product goes through custom rules (forward over reverse), "
+                         "whose forward sweep Enzyme cannot run over a parallel loop; reverse and forward mode run "
+                         "the loops in parallel")
     if load_libomp() is None:
         return _fallback(exported, "LLVM's OpenMP runtime is not installed (Debian: apt-get install libomp5-15)")
     if load_libatomic() is None:
@@ -236,7 +269,7 @@ def with_parallel_fallback(exported: Any, sweep: Any, load: Callable[[Callable[[
         return load(None)
 
     def source() -> PortableModule:
-        module, why = exported.make_parallel_module(sweep.mode == "forward")
+        module, why = exported.make_parallel_module(sweep_form(sweep))
         if module is None:
             raise _NotParallel(why)
         return module

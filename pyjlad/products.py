@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .activity import Activity
-from .chunk_threads import chunk_threads, run_chunks
+from .chunk_threads import chunk_threads, one_loop_thread, run_chunks
 from .engines import compiled_sweep
 from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function
@@ -402,9 +402,13 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: 
     hess = np.zeros(x.shape + x.shape, dtype=x.dtype)
     columns = list(np.ndindex(x.shape))
 
+    threads = chunk_threads(f)
+
     def column(_: None, k: int) -> None:  # (on several threads for a parallel=True function: pyjlad.chunk_threads)
         idx = columns[k]
-        hess[(Ellipsis, *idx)] = hvp(f, copy_arrays(args), unit_vector(x.shape, idx, x.dtype), wrt, engine=engine)
+        with one_loop_thread(threads):  # each column's hvp on one thread, the columns on all of them
+            hess[(Ellipsis, *idx)] = hvp(f, copy_arrays(args), unit_vector(x.shape, idx, x.dtype), wrt,
+                                         engine=engine)
 
-    run_chunks(range(len(columns)), chunk_threads(f), lambda: None, column)
+    run_chunks(range(len(columns)), threads, lambda: None, column)
     return hess

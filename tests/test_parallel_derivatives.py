@@ -5,8 +5,7 @@ Oracles: JAX float64 on a ``jax.numpy`` twin of each kernel (and the closed form
 (``numba.set_num_threads``); repeated runs: per-element adjoints identical, adjoints of inputs shared
 between iterations (atomic adds) within 1e-13 relative. The parallel module is checked to be the one
 differentiated (no fallback warning, ``__kmpc_fork_call`` in it). Forward mode (``jvp``) against JAX's
-``jvp`` the same way; Hessian-vector products fall back to the serial derivative with a
-``ParallelFallbackWarning``.
+``jvp`` the same way; Hessian-vector products in ``tests/test_parallel_hvp.py``.
 """
 
 from __future__ import annotations
@@ -205,7 +204,7 @@ def test_forward_mode_matches_jax_at_one_and_two_threads(parallel_on, name: str)
     tangents = tuple(rng.normal(size=np.shape(a)) if isinstance(a, np.ndarray) else 0.0 for a in args)
     copies, tangent_copies = [np.copy(a) for a in args], [np.copy(t) for t in tangents]
     expected = _jax_jvp(twin, copies, tangent_copies)
-    module, why = export(f, numba_argtypes(args)).make_parallel_module(True)
+    module, why = export(f, numba_argtypes(args)).make_parallel_module("forward")
     assert module is not None, why
     assert "@__kmpc_fork_call(" in module.text and "@pyjlad.omp.fork.0.fwd" in module.text
     for threads in THREADS:
@@ -255,15 +254,6 @@ def test_linalg_norm_in_a_prange_loop(parallel_on) -> None:
         got = _in_parallel(threads, lambda: pyjlad.gradient(row_norms_cubed, p))
         np.testing.assert_allclose(got, expected, rtol=1e-12)
         np.testing.assert_array_equal(p, p0)
-
-
-def test_hvp_falls_back_with_a_warning(parallel_on) -> None:
-    numba.set_num_threads(2)
-    x = _x(300)
-    t = rng.normal(size=300)
-    with pytest.warns(ParallelFallbackWarning, match="Hessian-vector products"):
-        hv = pyjlad.hvp(reduction, (x,), t)
-    np.testing.assert_allclose(hv, (2 * np.cos(x) - x * np.sin(x)) * t, rtol=1e-12, atol=1e-14)
 
 
 def test_parallel_by_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -336,7 +336,8 @@ FLOAT_TYPE_HINTS = {"double": ("__enzyme_double", 8), "float": ("__enzyme_float"
 
 
 def type_hint_declaration(hint: str) -> str:
-    """The ``declare`` line of Enzyme's type annotation ``hint`` (a name of :data:`FLOAT_TYPE_HINTS`)."""
+    """The ``declare`` line of Enzyme's type annotation ``hint`` (a name of :data:`FLOAT_TYPE_HINTS`, or
+    ``__enzyme_pointer``: the memory holds pointers)."""
     return f"declare void @{hint}(ptr nocapture readnone, i64) readnone nounwind willreturn"
 
 
