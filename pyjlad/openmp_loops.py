@@ -165,9 +165,11 @@ def _rewrite_call(line: str, index: int, forward: bool = False,
         return replacement, (task(f"{name}.interior", kernel, ndim, narrays, private=private,
                                   private_kernel=private_body(index), parts=INTERIOR)
                              + task(name, kernel, ndim, narrays, parts=EDGES))
-    tasks = task(name, kernel, ndim, narrays, private=private if not forward else None,
-                 private_kernel=private_body(index) if private and not forward else None)
-    return replacement, tasks + forward_fork(index, kernel, ndim, narrays) if forward else tasks
+    if forward:
+        return replacement, task(name, kernel, ndim, narrays) + forward_fork(
+            index, kernel, ndim, narrays, private=private, private_kernel=private_body(index) if private else None)
+    return replacement, task(name, kernel, ndim, narrays, private=private,
+                             private_kernel=private_body(index) if private else None)
 
 
 def parallel_call_count(text: str) -> int:
@@ -188,7 +190,8 @@ def unrecognized_parallel_calls(text: str) -> int:
     return parallel_call_count(text)
 
 
-def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str, LoopLayout] | None = None) -> str:
+def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str, LoopLayout] | None = None,
+                          private_forward: bool = False) -> str:
     """``text`` (a module's LLVM IR) with each recognized ``numba_parallel_for`` call made an OpenMP parallel loop.
 
     ``forward``: for Enzyme's forward mode, each fork in a function of its own whose derivative
@@ -196,7 +199,10 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
 
     ``layouts``: the array layout of each loop's body, by its symbol
     (:func:`pyjlad.private_adjoints.recording_loop_layouts`); in reverse mode, each thread then reads
-    the arrays every iteration reads from a private copy (:mod:`pyjlad.private_adjoints`).
+    the arrays every iteration reads from a private copy (:mod:`pyjlad.private_adjoints`). With ``forward``
+    and ``private_forward`` (a Hessian-vector product, whose reverse sweep differentiates the forward
+    tasks), each forward task does so too, reading its tangents from private copies as well; not for a
+    loop whose rows would be split (a stencil's: those products keep the serial derivative).
 
     Unchanged if it holds no such call. Calls of unrecognized shape are left as they were
     (:func:`unrecognized_parallel_calls` counts them).
@@ -236,11 +242,13 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
         if _CALL in line:
             kernel = line[line.index(_CALL) + len(_CALL):].split(",")[0].split()[-1]
             found = layouts.get(kernel.lstrip("@").strip('"')) if layouts else None
-            layout = found if not forward else None
+            layout = found if not forward or private_forward else None
             if layout is not None and layout.candidates and parsed is None:
                 parsed = parse(text, strict=False)  # once per module, for every loop's body
             private = _private_copies(parsed, kernel, layout) if layout is not None else {}
             halo = _split_halo(layout, private)
+            if forward and halo is not None:
+                return text  # (a stencil's rows are split in reverse mode only)
             rewritten = _rewrite_call(line, len(tasks), forward, private, halo)
             if rewritten is not None:
                 if private:

@@ -165,7 +165,10 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
 
     With ``shadows``, the forward-mode derivative of that task: it takes the shadow of the argument
     array after the arguments (``%dargs``) and runs Enzyme's forward derivative of ``kernel`` on each
-    row, the rows' argument pointers duplicated (see :func:`forward_fork`). Enzyme is told that the rows'
+    row, the rows' argument pointers duplicated (see :func:`forward_fork`); with ``private``, each copied
+    array's tangent is copied too (:func:`pyjlad.private_adjoints.tangent_copy`), and the rows run the
+    forward derivative of ``private_kernel``, each copy's row pointer duplicated with its tangent copy's (a
+    Hessian-vector product's reverse sweep then adds into thread-local adjoints). Enzyme is told that the rows'
     argument arrays hold pointers (``__enzyme_pointer``): a Hessian-vector product's reverse sweep over this
     task stores the shadows of those pointers, and could not type them otherwise ("Cannot deduce type of
     store").
@@ -183,8 +186,13 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
               f"  %np{j} = getelementptr inbounds ptr, ptr %rowargs, i64 {j}\n"
               f"  store ptr %nv{j}, ptr %np{j}, align 8\n" for j in range(narrays)]
     private = private if private_kernel else {}  # the copies are read only through private_kernel
+    if shadows:  # the tangents' copies too, made as the values' are from the shadow arguments
+        from .private_adjoints import tangent_copy
+
+        private = {**private, **{-1 - j: tangent_copy(copy) for j, copy in private.items()}}
     for j, (_, prefix, _) in private.items():  # the copy's row pointer, passed to private_kernel
-        arrays[j] += f"  %pnv{j} = getelementptr i8, ptr {prefix}.copy, i64 %off{j}\n"
+        k, d = (j, "") if j >= 0 else (-1 - j, "d")
+        arrays[k] += f"  %{d}pnv{k} = getelementptr i8, ptr {prefix}.copy, i64 %off{k}\n"
     setup = "".join(p[0] for p in private.values())
     release = "".join(p[2] for p in private.values())
     if private:  # every copy made: none overlaps an array the body writes
@@ -192,15 +200,23 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
         setup += "".join(f"  %private.{k} = and i1 {'true' if k == 0 else f'%private.{k - 1}'}, {m}.ok\n"
                          for k, m in enumerate(prefixes))
         flag = f"%private.{len(prefixes) - 1}"
-        extra = "".join(f", ptr %pnv{j}" for j in private)
+        extra = "".join(f", ptr %pnv{j}" for j in private if j >= 0)
+        dual = "".join(f", ptr @enzyme_dup, ptr %pnv{j}, ptr %dpnv{j}" for j in private if j >= 0)
 
     def calls(tag: str, rowargs: str = "%rowargs") -> str:
         """The call of the body for one row (labels ending in ``tag``, its arguments in ``rowargs``), ending in its
         last block."""
         if shadows:
-            return (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {kernel}, ptr @enzyme_dup, ptr %rowargs, "
-                    "ptr %rowdargs, ptr @enzyme_const, ptr %count, ptr @enzyme_const, ptr %steps, ptr @enzyme_const, "
-                    "ptr %data)\n")
+            def forward(body: str, more: str = "") -> str:
+                return (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {body}, ptr @enzyme_dup, ptr %rowargs, "
+                        "ptr %rowdargs, ptr @enzyme_const, ptr %count, ptr @enzyme_const, ptr %steps, "
+                        f"ptr @enzyme_const, ptr %data{more})\n")
+            if not private:
+                return forward(kernel)
+            return (f"  br i1 {flag}, label %row.private{tag}, label %row.shared{tag}\n"
+                    f"row.private{tag}:\n" + forward(private_kernel, dual) + f"  br label %row.next{tag}\n"
+                    f"row.shared{tag}:\n" + forward(kernel) + f"  br label %row.next{tag}\n"
+                    f"row.next{tag}:\n")
         if not private:
             return f"  call void {kernel}(ptr {rowargs}, ptr %count, ptr %steps, ptr %data)\n"
         return (f"  br i1 {flag}, label %row.private{tag}, label %row.shared{tag}\n"
@@ -281,7 +297,8 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
     )
 
 
-def forward_fork(index: int, kernel: str, ndim: int, narrays: int) -> str:
+def forward_fork(index: int, kernel: str, ndim: int, narrays: int,
+                 private: Mapping[int, tuple[str, str, str]] | None = None, private_kernel: str | None = None) -> str:
     """The fork of loop ``index`` as a function of its own, with its forward-mode derivative registered.
 
     Enzyme v0.0.289 cannot differentiate ``__kmpc_fork_call`` in forward mode (an assertion in
@@ -293,7 +310,7 @@ def forward_fork(index: int, kernel: str, ndim: int, narrays: int) -> str:
     reach it packed behind one pointer: Enzyme v0.0.289 uses a registered forward derivative only
     where every pointer argument of the call is active, and the loop's shape and steps are not.
     The registration is ``weak_odr``: ``llvm-link`` (a module linked with LAPACK's) drops unreferenced
-    internal globals.
+    internal globals. ``private`` and ``private_kernel``: as for :func:`task`, in the forward task.
     """
     fork, name = f"@pyjlad.omp.fork.{index}", f"@pyjlad.omp.task.{index}"
     unpack = "".join(f"  %{name}.at = getelementptr inbounds ptr, ptr %pack, i64 {k}\n"
@@ -313,7 +330,7 @@ def forward_fork(index: int, kernel: str, ndim: int, narrays: int) -> str:
         "ptr %args, ptr %dargs, ptr %dims, ptr %steps, ptr %data)\n"
         "  ret void\n"
         "}\n"
-        + task(f"{name}.fwd", kernel, ndim, narrays, shadows=True)
+        + task(f"{name}.fwd", kernel, ndim, narrays, shadows=True, private=private, private_kernel=private_kernel)
         + f"@__enzyme_register_derivative_pyjlad.omp.fork.{index} = weak_odr global [2 x ptr] "
         f"[ptr {fork}, ptr {fork}.fwd]\n"
     )

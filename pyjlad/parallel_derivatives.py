@@ -31,9 +31,12 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
   forward form of the module, whose registered fork derivatives Enzyme's reverse sweep then
   differentiates as it does any parallel loop (the reverse of the task forking the body's forward
   derivative is a parallel loop over the same schedule; shared inputs' adjoints atomic, so within
-  rounding run to run). Not for a loop reading the rows next to its own (a stencil): every such read's
-  adjoint is an atomic add there (the reverse form's private adjoints and split rows are not built for
-  this form), measured slower than the serial product on 2 threads. The task tells Enzyme that its rows' argument arrays hold pointers
+  rounding run to run). As in reverse mode, each thread reads the arrays every row reads from a private
+  copy, and their tangents from another (:func:`pyjlad.private_adjoints.tangent_copy`), so that the adds
+  into their adjoints are plain, not contended atomic adds. Not for a loop reading the rows next to its
+  own (a stencil): reverse mode splits its rows, this form does not, so every such read's adjoint is an
+  atomic add (or, copying the rows and halo, the copies' adds back are), measured slower than the serial
+  product on 2 threads. The task tells Enzyme that its rows' argument arrays hold pointers
   (``__enzyme_pointer``): without it, the reverse sweep could not type the stores of the shadow
   pointers. Not where the module calls custom rules (those products are forward over reverse, and
   Enzyme's forward mode cannot run over the reverse of a fork).
@@ -162,7 +165,7 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
                       "reverse sweep adds into their adjoints atomically on every read, slower than the serial "
                       "product on 2 threads (benchmarks/parallel_hvp.py); its gradient and jvp run in parallel")
     rewritten = prepared_loop_bodies(openmp_parallel_loops(typed_loop_arguments(text, layouts), forward=forward,
-                                                           layouts=layouts))
+                                                           layouts=layouts, private_forward=form == "hvp"))
     if unrecognized_parallel_calls(rewritten):
         return None, "one of its parallel loops has a form the OpenMP rewrite does not recognize"
     try:

@@ -54,7 +54,7 @@ from .row_offsets import own_elements, row_offsets
 from .shared_writes import shared_writes
 
 __all__ = ["ArrayLayout", "LoopLayout", "argument_pointers", "declarations", "derived_pointers", "private_copy",
-           "read_only_arguments", "recording_loop_layouts"]
+           "read_only_arguments", "recording_loop_layouts", "tangent_copy"]
 
 
 def declarations() -> list[str]:
@@ -429,6 +429,35 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
               f"  {p}.neg = sub i64 0, {p}.lo",
               f"  {p}.copy = getelementptr {'' if layout.halo else 'inbounds '}i8, ptr {p}.mem, i64 {p}.neg"]
     return "\n".join(lines + _apart(p, written)) + "\n", p, f"  call void @free(ptr nocapture {p}.mem)\n"
+
+
+def tangent_copy(copy: tuple[str, str, str]) -> tuple[str, str, str]:
+    r"""The tangents' counterpart of :func:`private_copy`'s ``copy`` in a forward task
+    (:func:`pyjlad.openmp_tasks.task` with ``shadows``): the same IR reading the shadow arguments (``%dargs``)
+    instead of the arguments' slots (the schedule's rows are the values'), its names ``%dpriv{j}...`` instead of
+    ``%priv{j}...``.
+
+    A constant array (its shadow the array itself) gets the value's copy as its tangent's.
+
+    >>> setup = "  %priv1.slot = getelementptr inbounds ptr, ptr %args, i64 1\n  %priv1.copy = getelementptr i8, ptr %m\n"
+    >>> print(tangent_copy((setup, "%priv1", ""))[0].rstrip())
+      %dpriv1.slot = getelementptr inbounds ptr, ptr %dargs, i64 1
+      %dpriv1.copy.own = getelementptr i8, ptr %m
+      %dpriv1.same = icmp eq ptr %dpriv1.data, %priv1.data
+      %dpriv1.copy = select i1 %dpriv1.same, ptr %priv1.copy, ptr %dpriv1.copy.own
+    """
+    setup, prefix, release = copy
+    tangent = "%d" + prefix[1:]
+
+    def renamed(text: str) -> str:
+        return text.replace(f"{prefix}.", f"{tangent}.").replace("ptr %args, i64 ", "ptr %dargs, i64 ")
+
+    # A constant array's shadow is the array itself (runtime activity: pyjlad.parallel_derivatives): its
+    # tangent copy is then the value's copy, so that the body's derivative still sees a constant.
+    own = renamed(setup).replace(f"{tangent}.copy =", f"{tangent}.copy.own =")
+    same = (f"  {tangent}.same = icmp eq ptr {tangent}.data, {prefix}.data\n"
+            f"  {tangent}.copy = select i1 {tangent}.same, ptr {prefix}.copy, ptr {tangent}.copy.own\n")
+    return own + same, tangent, renamed(release)
 
 
 def _apart(p: str, others: list[ArrayLayout]) -> list[str]:

@@ -129,3 +129,25 @@ def test_vmap_over_a_constant_array_and_grad_called_from_njit(parallel_on) -> No
     a, b = _case(12)
     a0, b0 = a.copy(), b.copy()
     _check_twice(lambda: caller(a, b), [np.cos(a0) + 2 * a0 * b0], (a, b))
+
+
+def test_hvp_with_a_constant_array_and_a_constant_temporary(parallel_on) -> None:
+    """A Hessian-vector product's loops read private copies of what every row reads, and of its tangents: a
+    constant array's tangent copy is the value's own (its shadow is the array), so it stays constant.
+    d2/dx2 of cos(x) y + x y^2 is -cos(x) y; of y: 2 x; of w sin(x): -w sin(x)."""
+    x, y = _case()
+    t = rng.normal(size=x.shape[0])
+    x0, y0, t0 = x.copy(), y.copy(), t.copy()
+    _check_twice(lambda: pyjlad.hvp(two_loops, (x, y), t, wrt=0), [-np.cos(x0) * y0 * t0], (x, y, t))
+    _check_twice(lambda: pyjlad.hvp(two_loops, (x, y), t, wrt=1), [2.0 * x0 * t0], (x, y, t))
+    w, v = rng.normal(size=(24, 6)), rng.normal(size=6) / 4
+    tv = rng.normal(size=6)
+    w0, v0, tv0 = w.copy(), v.copy(), tv.copy()
+    z = np.tanh(w0 @ v0)
+    expected = w0.T @ (-2.0 * z * (1.0 - z ** 2) * (w0 @ tv0))  # d/dv of sum(tanh(w v)) along tv
+    _check_twice(lambda: pyjlad.hvp(shared_tanh, (w, v), tv, wrt=1), [expected], (w, v, tv))
+    xt = rng.uniform(-1.0, 1.0, 33)
+    tt = rng.normal(size=33)
+    xt0, tt0 = xt.copy(), tt.copy()
+    weights = np.arange(33) * 0.5 + 1.0
+    _check_twice(lambda: pyjlad.hvp(weighted, (xt,), tt), [-weights * np.sin(xt0) * tt0], (xt, tt))
