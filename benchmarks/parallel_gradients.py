@@ -145,6 +145,26 @@ def kernel_cases(ns: argparse.Namespace, rng: np.random.Generator) -> dict:
     }
 
 
+def add_kernel_sizes(parser: argparse.ArgumentParser) -> None:
+    """The options of :func:`kernel_cases`' sizes, ``--repeat`` and ``--quick`` (small sizes)."""
+    parser.add_argument("--voxels", type=int, default=20000)
+    parser.add_argument("--pairs", type=int, default=2000)
+    parser.add_argument("--cells", type=int, default=1_000_000)
+    parser.add_argument("--grid", type=int, default=1024, help="heat2d: grid side")
+    parser.add_argument("--samples", type=int, default=20000, help="classifier: samples")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+
+
+def parsed_sizes(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The command line parsed by ``parser`` with :func:`add_kernel_sizes`' options, ``--quick`` applied."""
+    add_kernel_sizes(parser)
+    ns = parser.parse_args()
+    if ns.quick:
+        ns.voxels, ns.pairs, ns.cells, ns.grid, ns.samples, ns.repeat = 2000, 400, 100_000, 128, 2000, 3
+    return ns
+
+
 def _time(call, repeat: int, threads: int) -> tuple[float, float]:
     """Best wall-clock seconds of ``repeat`` calls, and CPU seconds per thread per call."""
     call()
@@ -160,17 +180,7 @@ def _time(call, repeat: int, threads: int) -> tuple[float, float]:
 def main() -> None:
     from machine import describe  # beside this script, on the path when it runs
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--voxels", type=int, default=20000)
-    parser.add_argument("--pairs", type=int, default=2000)
-    parser.add_argument("--cells", type=int, default=1_000_000)
-    parser.add_argument("--grid", type=int, default=1024, help="heat2d: grid side")
-    parser.add_argument("--samples", type=int, default=20000, help="classifier: samples")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--quick", action="store_true")
-    ns = parser.parse_args()
-    if ns.quick:
-        ns.voxels, ns.pairs, ns.cells, ns.grid, ns.samples, ns.repeat = 2000, 400, 100_000, 128, 2000, 3
+    ns = parsed_sizes(argparse.ArgumentParser())
     rng = np.random.default_rng(0)
     cases = kernel_cases(ns, rng)
     jax, twins = _jax_twins()

@@ -18,7 +18,13 @@ import warnings
 
 import numba
 import numpy as np
-from parallel_gradients import _jax_twins, _serial_twin, _time, kernel_cases  # beside this script
+from parallel_gradients import (  # beside this script
+    _jax_twins,
+    _serial_twin,
+    _time,
+    kernel_cases,
+    parsed_sizes,
+)
 
 import pyjlad
 
@@ -39,17 +45,7 @@ def _jax_hvp(jax, twin, args, k: int, v):
 def main() -> None:
     from machine import describe  # beside this script, on the path when it runs
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--voxels", type=int, default=20000)
-    parser.add_argument("--pairs", type=int, default=2000)
-    parser.add_argument("--cells", type=int, default=1_000_000)
-    parser.add_argument("--grid", type=int, default=1024, help="heat2d: grid side")
-    parser.add_argument("--samples", type=int, default=20000, help="classifier: samples")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--quick", action="store_true")
-    ns = parser.parse_args()
-    if ns.quick:
-        ns.voxels, ns.pairs, ns.cells, ns.grid, ns.samples, ns.repeat = 2000, 400, 100_000, 128, 2000, 3
+    ns = parsed_sizes(argparse.ArgumentParser())
     rng = np.random.default_rng(0)
     jax, twins = _jax_twins()
     warnings.simplefilter("ignore", numba.NumbaPerformanceWarning)

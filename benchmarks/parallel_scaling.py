@@ -178,15 +178,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=lambda s: [int(t) for t in s.split(",")], default=None,
                         help="comma-separated thread counts (default: powers of two up to Numba's, and Numba's)")
-    parser.add_argument("--voxels", type=int, default=20000)
-    parser.add_argument("--pairs", type=int, default=2000)
-    parser.add_argument("--cells", type=int, default=1_000_000)
-    parser.add_argument("--grid", type=int, default=1024, help="heat2d: grid side")
-    parser.add_argument("--samples", type=int, default=20000, help="classifier: samples")
-    parser.add_argument("--repeat", type=int, default=5)
+    from parallel_gradients import add_kernel_sizes  # (HERE is on the path now)
+
+    add_kernel_sizes(parser)
     parser.add_argument("--runs", type=int, default=10, help="gradients compared with JAX and with each other")
     parser.add_argument("--tolerance", type=float, default=1e-10)
-    parser.add_argument("--quick", action="store_true", help="small sizes")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--plot", metavar="FILE.json", nargs="+",
                         help="only draw the curves of JSONs written earlier (one per run) and print their tables")

@@ -46,8 +46,8 @@ them (:mod:`pyjlad.outputs`) has a ``parallel=True`` twin with the function inli
 the twin's own. Everything else is the serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
 :class:`~pyjlad.errors.ParallelFallbackWarning` saying why unless the setting is off: a
-Hessian-vector product through custom rules or of a stencil, a missing runtime, a loop the rewrite does not recognize, a copy Numba cannot
-compile, a copy Enzyme fails on. Vector-mode sweeps (several directions at once: ``jacobian``,
+Hessian-vector product through custom rules or of a stencil, a missing runtime, a loop the rewrite does
+not recognize, a copy Numba cannot compile, a copy Enzyme fails on. Vector-mode sweeps (several directions at once: ``jacobian``,
 ``hessian``, batched ``jvp``/``vjp``) differentiate the serial copy too, without a warning: their
 chunks of directions run on Numba's threads instead (:mod:`pyjlad.chunk_threads`).
 """
@@ -161,9 +161,9 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
                       "function itself too, and its parallel reverse sweep got such gradients wrong; write each "
                       "iteration's own element (out[i]), or reduce into a scalar or a whole array (h += ...)")
     if form == "hvp" and any(a.halo for layout in layouts.values() for a in layout.candidates):
-        return None, ("its prange loop reads the rows next to each row's own (a stencil): a Hessian-vector product's "
-                      "reverse sweep adds into their adjoints atomically on every read, slower than the serial "
-                      "product on 2 threads (benchmarks/parallel_hvp.py); its gradient and jvp run in parallel")
+        return None, ("its prange loop reads the rows next to each row's own (a stencil): a parallel Hessian-vector "
+                      "product adds into their adjoints atomically on every read, measured slower than the serial "
+                      "product; its gradient and jvp run in parallel")
     rewritten = prepared_loop_bodies(openmp_parallel_loops(typed_loop_arguments(text, layouts), forward=forward,
                                                            layouts=layouts, private_forward=form == "hvp"))
     if unrecognized_parallel_calls(rewritten):
@@ -209,8 +209,7 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     False, silently, for a function that is not ``parallel=True`` or with the setting off (the serial
     derivative); False with a :class:`~pyjlad.errors.ParallelFallbackWarning` where the setting is on (the
     default) but the parallel derivative is not available (a Hessian-vector product through custom rules, no
-    runtime);
-    False silently for a vector-mode sweep, whose chunks run on several threads instead
+    runtime); False silently for a vector-mode sweep, whose chunks run on several threads instead
     (:mod:`pyjlad.chunk_threads`).
 
     Examples
