@@ -22,8 +22,9 @@ Enzyme adds into the copy's adjoint with atomic adds, as into every adjoint in a
 though only the thread that made the copy touches it: on x86 an atomic ``fadd`` is a compare-and-swap
 loop, ``n**2`` of them for the pairwise kernel. :func:`plain_private_adds` rewrites them, in the
 derivative of the body's copy, as a load, an add and a store (between Enzyme and the optimization
-after it: :func:`pyjlad.engines.differentiate.run_enzyme`). Only adds through the copy's shadow
-parameter are rewritten: a pointer that may also point elsewhere (a ``phi`` or ``select`` of it and
+after it: :func:`pyjlad.engines.differentiate.run_enzyme`); so are those of a Hessian-vector product's
+reverse sweep over the body copy's forward derivative, through the shadows of its copies and of their
+tangents' copies (:func:`pyjlad.private_adjoints.tangent_copy`). Only adds through those parameters are rewritten: a pointer that may also point elsewhere (a ``phi`` or ``select`` of it and
 another pointer) keeps its atomic add.
 
 Examples
@@ -87,8 +88,10 @@ def private_body(function: Function, name: str, slots: Sequence[int]) -> str:
 
 
 
-#: The derivative Enzyme makes of a body copy: ``diffe`` and the copy's name.
-_DERIVATIVE_PREFIX = "define internal void @diffe" + BODY_PREFIX[1:]
+#: The derivatives Enzyme makes of a body copy: ``diffe`` and the copy's name (a reverse sweep), or
+#: ``diffefwddiffe`` and it (a Hessian-vector product's reverse sweep over the body's forward derivative).
+_DERIVATIVE_PREFIXES = ("define internal void @diffe" + BODY_PREFIX[1:],
+                        "define internal void @diffefwddiffe" + BODY_PREFIX[1:])
 #: The derivatives Enzyme makes of pyjlad's LAPACK helpers (:mod:`pyjlad.lapack`), ``@diffepyjlad_lapack_...``.
 _LAPACK_PREFIX = "define internal void @diffepyjlad_lapack_"
 
@@ -116,18 +119,27 @@ def plain_private_adds(text: str) -> str:
       %1 = atomicrmw fadd ptr %s, double 1.0 monotonic, align 8
       ret void
     }
+
+    A Hessian-vector product's (``diffefwddiffe``, whose parameters hold the copies, the tangents' copies and
+    their shadows, each thread's own):
+
+    >>> product = "\\n".join([
+    ...     "define internal void @diffefwddiffepyjlad.omp.body.0(ptr %\\"pyjlad.private.1'2\\") {", "entry:",
+    ...     "  %0 = atomicrmw fadd ptr %\\"pyjlad.private.1'2\\", double 1.0 monotonic, align 8", "  ret void", "}", ""])
+    >>> "atomicrmw" in plain_private_adds(product)
+    False
     >>> lapack = "\\n".join(["define internal void @diffepyjlad_lapack_numba_xxgetrf_d(ptr %a) {", "entry:",
     ...                    "  %0 = atomicrmw fadd ptr %a, double 2.0 monotonic, align 8", "  ret void", "}", ""])
     >>> print(plain_private_adds(lapack).splitlines()[2:5])
     ['  %0 = load double, ptr %a, align 8', '  %pyjlad.plain.0 = fadd double %0, 2.0', '  store double %pyjlad.plain.0, ptr %a, align 8']
     """
-    if _DERIVATIVE_PREFIX not in text and _LAPACK_PREFIX not in text:
+    if not any(prefix in text for prefix in (*_DERIVATIVE_PREFIXES, _LAPACK_PREFIX)):
         return text
     lines = text.split("\n")
     out: list[str] = []
     k = 0
     while k < len(lines):
-        if not lines[k].startswith((_DERIVATIVE_PREFIX, _LAPACK_PREFIX)):
+        if not lines[k].startswith((*_DERIVATIVE_PREFIXES, _LAPACK_PREFIX)):
             out.append(lines[k])
             k += 1
             continue
@@ -144,8 +156,8 @@ def _plain_adds(lines: list[str], every: bool = False) -> list[str]:
         function = parse("\n".join(lines), strict=False).definitions[0]
     except (IRParseError, IndexError):
         return lines
-    shadows = {p.name for p in function.parameters
-               if p.name and decode_name(p.name).startswith(private_parameter(0)[1:-1]) and p.name.endswith("'\"")}
+    shadows = {p.name for p in function.parameters  # (in a product's, the tangents' copies and both shadows)
+               if p.name and decode_name(p.name).startswith(private_parameter(0)[1:-1]) and "'" in p.name}
     instructions = [parse_instruction(line) for line in lines[1:-1]]
     private = None if every else _only_derived(shadows, [i for i in instructions if i is not None])
     body, rewritten = [], 0
