@@ -51,6 +51,9 @@ def test_hvp_matches_jax_at_one_and_two_threads(parallel_on, name: str, wrt: int
     module, why = export(f, numba_argtypes(args)).make_parallel_module("hvp")
     assert module is not None, why
     assert "@__kmpc_fork_call(" in module.text and "@pyjlad.omp.fork.0.fwd" in module.text
+    if name == "pairwise O(n^2)":  # every row reads every x: each thread reads copies of x and of its tangent
+        assert "%priv1.mem = call noalias ptr @malloc(" in module.text
+        assert "%dpriv1.mem = call noalias ptr @malloc(" in module.text
     for threads in THREADS:
         got = _in_parallel(threads, lambda: pyjlad.hvp(f, args, v, wrt=wrt))
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
