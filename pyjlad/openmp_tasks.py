@@ -186,22 +186,24 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
               f"  %np{j} = getelementptr inbounds ptr, ptr %rowargs, i64 {j}\n"
               f"  store ptr %nv{j}, ptr %np{j}, align 8\n" for j in range(narrays)]
     private = private if private_kernel else {}  # the copies are read only through private_kernel
-    if shadows:  # the tangents' copies too, made as the values' are from the shadow arguments
+    tangents = {}
+    if shadows and private:  # the tangents' copies too, made as the values' are from the shadow arguments
         from .private_adjoints import tangent_copy
 
-        private = {**private, **{-1 - j: tangent_copy(copy) for j, copy in private.items()}}
-    for j, (_, prefix, _) in private.items():  # the copy's row pointer, passed to private_kernel
-        k, d = (j, "") if j >= 0 else (-1 - j, "d")
-        arrays[k] += f"  %{d}pnv{k} = getelementptr i8, ptr {prefix}.copy, i64 %off{k}\n"
-    setup = "".join(p[0] for p in private.values())
-    release = "".join(p[2] for p in private.values())
+        tangents = {j: tangent_copy(copy) for j, copy in private.items()}
+    copies = [*private.values(), *tangents.values()]
+    for d, made in (("", private), ("d", tangents)):  # each copy's row pointer, passed to private_kernel
+        for j, (_, prefix, _) in made.items():
+            arrays[j] += f"  %{d}pnv{j} = getelementptr i8, ptr {prefix}.copy, i64 %off{j}\n"
+    setup = "".join(c[0] for c in copies)
+    release = "".join(c[2] for c in copies)
     if private:  # every copy made: none overlaps an array the body writes
-        prefixes = [prefix for _, prefix, _ in private.values()]
+        prefixes = [prefix for _, prefix, _ in copies]
         setup += "".join(f"  %private.{k} = and i1 {'true' if k == 0 else f'%private.{k - 1}'}, {m}.ok\n"
                          for k, m in enumerate(prefixes))
         flag = f"%private.{len(prefixes) - 1}"
-        extra = "".join(f", ptr %pnv{j}" for j in private if j >= 0)
-        dual = "".join(f", ptr @enzyme_dup, ptr %pnv{j}, ptr %dpnv{j}" for j in private if j >= 0)
+        extra = "".join(f", ptr %pnv{j}" for j in private)
+        dual = "".join(f", ptr @enzyme_dup, ptr %pnv{j}, ptr %dpnv{j}" for j in private)
 
     def calls(tag: str, rowargs: str = "%rowargs") -> str:
         """The call of the body for one row (labels ending in ``tag``, its arguments in ``rowargs``), ending in its

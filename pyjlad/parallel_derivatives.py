@@ -81,7 +81,7 @@ from .parfor_bodies import prepared_loop_bodies, typed_loop_arguments
 from .portable import PortableModule
 from .private_adjoints import LoopLayout, recording_loop_layouts
 from .refusals import enzyme_reason
-from .rules import is_rule_symbol
+from .rules import calls_custom_rules
 
 __all__ = ["PARALLEL_TWIN", "cache_tag", "parallel_module", "parallel_wanted", "sweep_form", "with_parallel_fallback",
            "with_runtime_activity"]
@@ -223,7 +223,7 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
         return False
     if sweep.width > 1:
         return False  # the serial vector derivative, its chunks run on several threads (pyjlad.chunk_threads)
-    if sweep.kind == "hvp" and any(is_rule_symbol(name) for name in exported.module.external_functions):
+    if sweep.kind == "hvp" and calls_custom_rules(exported.module.external_functions):
         return _fallback(exported, "its Hessian-vector product goes through custom rules (forward over reverse), "
                          "whose forward sweep Enzyme cannot run over a parallel loop; reverse and forward mode run "
                          "the loops in parallel")

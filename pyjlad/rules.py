@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numba
@@ -62,7 +62,7 @@ from .ir.names import c_identifier
 from .portable_pipeline import make_portable
 from .rules_ir import call_lowering, glue_module
 
-__all__ = ["custom_derivative", "CustomDerivative", "RULE_PREFIX", "rule_modules", "is_rule_symbol"]
+__all__ = ["calls_custom_rules", "custom_derivative", "CustomDerivative", "RULE_PREFIX", "rule_modules", "is_rule_symbol"]
 
 #: Prefix of the external symbols through which Numba code calls a rule.
 RULE_PREFIX = "pyjlad_rule_"
@@ -312,6 +312,11 @@ def custom_derivative(func: Any) -> CustomDerivative:
 def is_rule_symbol(name: str) -> bool:
     """Whether ``name`` is the external symbol of a registered :class:`CustomDerivative`."""
     return name in _registry
+
+
+def calls_custom_rules(external_functions: Iterable[str]) -> bool:
+    """Whether a module declaring ``external_functions`` calls a registered :class:`CustomDerivative`."""
+    return any(is_rule_symbol(name) for name in external_functions)
 
 
 def rule_modules(symbol: str) -> list[str]:

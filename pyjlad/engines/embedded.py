@@ -48,7 +48,7 @@ from ..memo import cached_for
 from ..nested import NestedSweep, cache_key_parts, remember
 from ..parallel_derivatives import cache_tag, with_parallel_fallback, with_runtime_activity
 from ..portable import RUNTIME_CALL_DTOR, PortableModule, has_recursion
-from ..rules import is_rule_symbol
+from ..rules import calls_custom_rules
 from ..toolchain import locate, opt_route
 from . import native
 from .base import (  # noqa: F401 - the contract, also importable from here
@@ -131,7 +131,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     exported = export(func, argtypes)
     activities = resolve_activities(exported, sweep)  # first: an int named in wrt is the clearer error
     check_result(exported, sweep)
-    noalias = not any(is_rule_symbol(name) for name in exported.module.external_functions)  # see the driver
+    noalias = not calls_custom_rules(exported.module.external_functions)  # see the driver
     if sweep.width > 1:  # vector mode (pyjlad.engines.vector_driver)
         driver, nested = vector_sweep_driver(exported, sweep, activities, noalias), None
     elif sweep.kind == "hvp":

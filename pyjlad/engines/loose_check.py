@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EnzymeError
-from ..rules import is_rule_symbol
+from ..rules import calls_custom_rules
 
 __all__ = ["LooseDerivativeCheck", "directional_mismatch", "loose_derivative_check"]
 
@@ -84,7 +84,7 @@ def loose_derivative_check(sweep: Any, exported: Any, driver: Any,
     ``None`` where it cannot judge it: other than one reverse-mode sweep, a result other than float64, or
     a function calling a custom rule (its derivative is the rule's, not the function's)."""
     if (sweep.kind, sweep.mode, sweep.width) != ("ad", "reverse", 1) or exported.abi.result.dtype != "float64" \
-            or any(is_rule_symbol(name) for name in exported.module.external_functions):
+            or calls_custom_rules(exported.module.external_functions):
         return None
     return LooseDerivativeCheck(primal, exported.name, driver.shadow_args, driver.active_scalars)
 

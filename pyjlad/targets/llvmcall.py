@@ -20,7 +20,7 @@ from ..ir import Function, GlobalVariable, Line, Module, parse
 from ..ir.edit import declare
 from ..ir.pipeline import Pass, Pipeline
 from ..portable import RUNTIME_CALL_DTOR
-from ..rules import is_rule_symbol
+from ..rules import calls_custom_rules
 from ..toolchain import locate
 
 __all__ = ["LLVMCALL", "drop_target_lines", "define_runtime_hooks", "internalize", "llvmcall_module",
@@ -161,7 +161,7 @@ def julia_module_text(exported: ExportedFunction) -> str:
         Julia's JIT cannot resolve (SciPy's BLAS/LAPACK behind Numba's
         ``np.dot``/``np.linalg``, which would abort Julia).
     """
-    if any(is_rule_symbol(name) for name in exported.module.external_functions):
+    if calls_custom_rules(exported.module.external_functions):
         raise UnsupportedFunctionError(
             f"{exported.name} calls a pyjlad.custom_derivative; its rules are applied by the embedded "
             "engine only: use engine='embedded', or write the rule with Enzyme.jl's EnzymeRules in Julia"
