@@ -70,6 +70,7 @@ from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionErr
 from .export_ir import compile_before_codegen
 from .ir import parse
 from .ir.edit import mark_enzyme_calls
+from .memo import cached_for
 from .openmp import load_libatomic, load_libomp
 from .openmp_loops import (
     blas_in_parallel_loops,
@@ -137,21 +138,13 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
     (:func:`pyjlad.openmp_tasks.forward_fork`); ``"reverse"`` and ``"hvp"`` refuse BLAS in a loop, whose
     reverse-mode rules race. Returns ``(module, "")``, or ``(None, reason)`` in the user's terms.
     """
-    forward = form != "reverse"
-    from .enzyme_copy import branch_preserving_compile, unvectorized_copy
-    from .nested import calls_kept
     from .portable_pipeline import make_portable
 
-    copy = unvectorized_copy(dispatcher, keep_parallel=True)
-    layouts: dict[str, LoopLayout] = {}
-    with branch_preserving_compile(), calls_kept(), recording_loop_layouts(layouts):
-        try:
-            fresh = compile_before_codegen(copy, argtypes)
-        except Exception as exc:  # noqa: BLE001 - any failure of the copy means the serial derivative
-            return None, f"Numba could not compile its parallel copy ({type(exc).__name__})"
-    if fresh is None:
-        return None, "Numba could not compile its parallel copy"
-    cres, text = fresh
+    forward = form != "reverse"
+    compiled = _compiled_copy(dispatcher, argtypes)
+    if isinstance(compiled, str):
+        return None, compiled
+    cres, text, layouts = compiled
     if parallel_call_count(text) == 0:
         return None, "Numba made no parallel loop of it for these argument types"
     racing = sorted({name.split(".")[0] for layout in layouts.values() for name in layout.shared_writes})
@@ -184,6 +177,35 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
                       + (" (for two vectors, np.dot(a, b) is one: Numba makes it a loop)" if any(
                           "two vectors" in b for b in blas) else ""))
     return module, ""
+
+
+def _compiled_copy(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]
+                   ) -> tuple[Any, str, dict[str, LoopLayout]] | str:
+    """``dispatcher``'s parallel copy compiled for ``argtypes``: its compile result, its IR and the layouts of its
+    loops (:func:`pyjlad.private_adjoints.recording_loop_layouts`), or why it could not be compiled.
+
+    Once per function and argument types, for every form of :func:`parallel_module`: the layouts are recorded
+    while Numba lowers the loops, and a second compile of the same copy is Numba's own cached one, which
+    lowers nothing. Before, the second form built (a gradient after a ``jvp``) had no layouts: no refusal of
+    a loop writing an element other iterations write (its gradient was silently wrong in some runs), no
+    private copies, no element types told to Enzyme.
+    """
+    from .enzyme_copy import branch_preserving_compile, unvectorized_copy
+    from .nested import calls_kept
+
+    def compile_copy() -> tuple[Any, str, dict[str, LoopLayout]] | str:
+        copy = unvectorized_copy(dispatcher, keep_parallel=True)
+        layouts: dict[str, LoopLayout] = {}
+        with branch_preserving_compile(), calls_kept(), recording_loop_layouts(layouts):
+            try:
+                fresh = compile_before_codegen(copy, argtypes)
+            except Exception as exc:  # noqa: BLE001 - any failure of the copy means the serial derivative
+                return f"Numba could not compile its parallel copy ({type(exc).__name__})"
+        if fresh is None:
+            return "Numba could not compile its parallel copy"
+        return (*fresh, layouts)
+
+    return cached_for(dispatcher, ("parallel-copy", tuple(argtypes)), compile_copy)
 
 
 def with_runtime_activity(module_text: str) -> str:
