@@ -125,8 +125,8 @@ def _rewrite_call(line: str, index: int, forward: bool = False,
                   private: Mapping[int, tuple[str, str, str]] | None = None,
                   halo: tuple[int, int] | None = None) -> tuple[str, str] | None:
     """``(replacement lines, task definitions)`` for one ``numba_parallel_for`` call, or None if unrecognized.
-    With ``halo`` (:func:`_split_halo`; reverse mode, with ``private``), two parallel loops over the parts of
-    the schedule's rows (:func:`pyjlad.openmp_tasks.split_rows`)."""
+    With ``halo`` (:func:`_split_halo`, with ``private``), two parallel loops over the parts of the schedule's
+    rows (:func:`pyjlad.openmp_tasks.split_rows`); in forward mode, each fork wrapped with its derivative."""
     start = line.index(_CALL) + len(_CALL)
     end = line.rfind(")")
     args = _split_arguments(line[start:end])
@@ -148,7 +148,10 @@ def _rewrite_call(line: str, index: int, forward: bool = False,
     if "" in shared.split(", "):
         return None
     n32 = f"%pyjlad.omp.threads.{index}"
-    if halo is not None:
+    if halo is not None and forward:  # the forks' wrappers (forward_fork), the parts after the operands in the pack
+        wrapper = f"@pyjlad.omp.fork.{index}"
+        fork = split_rows(index, indent, shared, halo, (f"{wrapper}.interior", wrapper), f"%pyjlad.omp.pack.{index}")
+    elif halo is not None:
         fork = split_rows(index, indent, shared, halo, (f"{name}.interior", name))
     elif forward:  # the fork's operands packed behind one pointer (see forward_fork)
         pack = f"%pyjlad.omp.pack.{index}"
@@ -161,6 +164,12 @@ def _rewrite_call(line: str, index: int, forward: bool = False,
     replacement = (f"{indent}{n32} = trunc i64 {threads[1]} to i32\n"
                    f"{indent}call void @omp_set_num_threads(i32 {n32})\n"
                    f"{fork}")
+    if halo is not None and forward:
+        return replacement, (task(f"{name}.interior", kernel, ndim, narrays, parts=INTERIOR)
+                             + task(name, kernel, ndim, narrays, parts=EDGES)
+                             + forward_fork(index, kernel, ndim, narrays, private=private,
+                                            private_kernel=private_body(index), parts=INTERIOR)
+                             + forward_fork(index, kernel, ndim, narrays, parts=EDGES))
     if halo is not None:
         return replacement, (task(f"{name}.interior", kernel, ndim, narrays, private=private,
                                   private_kernel=private_body(index), parts=INTERIOR)
@@ -201,8 +210,9 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     (:func:`pyjlad.private_adjoints.recording_loop_layouts`); in reverse mode, each thread then reads
     the arrays every iteration reads from a private copy (:mod:`pyjlad.private_adjoints`). With ``forward``
     and ``private_forward`` (a Hessian-vector product, whose reverse sweep differentiates the forward
-    tasks), each forward task does so too, reading its tangents from private copies as well; not for a
-    loop whose rows would be split (a stencil's: those products keep the serial derivative).
+    tasks), each forward task does so too, reading its tangents from private copies as well, and a stencil's
+    rows are split as in reverse mode, each of the two forks wrapped (:func:`pyjlad.openmp_tasks.forward_fork`
+    with ``parts``).
 
     Unchanged if it holds no such call. Calls of unrecognized shape are left as they were
     (:func:`unrecognized_parallel_calls` counts them).
@@ -247,15 +257,14 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
                 parsed = parse(text, strict=False)  # once per module, for every loop's body
             private = _private_copies(parsed, kernel, layout) if layout is not None else {}
             halo = _split_halo(layout, private)
-            if forward and halo is not None:
-                return text  # (a stencil's rows are split in reverse mode only)
             rewritten = _rewrite_call(line, len(tasks), forward, private, halo)
             if rewritten is not None:
                 if private:
                     privatized[len(tasks)] = (kernel, sorted(private))
                 split |= halo is not None
-                if forward:
-                    out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [4 x ptr], align 8")
+                if forward:  # (a split loop's pack holds its parts too)
+                    out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [{4 if halo is None else 5} x ptr], "
+                                         "align 8")
                 if found is not None and any(a.element for a in found.arrays):  # Enzyme learns their types
                     args = _split_arguments(line[line.index(_CALL) + len(_CALL):line.rfind(")")])[1]
                     lines, used = typed_arguments(len(tasks), line[: len(line) - len(line.lstrip())], args,

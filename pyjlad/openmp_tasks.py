@@ -128,12 +128,16 @@ def typed_arguments(index: int, indent: str, args: str, arrays: Sequence[ArrayLa
     return "\n".join(indent + line for line in lines), hints
 
 
-def split_rows(index: int, indent: str, shared: str, halo: tuple[int, int], forks: tuple[str, str]) -> str:
+def split_rows(index: int, indent: str, shared: str, halo: tuple[int, int], forks: tuple[str, str],
+               pack: str | None = None) -> str:
     """The caller's lines running loop ``index`` as the parallel loops ``forks`` (tasks over :data:`INTERIOR`,
     then over :data:`EDGES`) on the parts of its schedule's rows that :func:`split_definition` makes with
     ``halo`` (``(below, above)``). ``shared``: the fork's operands (``args``, ``dims``, ``steps``, ``data``).
     The parts are allocated as Numba's schedule is (see :func:`pyjlad.openmp_loops._threads_and_schedule`), so
-    that Enzyme keeps them until its reverse sweep has read them."""
+    that Enzyme keeps them until its reverse sweep has read them.
+
+    With ``pack`` (forward mode: an ``alloca [5 x ptr]`` of the caller's), ``forks`` are the functions wrapping
+    each fork (:func:`forward_fork` with ``parts``), called with the operands and the parts stored in ``pack``."""
     args, dims, steps = (a.split()[-1] for a in shared.split(", ")[:3])
     p = f"%pyjlad.omp.parts.{index}"
     lines = [f"{p}.rows = load i64, ptr {dims}, align 8", f"{p}.step = load i64, ptr {steps}, align 8",
@@ -141,10 +145,16 @@ def split_rows(index: int, indent: str, shared: str, halo: tuple[int, int], fork
              f"{p}.mi = call ptr @NRT_MemInfo_alloc_aligned(i64 {p}.bytes, i32 32)",
              f"{p}.field = getelementptr i8, ptr {p}.mi, i64 24", f"{p} = load ptr, ptr {p}.field, align 8",
              f"{p}.sched = load ptr, ptr {args}, align 8",
-             f"call void {_SPLIT}(ptr {p}.sched, i64 {p}.rows, i64 {p}.step, i64 {halo[0]}, i64 {halo[1]}, ptr {p})",
-             *(f"call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 5, ptr {fork}, {shared}, "
-               f"ptr {p})" for fork in forks),
-             f"call void @NRT_decref(ptr {p}.mi)"]
+             f"call void {_SPLIT}(ptr {p}.sched, i64 {p}.rows, i64 {p}.step, i64 {halo[0]}, i64 {halo[1]}, ptr {p})"]
+    if pack is None:
+        lines += [f"call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 5, ptr {fork}, {shared}, "
+                  f"ptr {p})" for fork in forks]
+    else:  # (attributes dropped)
+        for k, value in enumerate([*(a.split()[-1] for a in shared.split(", ")), p]):
+            lines += [f"{pack}.{k} = getelementptr inbounds ptr, ptr {pack}, i64 {k}",
+                      f"store ptr {value}, ptr {pack}.{k}, align 8"]
+        lines += [f"call void {fork}(ptr {pack})" for fork in forks]
+    lines.append(f"call void @NRT_decref(ptr {p}.mi)")
     return "\n".join(indent + line for line in lines)
 
 
@@ -206,12 +216,12 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
         dual = "".join(f", ptr @enzyme_dup, ptr %pnv{j}, ptr %dpnv{j}" for j in private)
 
     def calls(tag: str, rowargs: str = "%rowargs") -> str:
-        """The call of the body for one row (labels ending in ``tag``, its arguments in ``rowargs``), ending in its
-        last block."""
+        """The call of the body for one row (labels ending in ``tag``, its arguments in ``rowargs``, their shadows
+        in ``%rowdargs`` for ``%rowargs``), ending in its last block."""
         if shadows:
             def forward(body: str, more: str = "") -> str:
-                return (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {body}, ptr @enzyme_dup, ptr %rowargs, "
-                        "ptr %rowdargs, ptr @enzyme_const, ptr %count, ptr @enzyme_const, ptr %steps, "
+                return (f"  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr {body}, ptr @enzyme_dup, ptr {rowargs}, "
+                        f"ptr {rowargs.replace('%rowargs', '%rowdargs')}, ptr @enzyme_const, ptr %count, ptr @enzyme_const, ptr %steps, "
                         f"ptr @enzyme_const, ptr %data{more})\n")
             if not private:
                 return forward(kernel)
@@ -246,9 +256,9 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
         f"  %pgo{k} = icmp sle i64 %ps{k}, %pe{k}\n"
         f"  br i1 %pgo{k}, label %part{k}, label %part{k}.done\n"
         f"part{k}:\n"
-        + "".join(f"  %np{j}.{k} = getelementptr inbounds ptr, ptr %rowargs{k}, i64 {j}\n"
-                  f"  store ptr {'%pp' if j == 0 else '%nv'}{k if j == 0 else j}, ptr %np{j}.{k}, align 8\n"
-                  for j in range(narrays))
+        + "".join(f"  %{d}np{j}.{k} = getelementptr inbounds ptr, ptr %row{d}args{k}, i64 {j}\n"
+                  f"  store ptr {f'%pp{k}' if j == 0 else f'%{d}nv{j}'}, ptr %{d}np{j}.{k}, align 8\n"
+                  for d in ("", "d")[:1 + shadows] for j in range(narrays))
         + calls(f".{k}", f"%rowargs{k}") +
         f"  br label %part{k}.done\n"
         f"part{k}.done:\n" for k in parts)
@@ -261,7 +271,9 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
         + (f"  %rowdargs = alloca [{narrays} x ptr], align 8\n"
            f"  call void @__enzyme_pointer(ptr %rowargs, i64 {8 * narrays})\n"
            f"  call void @__enzyme_pointer(ptr %rowdargs, i64 {8 * narrays})\n" if shadows else "")
-        + "".join(f"  %rowargs{k} = alloca [{narrays} x ptr], align 8\n" for k in parts or ()) +
+        + "".join(f"  %row{d}args{k} = alloca [{narrays} x ptr], align 8\n"
+                  + (f"  call void @__enzyme_pointer(ptr %row{d}args{k}, i64 {8 * narrays})\n" if shadows else "")
+                  for k in parts or () for d in ("", "d")[:1 + shadows]) +
         "  %lb = alloca i64, align 8\n  %ub = alloca i64, align 8\n  %st = alloca i64, align 8\n"
         "  %last = alloca i32, align 4\n"
         "  %rows = load i64, ptr %dims, align 8\n"
@@ -300,7 +312,8 @@ def task(name: str, kernel: str, ndim: int, narrays: int, shadows: bool = False,
 
 
 def forward_fork(index: int, kernel: str, ndim: int, narrays: int,
-                 private: Mapping[int, tuple[str, str, str]] | None = None, private_kernel: str | None = None) -> str:
+                 private: Mapping[int, tuple[str, str, str]] | None = None, private_kernel: str | None = None,
+                 parts: tuple[int, ...] | None = None) -> str:
     """The fork of loop ``index`` as a function of its own, with its forward-mode derivative registered.
 
     Enzyme v0.0.289 cannot differentiate ``__kmpc_fork_call`` in forward mode (an assertion in
@@ -313,26 +326,38 @@ def forward_fork(index: int, kernel: str, ndim: int, narrays: int,
     where every pointer argument of the call is active, and the loop's shape and steps are not.
     The registration is ``weak_odr``: ``llvm-link`` (a module linked with LAPACK's) drops unreferenced
     internal globals. ``private`` and ``private_kernel``: as for :func:`task`, in the forward task.
+
+    ``parts`` (:data:`INTERIOR` or :data:`EDGES`): the fork runs those parts of the rows of the schedule
+    (:func:`split_rows`, whose parts are the pack's fifth pointer); the fork and its task are named with
+    ``.interior`` after the index for :data:`INTERIOR`.
+
+    >>> text = forward_fork(0, "@k", 1, 2, parts=INTERIOR)
+    >>> "define internal void @pyjlad.omp.fork.0.interior.fwd(ptr %pack, ptr %dpack)" in text
+    True
     """
-    fork, name = f"@pyjlad.omp.fork.{index}", f"@pyjlad.omp.task.{index}"
+    suffix = ".interior" if parts == INTERIOR else ""
+    fork, name = f"@pyjlad.omp.fork.{index}{suffix}", f"@pyjlad.omp.task.{index}{suffix}"
+    operands = ("args", "dims", "steps", "data", *(("parts",) if parts else ()))
     unpack = "".join(f"  %{name}.at = getelementptr inbounds ptr, ptr %pack, i64 {k}\n"
                      f"  %{name} = load ptr, ptr %{name}.at, align 8\n"
-                     for k, name in enumerate(("args", "dims", "steps", "data")))
+                     for k, name in enumerate(operands))
+    shared = ", ".join(f"ptr %{o}" for o in operands[1:])
     return (
         f"define internal void {fork}(ptr %pack) noinline {{\n"
         "entry:\n" + unpack +
-        f"  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr {name}, ptr %args, "
-        "ptr %dims, ptr %steps, ptr %data)\n"
+        f"  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 {len(operands)}, ptr {name}, "
+        f"ptr %args, {shared})\n"
         "  ret void\n"
         "}\n"
         f"define internal void {fork}.fwd(ptr %pack, ptr %dpack) {{\n"
         "entry:\n" + unpack +
         "  %dargs = load ptr, ptr %dpack, align 8\n"
-        f"  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 5, ptr {name}.fwd, "
-        "ptr %args, ptr %dargs, ptr %dims, ptr %steps, ptr %data)\n"
+        f"  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 {len(operands) + 1}, "
+        f"ptr {name}.fwd, ptr %args, ptr %dargs, {shared})\n"
         "  ret void\n"
         "}\n"
-        + task(f"{name}.fwd", kernel, ndim, narrays, shadows=True, private=private, private_kernel=private_kernel)
-        + f"@__enzyme_register_derivative_pyjlad.omp.fork.{index} = weak_odr global [2 x ptr] "
+        + task(f"{name}.fwd", kernel, ndim, narrays, shadows=True, private=private, private_kernel=private_kernel,
+               parts=parts)
+        + f"@__enzyme_register_derivative_pyjlad.omp.fork.{index}{suffix} = weak_odr global [2 x ptr] "
         f"[ptr {fork}, ptr {fork}.fwd]\n"
     )

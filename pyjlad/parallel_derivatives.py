@@ -33,10 +33,11 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
   derivative is a parallel loop over the same schedule; shared inputs' adjoints atomic, so within
   rounding run to run). As in reverse mode, each thread reads the arrays every row reads from a private
   copy, and their tangents from another (:func:`pyjlad.private_adjoints.tangent_copy`), so that the adds
-  into their adjoints are plain, not contended atomic adds. Not for a loop reading the rows next to its
-  own (a stencil): reverse mode splits its rows, this form does not, so every such read's adjoint is an
-  atomic add (or, copying the rows and halo, the copies' adds back are), measured slower than the serial
-  product on 2 threads. The task tells Enzyme that its rows' argument arrays hold pointers
+  into their adjoints are plain, not contended atomic adds. A loop reading the rows next to its own (a
+  stencil) has its rows split as in reverse mode, each of its two forks wrapped with its own registered
+  derivative (:func:`pyjlad.openmp_tasks.forward_fork` with ``parts``): without the split, every such read's
+  adjoint was an atomic add (or, copying the rows and halo, the copies' adds back were), measured slower
+  than the serial product on 2 threads. The task tells Enzyme that its rows' argument arrays hold pointers
   (``__enzyme_pointer``): without it, the reverse sweep could not type the stores of the shadow
   pointers. Not where the module calls custom rules (those products are forward over reverse, and
   Enzyme's forward mode cannot run over the reverse of a fork).
@@ -46,7 +47,7 @@ them (:mod:`pyjlad.outputs`) has a ``parallel=True`` twin with the function inli
 the twin's own. Everything else is the serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
 :class:`~pyjlad.errors.ParallelFallbackWarning` saying why unless the setting is off: a
-Hessian-vector product through custom rules or of a stencil, a missing runtime, a loop the rewrite does
+Hessian-vector product through custom rules, a missing runtime, a loop the rewrite does
 not recognize, a copy Numba cannot compile, a copy Enzyme fails on. Vector-mode sweeps (several directions at once: ``jacobian``,
 ``hessian``, batched ``jvp``/``vjp``) differentiate the serial copy too, without a warning: their
 chunks of directions run on Numba's threads instead (:mod:`pyjlad.chunk_threads`).
@@ -153,10 +154,6 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
                       "(such as out[i % 4] += ... or out[idx[i]] = ...): iterations racing on one element, in the "
                       "function itself too, and its parallel reverse sweep got such gradients wrong; write each "
                       "iteration's own element (out[i]), or reduce into a scalar or a whole array (h += ...)")
-    if form == "hvp" and any(a.halo for layout in layouts.values() for a in layout.candidates):
-        return None, ("its prange loop reads the rows next to each row's own (a stencil): a parallel Hessian-vector "
-                      "product adds into their adjoints atomically on every read, measured slower than the serial "
-                      "product; its gradient and jvp run in parallel")
     rewritten = prepared_loop_bodies(openmp_parallel_loops(typed_loop_arguments(text, layouts), forward=forward,
                                                            layouts=layouts, private_forward=form == "hvp"))
     if unrecognized_parallel_calls(rewritten):

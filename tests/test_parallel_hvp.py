@@ -30,8 +30,8 @@ pytestmark = pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP run
 rng = np.random.default_rng(23)
 
 #: (case, argument) for every argument each case differentiates: the other arrays are constant in the product.
-#: Not the stencil: its product keeps the serial derivative (test_a_stencils_product_is_serial_with_a_warning).
-PRODUCTS = [(name, wrt) for name, (_, _, wrts, _) in CASES.items() for wrt in wrts if name != "stencil"]
+#: (The stencil's rows are split: more in tests/test_parallel_stencil_hvp.py.)
+PRODUCTS = [(name, wrt) for name, (_, _, wrts, _) in CASES.items() for wrt in wrts]
 
 
 def _jax_hvp(twin, args, wrt: int, v):
@@ -87,28 +87,6 @@ def test_repeated_products_within_rounding(parallel_on) -> None:
     first = _in_parallel(2, lambda: pyjlad.hvp(f, (x,), v))
     for _ in range(15):
         np.testing.assert_allclose(pyjlad.hvp(f, (x,), v), first, rtol=1e-13, atol=1e-13 * np.abs(first).max())
-
-
-def test_a_stencils_product_is_serial_with_a_warning(parallel_on) -> None:
-    """A loop reading the rows next to its own: every read's adjoint would be an atomic add in the product's
-    reverse sweep (slower than the serial product: benchmarks/parallel_hvp.py), so the serial derivative,
-    saying why; the product is right either way."""
-    f, make, _, twin = CASES["stencil"]
-    args = make()
-    v = rng.normal(size=args[0].shape)
-    copies, v0 = [np.copy(a) for a in args], v.copy()
-    expected = _jax_hvp(twin, copies, 0, v0)
-    module, why = export(f, numba_argtypes(args)).make_parallel_module("hvp")
-    assert module is None and "stencil" in why
-    numba.set_num_threads(2)
-    with pytest.warns(ParallelFallbackWarning, match="stencil"):
-        got = pyjlad.hvp(f, args, v)
-    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
-    for a, c in zip(args, copies):
-        np.testing.assert_array_equal(a, c)
-    np.testing.assert_array_equal(v, v0)
-    gradient_module, why = export(f, numba_argtypes(args)).make_parallel_module()  # its gradient stays parallel
-    assert gradient_module is not None, why
 
 
 @pyjlad.custom_derivative

@@ -1,0 +1,136 @@
+"""Hessian-vector products of stencils in ``prange`` loops run in parallel (issue 17).
+
+A loop reading the rows next to its own has its schedule's rows split, in the product's forward form as in
+reverse mode (:func:`pyjlad.openmp_tasks.split_rows`): each chunk's interior rows in one parallel loop whose
+reverse sweep adds into the adjoints plainly, its edge rows in a second one, atomically. Every product against
+``jax.jvp`` of ``jax.grad`` (float64) or a closed form, computed from copies taken before the call, at every
+thread count Numba has, a fallback to the serial derivative an error; the caller's arrays and the direction
+must come back unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numba
+import numpy as np
+import pytest
+from test_halo_copies import _reaching, from_minus_one, shifted, two_halos, wrapping
+from test_parallel_derivatives import CASES, _in_parallel
+
+import pyjlad
+from pyjlad.export import export, numba_argtypes
+from pyjlad.openmp import libomp_path
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+jax.config.update("jax_enable_x64", True)
+
+pytestmark = [pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed"),
+              pytest.mark.usefixtures("parallel_two_threads")]
+THREADS = range(1, numba.config.NUMBA_NUM_THREADS + 1)
+
+
+def _jax_hvp(twin, args, wrt: int, v):
+    """H v by JAX: the directional derivative of ``grad`` along ``v`` (a zero tangent for the other arguments)."""
+    primals = tuple(jnp.asarray(a) for a in args)
+    tangents = tuple(jnp.asarray(v) if i == wrt else jnp.zeros_like(p) for i, p in enumerate(primals))
+    return np.asarray(jax.jvp(jax.grad(twin, argnums=wrt), primals, tangents)[1])
+
+
+def _check(f, args, wrt: int, expected, v, tol: float = 1e-12) -> None:
+    """The product at every thread count (split rows in its module, no fallback) equals ``expected``; the
+    caller's arrays and ``v`` unchanged."""
+    copies, v0 = [np.copy(a) for a in args], np.copy(v)
+    module, why = export(f, numba_argtypes(args)).make_parallel_module("hvp")
+    assert module is not None, why
+    assert "@pyjlad.omp.split(" in module.text and re.search(r"@pyjlad\.omp\.fork\.\d+\.interior\.fwd", module.text)
+    for threads in THREADS:
+        got = _in_parallel(threads, lambda: pyjlad.hvp(f, args, v, wrt=wrt))
+        np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * max(np.abs(expected).max(), 1.0))
+        for a, c in zip(args, copies):
+            np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(v, v0)
+
+
+@pytest.mark.parametrize("n", [5, 64, 1001])
+def test_stencil_case_against_jax(n: int) -> None:
+    f, _, _, twin = CASES["stencil"]
+    rng = np.random.default_rng(n)
+    args, v = (rng.normal(size=n), 0.2), rng.normal(size=n)
+    _check(f, args, 0, _jax_hvp(twin, (args[0].copy(), 0.2), 0, v.copy()), v)
+
+
+@pytest.mark.parametrize("wrt", [0, 1])
+def test_heat2d_against_jax(parallel_kernels, wrt: int) -> None:
+    rng = np.random.default_rng(3 + wrt)
+    u = rng.normal(size=(67, 23))
+    args = (u, 0.2)
+    v = rng.normal(size=u.shape) if wrt == 0 else 0.7
+
+    def twin(w, k):
+        c = w[1:-1, 1:-1]
+        out = c + k * (w[:-2, 1:-1] + w[2:, 1:-1] + w[1:-1, :-2] + w[1:-1, 2:] - 4.0 * c)
+        return jnp.sum(out * out)
+
+    _check(parallel_kernels.heat2d, args, wrt, _jax_hvp(twin, (u.copy(), 0.2), wrt, np.copy(v)), v)
+
+
+@pytest.mark.parametrize("n", [3, 4, 7, 200])
+def test_halo_reaching_past_the_start_against_jax(n: int) -> None:
+    """u[i - 1] from i = 0 reads u[-1] (the first chunk's rows are all edges); from i = -1 likewise."""
+    rng = np.random.default_rng(n)
+    u, v = rng.normal(size=n), rng.normal(size=n)
+
+    def wrapped(w, k):
+        out = w[:-2] - k * jnp.roll(w, 1)[:-2] + w[2:]
+        return jnp.sum(out * out)
+
+    def minus_one(w, k):
+        i = np.arange(-1, n - 2)
+        return jnp.sum(w[i] * (w[i + 1] - k * w[i + 2]))
+
+    _check(wrapping, (u, 0.3), 0, _jax_hvp(wrapped, (u.copy(), 0.3), 0, v.copy()), v)
+    _check(from_minus_one, (u, 0.4), 0, _jax_hvp(minus_one, (u.copy(), 0.4), 0, v.copy()), v)
+
+
+@pytest.mark.parametrize("wrt", [0, 1])
+def test_two_arrays_with_halos_of_their_own_against_jax(wrt: int) -> None:
+    rng = np.random.default_rng(11 + wrt)
+    a, b, v = rng.normal(size=301), rng.normal(size=301), rng.normal(size=301)
+
+    def twin(x, y):
+        inner = x[:-3] * y[3:] + x[2:-1] * y[2:-1]
+        return jnp.sum(inner * inner)
+
+    _check(two_halos, (a, b), wrt, _jax_hvp(twin, (a.copy(), b.copy()), wrt, v.copy()), v)
+    shifted_twin = lambda x, y: jnp.sum(y[:-2] * x[2:] * x[1:-1])  # noqa: E731
+    _check(shifted, (a, b), wrt, _jax_hvp(shifted_twin, (a.copy(), b.copy()), wrt, v.copy()), v)
+
+
+@pytest.mark.parametrize("below, above", [(1, 1), (1, 2), (2, 1), (3, 1), (0, 3), (3, 0)])
+def test_edges_of_every_width_closed_form(below: int, above: int) -> None:
+    """e = sum_i a[i - below] a[i + above] a[i]: (H v)_p sums, over the terms holding a_p, the term's other two
+    factors each times v at the third's index. Edges of different widths each have their own rows' arguments."""
+    f = _reaching(below, above)
+    for n in (below + above + 1, below + above + 3, 10, 37):
+        a = np.arange(1.0, n + 1.0)
+        v = np.cos(np.arange(n))
+        want = np.zeros(n)
+        for i in range(below, n - above):
+            p, q, r = i - below, i + above, i
+            want[p] += v[q] * a[r] + a[q] * v[r]
+            want[q] += v[p] * a[r] + a[p] * v[r]
+            want[r] += v[p] * a[q] + a[p] * v[q]
+        _check(f, (a,), 0, want, v, tol=1e-13)
+
+
+def test_repeated_products_within_rounding(parallel_kernels) -> None:
+    """Neighbouring chunks' edges add into the same elements atomically, in either order: equal within rounding."""
+    u = np.random.default_rng(9).normal(size=(257, 31))
+    v = np.random.default_rng(10).normal(size=u.shape)
+    first = _in_parallel(1, lambda: pyjlad.hvp(parallel_kernels.heat2d, (u, 0.1), v))
+    for threads in THREADS:
+        for _ in range(5):
+            got = _in_parallel(threads, lambda: pyjlad.hvp(parallel_kernels.heat2d, (u, 0.1), v))
+            np.testing.assert_allclose(got, first, rtol=1e-13, atol=1e-13 * np.abs(first).max())
