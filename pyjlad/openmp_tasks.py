@@ -19,7 +19,12 @@ edges' atomic adds all happen before any interior's plain add, and no two thread
 an element. The parts are computed before the loops by ``@pyjlad.omp.split``, a function Enzyme does not
 differentiate (``"enzyme_inactive"``: it writes integers only, which Enzyme could not type).
 
-Each part a row runs has an array of the body's arguments of its own (``%rowargs0``, ``%rowargs2``): with
+A Hessian-vector product's forward form splits the rows the same way (:func:`split_rows` with a ``pack``): each
+of the two parallel loops is a fork wrapped with its registered forward derivative (:func:`forward_fork` with
+``parts``), so the product's reverse sweep runs the reverse of the edges' forward task, then the interior's, as
+in reverse mode.
+
+Each part a row runs has an array of the body's arguments of its own (and of their shadows in a forward task) (``%rowargs0``, ``%rowargs2``): with
 one array for both edges, rewritten between the two calls, Enzyme v0.0.289's reverse of the first call read
 the bounds the second had stored there (wrong gradients where the two edges differ in width: ``u[i - 1]``
 and ``u[i + 2]``; ``tests/test_halo_copies.py``).
