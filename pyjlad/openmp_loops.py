@@ -31,13 +31,12 @@ from collections.abc import Mapping
 from . import private_bodies
 from .errors import IRLookupError, IRParseError
 from .ir import Module, decode_name, parse
-from .ir.analysis import reachable
 from .ir.edit import type_hint_declaration
 from .ir.rewrite import drop_debug_attachments
 from .openmp_tasks import EDGES, INTERIOR, forward_fork, split_definition, split_rows, task, typed_arguments
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
-__all__ = ["EXAMPLE", "blas_in_parallel_loops", "declared_name", "defined_or_declared", "openmp_parallel_loops",
+__all__ = ["EXAMPLE", "declared_name", "defined_or_declared", "openmp_parallel_loops",
            "parallel_call_count", "unrecognized_parallel_calls"]
 
 _CALL = "call void @numba_parallel_for("
@@ -325,35 +324,6 @@ def _private_bodies(text: str, loops: Mapping[int, tuple[str, list[int]]]) -> li
             return None
         copies.append(private_bodies.private_body(function, private_body(index), slots))
     return copies
-
-
-#: What a user wrote for each BLAS routine Numba calls (through ``numba_xxdot``/``xxgemv``/``xxgemm``).
-_BLAS_CONSTRUCTS = {"dot": "a dot product of two vectors with @", "gemv": "a matrix-vector product (@, np.dot)",
-                    "gemm": "a matrix product (@, np.dot)"}
-
-
-def blas_in_parallel_loops(text: str) -> list[str]:
-    """What the parallel loops of ``text`` (rewritten by :func:`openmp_parallel_loops`) compute with BLAS, in words.
-
-    Enzyme differentiates a BLAS call by its own rules, which add into the adjoint of a matrix or vector with
-    BLAS itself (``cblas_dger``, ``cblas_daxpy``): without atomic operations. Inside a parallel loop, where
-    every thread adds into the adjoint of an array the iterations share, that is a data race (a silently
-    wrong gradient, different from run to run). Returns ``[]`` where no loop body reaches a BLAS routine.
-
-    Examples
-    --------
-    >>> blas_in_parallel_loops(openmp_parallel_loops(EXAMPLE))
-    []
-    """
-    module = parse(text, strict=False)
-    tasks = [f.symbol for f in module.definitions if f.symbol.startswith("@pyjlad.omp.task.")]
-    found: dict[str, None] = {}
-    for name in tasks:
-        for symbol in reachable(module, name):
-            if symbol.startswith("@cblas_"):
-                routine = symbol[len("@cblas_") + 1:]
-                found[_BLAS_CONSTRUCTS.get(routine, f"BLAS {routine}")] = None
-    return list(found)
 
 
 def _report_failures(lines: list[str]) -> list[str] | None:

@@ -66,7 +66,7 @@ from numba import types as nbtypes
 from numba.core.dispatcher import Dispatcher
 
 from . import cache, config
-from .blas_loops import blas_as_loops
+from .blas_loops import blas_as_loops, blas_in_parallel_loops
 from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionError
 from .export_ir import compile_before_codegen
 from .ir import parse
@@ -74,7 +74,6 @@ from .ir.edit import mark_enzyme_calls
 from .memo import cached_for
 from .openmp import load_libatomic, load_libomp
 from .openmp_loops import (
-    blas_in_parallel_loops,
     openmp_parallel_loops,
     parallel_call_count,
     unrecognized_parallel_calls,

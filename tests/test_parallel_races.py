@@ -154,7 +154,8 @@ def test_float32_matrix_vector_products_in_parallel(parallel_on) -> None:
 
 
 def test_no_blas_is_found_in_loops_without_it() -> None:
-    from pyjlad.openmp_loops import EXAMPLE, blas_in_parallel_loops, openmp_parallel_loops
+    from pyjlad.blas_loops import blas_in_parallel_loops
+    from pyjlad.openmp_loops import EXAMPLE, openmp_parallel_loops
 
     assert blas_in_parallel_loops(openmp_parallel_loops(EXAMPLE)) == []
 
