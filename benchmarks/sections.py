@@ -34,6 +34,7 @@ SECTIONS: dict[str, list[list[str]]] = {
     "parallel-hvp": [
         ["parallel_hvp.py", "--voxels", "20000", "--pairs", "2000", "--cells", "1000000", "--grid", "1024",
          "--samples", "20000", "--repeat", "3"],
+        ["stencil_layouts.py", "--grid", "1024", "--repeat", "3"],
     ],
     "checkpointing": [
         ["checkpointing.py", "--lorenz-steps", "10000000", "--heat-steps", "100000", "--plain-steps", "1000000"],
