@@ -24,7 +24,8 @@ of the two parallel loops is a fork wrapped with its registered forward derivati
 ``parts``), so the product's reverse sweep runs the reverse of the edges' forward task, then the interior's, as
 in reverse mode.
 
-Each part a row runs has an array of the body's arguments of its own (and of their shadows in a forward task) (``%rowargs0``, ``%rowargs2``): with
+Each part a row runs has an array of the body's arguments of its own (``%rowargs0``, ``%rowargs2``; in a forward
+task, of their shadows too, ``%rowdargs0``, where a part's row bounds are their own shadow: integers): with
 one array for both edges, rewritten between the two calls, Enzyme v0.0.289's reverse of the first call read
 the bounds the second had stored there (wrong gradients where the two edges differ in width: ``u[i - 1]``
 and ``u[i + 2]``; ``tests/test_halo_copies.py``).
