@@ -2,12 +2,12 @@
 
 ``parallel_gradients.heat2d`` (one explicit step of a 5-point stencil in a ``prange`` over rows) on a
 ``--grid`` x ``--grid`` grid passed as a C-contiguous array, a Fortran-ordered one, a view of every other row
-and column of a grid twice as large (strided), and a C array read backwards (``[::-1, ::-1]``). A C or F array
-is read in place, each thread's rows split into interior and edges; any other layout is copied per thread with
-its halo (:mod:`pyjlad.private_adjoints`). For each: ``pyjlad.grad`` and ``pyjlad.hvp`` with
-``PYJLAD_PARALLEL_DERIVATIVES=1`` (the default) and ``0`` (the serial derivative); a Hessian-vector product
-of a strided or reversed grid keeps the serial derivative (it says so: ``fell back``). Every result is checked
-against the serial derivative's (1e-10 relative) before it is timed. Best of ``--repeat``. Prints markdown.
+and column of a grid twice as large (strided), and a C array read backwards (``[::-1, ::-1]``). Each is read in
+place, each thread's rows split into interior and edges, the views' strides checked at run time
+(:mod:`pyjlad.private_adjoints`; before 2026-12-01 the views were copied per thread with their halo). For each:
+``pyjlad.grad`` and ``pyjlad.hvp`` with ``PYJLAD_PARALLEL_DERIVATIVES=1`` (the default) and ``0`` (the serial
+derivative); a derivative that fell back to the serial one says so. Every result is checked against the serial
+derivative's (1e-10 relative) before it is timed. Best of ``--repeat``. Prints markdown.
 
 Run: ``python benchmarks/stencil_layouts.py`` (``--grid 128`` for a quick run).
 """

@@ -37,9 +37,7 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
   stencil) has its rows split as in reverse mode, each of its two forks wrapped with its own registered
   derivative (:func:`pyjlad.openmp_tasks.forward_fork` with ``parts``): without the split, every such read's
   adjoint was an atomic add (or, copying the rows and halo, the copies' adds back were), measured slower
-  than the serial product on 2 threads. Not for a stencil reading an array that is not C or F contiguous
-  (whose rows and halo each thread copies, as in reverse mode: measured slower than the serial product on 2
-  threads). The task tells Enzyme that its rows' argument arrays hold pointers
+  than the serial product on 2 threads. The task tells Enzyme that its rows' argument arrays hold pointers
   (``__enzyme_pointer``): without it, the reverse sweep could not type the stores of the shadow
   pointers. Not where the module calls custom rules (those products are forward over reverse, and
   Enzyme's forward mode cannot run over the reverse of a fork).
@@ -49,7 +47,7 @@ them (:mod:`pyjlad.outputs`) has a ``parallel=True`` twin with the function inli
 the twin's own. Everything else is the serial
 derivative (:func:`pyjlad.export_compile.serial_dispatcher`), with a
 :class:`~pyjlad.errors.ParallelFallbackWarning` saying why unless the setting is off: a
-Hessian-vector product through custom rules or of a stencil over a strided view, a missing runtime, a loop the rewrite does
+Hessian-vector product through custom rules, a missing runtime, a loop the rewrite does
 not recognize, a copy Numba cannot compile, a copy Enzyme fails on. Vector-mode sweeps (several directions at once: ``jacobian``,
 ``hessian``, batched ``jvp``/``vjp``) differentiate the serial copy too, without a warning: their
 chunks of directions run on Numba's threads instead (:mod:`pyjlad.chunk_threads`).
@@ -155,12 +153,6 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
                       "(such as out[i % 4] += ... or out[idx[i]] = ...): iterations racing on one element, in the "
                       "function itself too, and its parallel reverse sweep got such gradients wrong; write each "
                       "iteration's own element (out[i]), or reduce into a scalar or a whole array (h += ...)")
-    if form == "hvp" and any(a.halo and sum(a.halo) > 0 and not a.in_place
-                             for layout in layouts.values() for a in layout.candidates):
-        return None, ("its prange loop reads the rows next to each row's own (a stencil) of an array that is not C or "
-                      "F contiguous (a strided or reversed view): each thread would copy its rows and their halo, "
-                      "measured slower than the serial product on 2 threads; pass np.ascontiguousarray(...) for "
-                      "a parallel product")
     rewritten = prepared_loop_bodies(openmp_parallel_loops(typed_loop_arguments(text, layouts), forward=forward,
                                                            layouts=layouts, private_forward=form == "hvp"))
     if unrecognized_parallel_calls(rewritten):

@@ -17,10 +17,12 @@ An array is copied only where that is sound and pays off:
 * the loop's body reads it somewhere at an index other than the loop's own index
   (:func:`_read_across_iterations`; ``x[i]``, ``x[i, :]`` are not copied: each element's adjoint gets
   one add, the copy would cost more than it saves); where it reads it only near its own rows (a
-  stencil's ``x[i - 1]``, ``x[i + 1, j]``: :func:`pyjlad.row_offsets.row_offsets`), each thread copies
-  only its rows and that halo (:attr:`ArrayLayout.halo`), unless the array is C or F contiguous: then
-  it is read in place, the loop's rows split into those reading only their chunk's elements, whose adds
-  are plain, and its edges, whose adds stay atomic (:mod:`pyjlad.openmp_tasks`);
+  stencil's ``x[i - 1]``, ``x[i + 1, j]``: :func:`pyjlad.row_offsets.row_offsets`), it is not copied
+  but read in place, the loop's rows split into those reading only their chunk's elements, whose adds
+  are plain, and its edges, whose adds stay atomic (:mod:`pyjlad.openmp_tasks`); an array neither C nor F
+  contiguous (a strided or reversed view) only where its strides nest, checked at run time
+  (:attr:`ArrayLayout.strided`: with elements sharing memory, every row adds atomically). Copying each
+  thread's rows and halo instead, as before 2026-12-01, cost more than the serial derivative on 2 threads;
 * the body only loads through it (:func:`read_only_arguments`, on the body's LLVM IR);
 * at run time, it does not overlap an array the body may write (checked in the task; an overlapping
   one is used in place).
@@ -83,6 +85,10 @@ class ArrayLayout:
     #: (:func:`pyjlad.row_offsets.own_elements`): passed in place, not copied, to the body's copy, whose adds
     #: into its adjoint are then plain (each thread adds only into elements no other thread reads).
     in_place: bool = False
+    #: With :attr:`in_place`: the array's Numba layout is neither C nor F (a strided or reversed view), so
+    #: its elements are distinct only where its strides nest, checked at run time (:func:`_distinct`); rows
+    #: run the body as Numba compiled it (atomic adds) where they do not (a zero stride, a broadcast).
+    strided: bool = False
     #: What the array's elements are, for Enzyme: ``"double"``, ``"float"``, ``"integer"`` (integers and
     #: booleans), or None (other types): the loop's caller and body say so (:func:`pyjlad.openmp_tasks.typed_arguments`,
     #: :func:`pyjlad.parfor_bodies.typed_loop_arguments`).
@@ -247,10 +253,12 @@ def _layout(across: frozenset[str] | None, halos: dict[str, tuple[int, int]], ow
                                      element=_element(aty.dtype, types))
                 out.arrays.append(layout)
                 across_rows = across is not None and name in across
-                if floats and name in halos and sum(halos[name]) > 0 and aty.layout in ("C", "F"):
-                    # read only near each iteration's own rows, its elements distinct: read in place, the rows
-                    # split (pyjlad.openmp_tasks), the adds of the interior parts plain
-                    out.candidates.append(dataclasses.replace(layout, halo=halos[name], in_place=True))
+                if floats and name in halos and sum(halos[name]) > 0:
+                    # read only near each iteration's own rows, its elements distinct (contiguous, or a view
+                    # whose strides are checked at run time): read in place, the rows split
+                    # (pyjlad.openmp_tasks), the adds of the interior parts plain
+                    out.candidates.append(dataclasses.replace(layout, halo=halos[name], in_place=True,
+                                                              strided=aty.layout not in ("C", "F")))
                 elif floats and name in halos and (sum(halos[name]) > 0 or across_rows):
                     # read only near each iteration's own rows: those and the halo copied (at its own rows
                     # only, x[i]: read in place, unless the body's index is a copy of the loop's, which
@@ -411,7 +419,8 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
                  f"  {p}.data = load ptr, ptr {p}.slot, align 8", *_extent(layout, f"{p}."),
                  f"  {p}.src = getelementptr inbounds i8, ptr {p}.data, i64 {p}.lo",
                  f"  {p}.copy = getelementptr i8, ptr {p}.data, i64 0"]
-        return "\n".join(lines + _apart(p, written)) + "\n", p, ""
+        distinct = _distinct(layout, f"{p}.") if layout.strided else []
+        return "\n".join(lines + distinct + _apart(p, written, f"{p}.distinct" if distinct else "false")) + "\n", p, ""
     align = layout.itemsize if layout.aligned else 1
     hint, size = FLOAT_TYPE_HINTS["double" if layout.itemsize == 8 else "float"]
     lines = [f"  {p}.slot = getelementptr inbounds ptr, ptr %args, i64 {j}",
@@ -460,8 +469,9 @@ def tangent_copy(copy: tuple[str, str, str]) -> tuple[str, str, str]:
     return own + same, tangent, renamed(release)
 
 
-def _apart(p: str, others: list[ArrayLayout]) -> list[str]:
-    """IR setting ``{p}.ok``: whether the bytes ``{p}.src`` to ``{p}.src + {p}.bytes`` overlap no array of ``others``."""
+def _apart(p: str, others: list[ArrayLayout], also: str = "false") -> list[str]:
+    """IR setting ``{p}.ok``: whether the bytes ``{p}.src`` to ``{p}.src + {p}.bytes`` overlap no array of ``others``
+    (and, unless ``also`` is ``false``, the ``i1`` value ``also`` is true)."""
     lines = []
     ok = "true"
     for k, other in enumerate(others):
@@ -475,7 +485,30 @@ def _apart(p: str, others: list[ArrayLayout]) -> list[str]:
                   f"  {q}before = icmp ule i64 {q}b, {q}c", f"  {q}after = icmp ule i64 {q}d, {q}a",
                   f"  {q}apart = or i1 {q}before, {q}after", f"  {q}ok = and i1 {ok}, {q}apart"]
         ok = f"{q}ok"
-    lines.append(f"  {p}.ok = or i1 {ok}, false")
+    lines.append(f"  {p}.ok = or i1 {ok}, false" if also == "false" else f"  {p}.ok = and i1 {ok}, {also}")
+    return lines
+
+
+def _distinct(layout: ArrayLayout, p: str) -> list[str]:
+    """IR setting ``{p}distinct``: whether the array's strides nest, C-like (each axis's stride at least the span
+    of the axes after it) or F-like (of the axes before it), its elements then all distinct. Axes of one
+    element or none are left out. Reads the dimensions and strides :func:`_extent` (prefix ``p``) loaded."""
+    lines = []
+    orders = {"c": range(len(layout.dims) - 1, -1, -1), "f": range(len(layout.dims))}
+    for name, order in orders.items():
+        span, ok = str(layout.itemsize), "true"
+        for k in order:
+            q, r = f"{p}{k}.", f"{p}{name}{k}."
+            lines += ["  " + line for line in (
+                f"{r}neg = sub i64 0, {q}s", f"{r}below = icmp slt i64 {q}s, 0",
+                f"{r}abs = select i1 {r}below, i64 {r}neg, i64 {q}s",
+                f"{r}one = icmp sle i64 {q}n, 1", f"{r}wide = icmp sge i64 {r}abs, {span}",
+                f"{r}fits = or i1 {r}one, {r}wide", f"{r}ok = and i1 {ok}, {r}fits",
+                f"{r}more = select i1 {r}one, i64 0, i64 {q}m", f"{r}add = mul i64 {r}more, {r}abs",
+                f"{r}span = add i64 {span}, {r}add")]
+            span, ok = f"{r}span", f"{r}ok"
+        lines.append(f"  {p}{name}.distinct = or i1 {ok}, false")
+    lines.append(f"  {p}distinct = or i1 {p}c.distinct, {p}f.distinct")
     return lines
 
 

@@ -11,7 +11,6 @@ must come back unchanged.
 from __future__ import annotations
 
 import re
-from contextlib import nullcontext
 
 import numba
 import numpy as np
@@ -21,7 +20,6 @@ from test_halo_copies import _reaching, from_minus_one, shifted, two_halos, wrap
 from test_parallel_derivatives import CASES, _in_parallel
 
 import pyjlad
-from pyjlad.errors import ParallelFallbackWarning
 from pyjlad.export import export, numba_argtypes
 from pyjlad.openmp import libomp_path
 
@@ -81,9 +79,8 @@ def test_heat2d_against_jax(parallel_kernels, wrt: int) -> None:
 
 @pytest.mark.parametrize("layout", ["F", "strided", "reversed"])
 def test_heat2d_in_other_layouts_against_jax(parallel_kernels, layout: str) -> None:
-    """F order is read in place and split as C is; a strided or reversed view would be copied per thread with its
-    halo, measured slower than the serial product (benchmarks/parallel_hvp.py's heat2d on such views, issue 17's
-    note of 2026-12-01): the serial product, with the warning saying what to pass instead."""
+    """F order is read in place and split as C is; so are strided and reversed views, their strides checked at
+    run time."""
     rng = np.random.default_rng(7)
     base = rng.normal(size=(66, 42))
     u = {"F": np.asfortranarray(base[:33, :21]), "strided": base[::2, ::2], "reversed": base[::-2, ::-2]}[layout]
@@ -94,19 +91,7 @@ def test_heat2d_in_other_layouts_against_jax(parallel_kernels, layout: str) -> N
         out = c + k * (w[:-2, 1:-1] + w[2:, 1:-1] + w[1:-1, :-2] + w[1:-1, 2:] - 4.0 * c)
         return jnp.sum(out * out)
 
-    expected = _jax_hvp(twin, (np.array(u), 0.2), 0, v.copy())
-    copies, v0 = np.array(u), v.copy()
-    fresh = njit(parallel=True)(parallel_kernels.heat2d.py_func)
-    for threads in THREADS:
-        if layout == "F":
-            got = _in_parallel(threads, lambda: pyjlad.hvp(parallel_kernels.heat2d, (u, 0.2), v))
-        else:  # (a function of its own: the warning comes when the derivative is built)
-            numba.set_num_threads(threads)
-            with pytest.warns(ParallelFallbackWarning, match="np.ascontiguousarray") if threads == 1 else nullcontext():
-                got = pyjlad.hvp(fresh, (u, 0.2), v)
-        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
-        np.testing.assert_array_equal(u, copies)
-        np.testing.assert_array_equal(v, v0)
+    _check(parallel_kernels.heat2d, (u, 0.2), 0, _jax_hvp(twin, (np.array(u), 0.2), 0, v.copy()), v)
 
 
 @pytest.mark.parametrize("n", [3, 4, 7, 200])
