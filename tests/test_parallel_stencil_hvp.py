@@ -18,6 +18,7 @@ import pytest
 from numba import njit, prange
 from test_halo_copies import _reaching, from_minus_one, shifted, two_halos, wrapping
 from test_parallel_derivatives import CASES, _in_parallel
+from test_parallel_hvp import _jax_hvp
 
 import pyjlad
 from pyjlad.export import export, numba_argtypes
@@ -32,11 +33,11 @@ pytestmark = [pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP ru
 THREADS = range(1, numba.config.NUMBA_NUM_THREADS + 1)
 
 
-def _jax_hvp(twin, args, wrt: int, v):
-    """H v by JAX: the directional derivative of ``grad`` along ``v`` (a zero tangent for the other arguments)."""
-    primals = tuple(jnp.asarray(a) for a in args)
-    tangents = tuple(jnp.asarray(v) if i == wrt else jnp.zeros_like(p) for i, p in enumerate(primals))
-    return np.asarray(jax.jvp(jax.grad(twin, argnums=wrt), primals, tangents)[1])
+def _heat2d_twin(w, k):
+    """``parallel_gradients.heat2d`` in ``jax.numpy``."""
+    c = w[1:-1, 1:-1]
+    out = c + k * (w[:-2, 1:-1] + w[2:, 1:-1] + w[1:-1, :-2] + w[1:-1, 2:] - 4.0 * c)
+    return jnp.sum(out * out)
 
 
 def _check(f, args, wrt: int, expected, v, tol: float = 1e-12) -> None:
@@ -69,12 +70,7 @@ def test_heat2d_against_jax(parallel_kernels, wrt: int) -> None:
     args = (u, 0.2)
     v = rng.normal(size=u.shape) if wrt == 0 else 0.7
 
-    def twin(w, k):
-        c = w[1:-1, 1:-1]
-        out = c + k * (w[:-2, 1:-1] + w[2:, 1:-1] + w[1:-1, :-2] + w[1:-1, 2:] - 4.0 * c)
-        return jnp.sum(out * out)
-
-    _check(parallel_kernels.heat2d, args, wrt, _jax_hvp(twin, (u.copy(), 0.2), wrt, np.copy(v)), v)
+    _check(parallel_kernels.heat2d, args, wrt, _jax_hvp(_heat2d_twin, (u.copy(), 0.2), wrt, np.copy(v)), v)
 
 
 @pytest.mark.parametrize("layout", ["F", "strided", "reversed"])
@@ -86,12 +82,7 @@ def test_heat2d_in_other_layouts_against_jax(parallel_kernels, layout: str) -> N
     u = {"F": np.asfortranarray(base[:33, :21]), "strided": base[::2, ::2], "reversed": base[::-2, ::-2]}[layout]
     v = rng.normal(size=u.shape)
 
-    def twin(w, k):
-        c = w[1:-1, 1:-1]
-        out = c + k * (w[:-2, 1:-1] + w[2:, 1:-1] + w[1:-1, :-2] + w[1:-1, 2:] - 4.0 * c)
-        return jnp.sum(out * out)
-
-    _check(parallel_kernels.heat2d, (u, 0.2), 0, _jax_hvp(twin, (np.array(u), 0.2), 0, v.copy()), v)
+    _check(parallel_kernels.heat2d, (u, 0.2), 0, _jax_hvp(_heat2d_twin, (np.array(u), 0.2), 0, v.copy()), v)
 
 
 @pytest.mark.parametrize("n", [3, 4, 7, 200])
@@ -122,7 +113,10 @@ def test_two_arrays_with_halos_of_their_own_against_jax(wrt: int) -> None:
         return jnp.sum(inner * inner)
 
     _check(two_halos, (a, b), wrt, _jax_hvp(twin, (a.copy(), b.copy()), wrt, v.copy()), v)
-    shifted_twin = lambda x, y: jnp.sum(y[:-2] * x[2:] * x[1:-1])  # noqa: E731
+
+    def shifted_twin(x, y):
+        return jnp.sum(y[:-2] * x[2:] * x[1:-1])
+
     _check(shifted, (a, b), wrt, _jax_hvp(shifted_twin, (a.copy(), b.copy()), wrt, v.copy()), v)
 
 
