@@ -304,3 +304,40 @@ def test_interior_rows_add_plainly(tmp_path, monkeypatch):
     assert atomics["diffepyjlad.omp.task.0.interior"] == 1
     assert max(n for f, n in atomics.items() if f.startswith("diffe__gufunc__")) >= 3
     assert "@malloc(i64 %priv" not in outputs[0].read_text()
+
+
+@njit(parallel=True)
+def stencil3d(u, k):
+    """A stencil along the first of three axes, nonlinear."""
+    n, m, p = u.shape
+    out = np.zeros((n, m, p))
+    for i in prange(1, n - 1):
+        for j in range(m):
+            for q in range(p):
+                out[i, j, q] = u[i, j, q] + k * (u[i - 1, j, q] - 2.0 * u[i, j, q] + u[i + 1, j, q]) * u[i, j, q]
+    return np.sum(out * out)
+
+
+@pytest.mark.parametrize("view", ["strided", "reversed", "transposed"])
+def test_three_dimensional_views_against_jax(view):
+    """Strided and reversed views nest (in place, split); a transposed one nests in neither order, so its rows
+    add atomically: every one right, its gradient and its Hessian-vector product."""
+    jax = _jax()
+    rng = np.random.default_rng(12)
+    base = rng.normal(size=(30, 14, 9))
+    u = {"strided": base[:, ::2, :], "reversed": base[::-1, :, ::-2], "transposed": base.transpose(1, 0, 2)}[view]
+    u0, t = np.array(u), rng.normal(size=u.shape)
+
+    def twin(w, k):
+        c = w[1:-1]
+        out = c + k * (w[:-2] - 2.0 * c + w[2:]) * c
+        return jax.numpy.sum(out * out)
+
+    (g,) = _grad(stencil3d, (u, 0.3), (0,))
+    np.testing.assert_allclose(g, np.asarray(jax.grad(twin)(u0, 0.3)), rtol=1e-12, atol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        h = pyjlad.hvp(stencil3d, (u, 0.3), t)
+    want = jax.jvp(jax.grad(twin), (u0, 0.3), (t.copy(), 0.0))[1]
+    np.testing.assert_allclose(h, np.asarray(want), rtol=1e-12, atol=1e-12 * np.abs(np.asarray(want)).max())
+    np.testing.assert_array_equal(u, u0)
