@@ -165,6 +165,15 @@ def parsed_sizes(parser: argparse.ArgumentParser) -> argparse.Namespace:
     return ns
 
 
+def first_call(call) -> tuple[object, bool]:
+    """``call()``'s result (the first call, which builds the derivative) and whether that build fell back to the
+    serial derivative (a :class:`pyjlad.ParallelFallbackWarning`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", pyjlad.ParallelFallbackWarning)
+        result = call()
+    return result, any(issubclass(w.category, pyjlad.ParallelFallbackWarning) for w in caught)
+
+
 def _time(call, repeat: int, threads: int) -> tuple[float, float]:
     """Best wall-clock seconds of ``repeat`` calls, and CPU seconds per thread per call."""
     call()

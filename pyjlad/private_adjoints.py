@@ -420,7 +420,7 @@ def private_copy(layout: ArrayLayout, written: list[ArrayLayout]) -> tuple[str, 
                  f"  {p}.src = getelementptr inbounds i8, ptr {p}.data, i64 {p}.lo",
                  f"  {p}.copy = getelementptr i8, ptr {p}.data, i64 0"]
         distinct = _distinct(layout, f"{p}.") if layout.strided else []
-        return "\n".join(lines + distinct + _apart(p, written, f"{p}.distinct" if distinct else "false")) + "\n", p, ""
+        return "\n".join(lines + distinct + _apart(p, written, f"{p}.distinct" if distinct else "true")) + "\n", p, ""
     align = layout.itemsize if layout.aligned else 1
     hint, size = FLOAT_TYPE_HINTS["double" if layout.itemsize == 8 else "float"]
     lines = [f"  {p}.slot = getelementptr inbounds ptr, ptr %args, i64 {j}",
@@ -469,9 +469,9 @@ def tangent_copy(copy: tuple[str, str, str]) -> tuple[str, str, str]:
     return own + same, tangent, renamed(release)
 
 
-def _apart(p: str, others: list[ArrayLayout], also: str = "false") -> list[str]:
+def _apart(p: str, others: list[ArrayLayout], also: str = "true") -> list[str]:
     """IR setting ``{p}.ok``: whether the bytes ``{p}.src`` to ``{p}.src + {p}.bytes`` overlap no array of ``others``
-    (and, unless ``also`` is ``false``, the ``i1`` value ``also`` is true)."""
+    and the ``i1`` value ``also`` is true."""
     lines = []
     ok = "true"
     for k, other in enumerate(others):
@@ -485,7 +485,7 @@ def _apart(p: str, others: list[ArrayLayout], also: str = "false") -> list[str]:
                   f"  {q}before = icmp ule i64 {q}b, {q}c", f"  {q}after = icmp ule i64 {q}d, {q}a",
                   f"  {q}apart = or i1 {q}before, {q}after", f"  {q}ok = and i1 {ok}, {q}apart"]
         ok = f"{q}ok"
-    lines.append(f"  {p}.ok = or i1 {ok}, false" if also == "false" else f"  {p}.ok = and i1 {ok}, {also}")
+    lines.append(f"  {p}.ok = and i1 {ok}, {also}")
     return lines
 
 
@@ -493,7 +493,7 @@ def _distinct(layout: ArrayLayout, p: str) -> list[str]:
     """IR setting ``{p}distinct``: whether the array's strides nest, C-like (each axis's stride at least the span
     of the axes after it) or F-like (of the axes before it), its elements then all distinct. Axes of one
     element or none are left out. Reads the dimensions and strides :func:`_extent` (prefix ``p``) loaded."""
-    lines = []
+    lines, nested = [], []
     orders = {"c": range(len(layout.dims) - 1, -1, -1), "f": range(len(layout.dims))}
     for name, order in orders.items():
         span, ok = str(layout.itemsize), "true"
@@ -507,8 +507,8 @@ def _distinct(layout: ArrayLayout, p: str) -> list[str]:
                 f"{r}more = select i1 {r}one, i64 0, i64 {q}m", f"{r}add = mul i64 {r}more, {r}abs",
                 f"{r}span = add i64 {span}, {r}add")]
             span, ok = f"{r}span", f"{r}ok"
-        lines.append(f"  {p}{name}.distinct = or i1 {ok}, false")
-    lines.append(f"  {p}distinct = or i1 {p}c.distinct, {p}f.distinct")
+        nested.append(ok)
+    lines.append(f"  {p}distinct = or i1 {nested[0]}, {nested[1]}")
     return lines
 
 

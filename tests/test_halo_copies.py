@@ -78,6 +78,37 @@ def _jax():
     return jax
 
 
+def wrapping_twin(v, k):
+    """:func:`wrapping` in ``jax.numpy`` (``u[i - 1]`` at ``i = 0`` is the last element)."""
+    jnp = _jax().numpy
+    out = v[:-2] - k * jnp.roll(v, 1)[:-2] + v[2:]
+    return jnp.sum(out * out)
+
+
+def shifted_twin(x, y):
+    """:func:`shifted` in ``jax.numpy``."""
+    return _jax().numpy.sum(y[:-2] * x[2:] * x[1:-1])
+
+
+def from_minus_one_twin(v, k):
+    """:func:`from_minus_one` in ``jax.numpy``."""
+    i = np.arange(-1, v.shape[0] - 2)
+    return _jax().numpy.sum(v[i] * (v[i + 1] - k * v[i + 2]))
+
+
+def two_halos_twin(x, y):
+    """:func:`two_halos` in ``jax.numpy``."""
+    inner = x[:-3] * y[3:] + x[2:-1] * y[2:-1]
+    return _jax().numpy.sum(inner * inner)
+
+
+def heat2d_twin(v, k):
+    """``parallel_gradients.heat2d`` in ``jax.numpy``."""
+    c = v[1:-1, 1:-1]
+    out = c + k * (v[:-2, 1:-1] + v[2:, 1:-1] + v[1:-1, :-2] + v[1:-1, 2:] - 4.0 * c)
+    return _jax().numpy.sum(out * out)
+
+
 def _halos(f, args):
     layouts = {}
     with recording_loop_layouts(layouts):
@@ -152,12 +183,7 @@ def test_halo_reaching_past_the_start_wraps_as_numba_does(n):
     u = rng.normal(size=n)
     u0 = u.copy()
     (g,) = _grad(wrapping, (u, 0.3), (0,))
-
-    def twin(v):
-        out = v[:-2] - 0.3 * jax.numpy.roll(v, 1)[:-2] + v[2:]
-        return jax.numpy.sum(out * out)
-
-    np.testing.assert_allclose(g, np.asarray(jax.grad(twin)(u0)), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g, np.asarray(jax.grad(wrapping_twin)(u0, 0.3)), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("layout", ["C", "F", "strided", "reversed"])
@@ -170,13 +196,7 @@ def test_heat2d_in_any_layout_against_jax(layout, parallel_kernels):
          "strided": base[::2, ::2], "reversed": base[::-2, ::-2]}[layout]
     u0 = np.array(u)
     got = _grad(heat2d, (u, 0.2), (0, 1))
-
-    def twin(v, k):
-        c = v[1:-1, 1:-1]
-        out = c + k * (v[:-2, 1:-1] + v[2:, 1:-1] + v[1:-1, :-2] + v[1:-1, 2:] - 4.0 * c)
-        return jax.numpy.sum(out * out)
-
-    want = jax.grad(twin, argnums=(0, 1))(u0, 0.2)
+    want = jax.grad(heat2d_twin, argnums=(0, 1))(u0, 0.2)
     np.testing.assert_allclose(got[0], np.asarray(want[0]), rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(got[1], float(want[1]), rtol=1e-11)
 
@@ -188,7 +208,7 @@ def test_shifted_rows_against_jax(dtype):
     u, w = rng.normal(size=501).astype(dtype), rng.normal(size=501).astype(dtype)
     u0, w0 = u.copy().astype(np.float64), w.copy().astype(np.float64)
     got = _grad(shifted, (u, w), (0, 1))
-    want = jax.grad(lambda a, b: jax.numpy.sum(b[:-2] * a[2:] * a[1:-1]), argnums=(0, 1))(u0, w0)
+    want = jax.grad(shifted_twin, argnums=(0, 1))(u0, w0)
     tol = 1e-11 if dtype == np.float64 else 2e-4
     for g, x in zip(got, want):
         assert g.dtype == dtype
@@ -212,12 +232,7 @@ def test_loop_from_minus_one_wraps_as_numba_does(n):
     u = np.random.default_rng(n).normal(size=n)
     u0 = u.copy()
     (g,) = _grad(from_minus_one, (u, 0.4), (0,))
-
-    def twin(v):
-        i = np.arange(-1, n - 2)
-        return jax.numpy.sum(v[i] * (v[i + 1] - 0.4 * v[i + 2]))
-
-    np.testing.assert_allclose(g, np.asarray(jax.grad(twin)(u0)), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g, np.asarray(jax.grad(from_minus_one_twin)(u0, 0.4)), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("n", [4, 5, 6, 9, 2001])
@@ -227,12 +242,7 @@ def test_two_halos_against_jax(n):
     a, b = rng.normal(size=n), rng.normal(size=n)
     a0, b0 = a.copy(), b.copy()
     got = _grad(two_halos, (a, b), (0, 1))
-
-    def twin(x, y):
-        inner = x[:-3] * y[3:] + x[2:-1] * y[2:-1]
-        return jax.numpy.sum(inner * inner)
-
-    want = jax.grad(twin, argnums=(0, 1))(a0, b0)
+    want = jax.grad(two_halos_twin, argnums=(0, 1))(a0, b0)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-12, atol=1e-12)
 

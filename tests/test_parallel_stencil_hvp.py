@@ -16,7 +16,18 @@ import numba
 import numpy as np
 import pytest
 from numba import njit, prange
-from test_halo_copies import _reaching, from_minus_one, shifted, two_halos, wrapping
+from test_halo_copies import (
+    _reaching,
+    from_minus_one,
+    from_minus_one_twin,
+    heat2d_twin,
+    shifted,
+    shifted_twin,
+    two_halos,
+    two_halos_twin,
+    wrapping,
+    wrapping_twin,
+)
 from test_parallel_derivatives import CASES, _in_parallel
 from test_parallel_hvp import _jax_hvp
 
@@ -31,13 +42,6 @@ jax.config.update("jax_enable_x64", True)
 pytestmark = [pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed"),
               pytest.mark.usefixtures("parallel_two_threads")]
 THREADS = range(1, numba.config.NUMBA_NUM_THREADS + 1)
-
-
-def _heat2d_twin(w, k):
-    """``parallel_gradients.heat2d`` in ``jax.numpy``."""
-    c = w[1:-1, 1:-1]
-    out = c + k * (w[:-2, 1:-1] + w[2:, 1:-1] + w[1:-1, :-2] + w[1:-1, 2:] - 4.0 * c)
-    return jnp.sum(out * out)
 
 
 def _check(f, args, wrt: int, expected, v, tol: float = 1e-12) -> None:
@@ -70,7 +74,7 @@ def test_heat2d_against_jax(parallel_kernels, wrt: int) -> None:
     args = (u, 0.2)
     v = rng.normal(size=u.shape) if wrt == 0 else 0.7
 
-    _check(parallel_kernels.heat2d, args, wrt, _jax_hvp(_heat2d_twin, (u.copy(), 0.2), wrt, np.copy(v)), v)
+    _check(parallel_kernels.heat2d, args, wrt, _jax_hvp(heat2d_twin, (u.copy(), 0.2), wrt, np.copy(v)), v)
 
 
 @pytest.mark.parametrize("layout", ["F", "strided", "reversed"])
@@ -82,7 +86,7 @@ def test_heat2d_in_other_layouts_against_jax(parallel_kernels, layout: str) -> N
     u = {"F": np.asfortranarray(base[:33, :21]), "strided": base[::2, ::2], "reversed": base[::-2, ::-2]}[layout]
     v = rng.normal(size=u.shape)
 
-    _check(parallel_kernels.heat2d, (u, 0.2), 0, _jax_hvp(_heat2d_twin, (np.array(u), 0.2), 0, v.copy()), v)
+    _check(parallel_kernels.heat2d, (u, 0.2), 0, _jax_hvp(heat2d_twin, (np.array(u), 0.2), 0, v.copy()), v)
 
 
 @pytest.mark.parametrize("n", [3, 4, 7, 200])
@@ -90,33 +94,15 @@ def test_halo_reaching_past_the_start_against_jax(n: int) -> None:
     """u[i - 1] from i = 0 reads u[-1] (the first chunk's rows are all edges); from i = -1 likewise."""
     rng = np.random.default_rng(n)
     u, v = rng.normal(size=n), rng.normal(size=n)
-
-    def wrapped(w, k):
-        out = w[:-2] - k * jnp.roll(w, 1)[:-2] + w[2:]
-        return jnp.sum(out * out)
-
-    def minus_one(w, k):
-        i = np.arange(-1, n - 2)
-        return jnp.sum(w[i] * (w[i + 1] - k * w[i + 2]))
-
-    _check(wrapping, (u, 0.3), 0, _jax_hvp(wrapped, (u.copy(), 0.3), 0, v.copy()), v)
-    _check(from_minus_one, (u, 0.4), 0, _jax_hvp(minus_one, (u.copy(), 0.4), 0, v.copy()), v)
+    _check(wrapping, (u, 0.3), 0, _jax_hvp(wrapping_twin, (u.copy(), 0.3), 0, v.copy()), v)
+    _check(from_minus_one, (u, 0.4), 0, _jax_hvp(from_minus_one_twin, (u.copy(), 0.4), 0, v.copy()), v)
 
 
 @pytest.mark.parametrize("wrt", [0, 1])
 def test_two_arrays_with_halos_of_their_own_against_jax(wrt: int) -> None:
     rng = np.random.default_rng(11 + wrt)
     a, b, v = rng.normal(size=301), rng.normal(size=301), rng.normal(size=301)
-
-    def twin(x, y):
-        inner = x[:-3] * y[3:] + x[2:-1] * y[2:-1]
-        return jnp.sum(inner * inner)
-
-    _check(two_halos, (a, b), wrt, _jax_hvp(twin, (a.copy(), b.copy()), wrt, v.copy()), v)
-
-    def shifted_twin(x, y):
-        return jnp.sum(y[:-2] * x[2:] * x[1:-1])
-
+    _check(two_halos, (a, b), wrt, _jax_hvp(two_halos_twin, (a.copy(), b.copy()), wrt, v.copy()), v)
     _check(shifted, (a, b), wrt, _jax_hvp(shifted_twin, (a.copy(), b.copy()), wrt, v.copy()), v)
 
 
