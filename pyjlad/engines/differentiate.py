@@ -20,6 +20,7 @@ from ..errors import (
     EnzymeError,
 )
 from ..export import ExportedFunction
+from ..inline_callees import INLINE_PASSES, mark_inlinable
 from ..ir.edit import tag_integer_accesses, type_float_copies
 from ..ir.instructions import parse_instruction
 from ..ir.module import parse
@@ -293,6 +294,15 @@ def _copies_typed(module: str | bytes) -> str:
     return type_float_copies(parse(text, strict=False)).render()
 
 
+def _callees_inlined(toolchain: Toolchain, module_text: str, what: str) -> str:
+    """``module_text`` with Numba's compiled callees inlined where :mod:`pyjlad.inline_callees` allows (``opt``'s
+    ``always-inline`` pass; the text unchanged when none may be)."""
+    marked, count = mark_inlinable(module_text)
+    if not count:
+        return module_text
+    return toolchain.run(marked, INLINE_PASSES, what=what, options=("-S",)).decode()
+
+
 def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str) -> str | bytes:
     """The module Enzyme gets: ``module_text`` linked with the modules it needs, every function's blocks in
     dominance order (:mod:`pyjlad.block_order`), the entry's temporaries scoped (:mod:`pyjlad.memory_scopes`).
@@ -306,6 +316,8 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # The derivatives it calls from @njit code come first: Enzyme lowers the __enzyme_autodiff
     # calls in module order, and the inner ones must be lowered before the outer one reaches them.
     nested = nested_modules(exported.enzyme_module.external_functions)
+    # Numba's compiled callees inlined first (pyjlad.inline_callees): their temporaries become the entry's own.
+    module_text = _callees_inlined(toolchain, module_text, exported.name)
     # The entry's own temporaries told apart from its caller's memory, so that Enzyme does not cache what it
     # can read again (pyjlad.memory_scopes).
     scoped = scope_temporaries(module_text, exported.abi.entry) if config.scope_temporaries() else module_text

@@ -102,8 +102,9 @@ _register_runtime_symbols()
 #: 7: ... also where Enzyme's first failure was not the copy's; 8: ... not joined through constants (np.diff);
 #: 9: a derivative built with loose types marked so (checked before it is trusted: pyjlad.engines.loose_check);
 #: 10: every function's blocks in dominance order (a Hessian-vector product built without that may be wrong);
-#: 11: the entry's temporaries and its caller's memory told apart (pyjlad.memory_scopes).
-_ENZYME_INPUT = "unvectorized-copy/11 " + " ".join(NO_SPECULATION_ARGS)
+#: 11: the entry's temporaries and its caller's memory told apart (pyjlad.memory_scopes);
+#: 12: Numba's compiled callees inlined first (pyjlad.inline_callees).
+_ENZYME_INPUT = "unvectorized-copy/12 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
 class Built:
