@@ -11,18 +11,20 @@ differentiates each callee on its own, per call:
   returned struct, so :mod:`pyjlad.memory_scopes`, which recognises a temporary by its allocation in
   the function it tags, cannot tell it from the caller's arrays, and Enzyme caches what it could read again.
 
-A softmax classifier written with NumPy per sample (``z = w @ x[i]``, ``np.exp(z - m)``) had a gradient
-15x its function on this project's AMD machine (63 ms for 20,000 samples), 11x inlined (45 ms; a probe,
-serial gradient with respect to the weights, ``benchmarks/temporaries.py`` measures the same form).
+A softmax classifier written with NumPy per sample (``z = w @ x[i]``, ``np.exp(z - m)``, 20,000 samples) had a
+gradient 18.4x its function on this project's AMD machine; inlined, 10.2x (``benchmarks/temporaries.py``).
 
-:func:`inline_callees` marks ``alwaysinline`` every callee that is safe to inline and that inlining can
+:func:`mark_inlinable` marks ``alwaysinline`` every callee that is safe to inline and that inlining can
 help: a definition Numba emitted for a compiled function (linkage ``linkonce_odr``, a Numba-mangled name
-``@_ZN...``) or a BLAS wrapper (``@numba_xxgemv.d``: it only calls ``cblas_*``, which Enzyme's rules know by
-name), only ever called directly (its address is never taken: a parallel loop's body is passed to
-the threading layer by address), with no ``noinline`` and no Enzyme attribute of its own (``"enzyme_..."``:
-a custom rule or an inactive function keeps its call). ``opt``'s ``always-inline`` pass then inlines them,
-and nothing else runs. pyjlad's runtime (``NRT_*``) is never inlined: :mod:`pyjlad.memory_scopes` and Enzyme
-recognise those calls by name.
+``@_ZN...``), only ever called directly (its address is never taken: a parallel loop's body is passed to
+the threading layer by address, a custom rule is registered by address), with no ``noinline`` and no Enzyme
+attribute of its own (``"enzyme_..."``), and that calls only pyjlad's runtime (``NRT_*``), LLVM's intrinsics,
+libm, the wrappers of BLAS products (``numba_xxgemv.d``, ``numba_xxgemm.d``, ``numba_xxdot.d``: kept as
+calls themselves), Numba's error helpers, and other such callees. Kept as calls: whatever calls LAPACK or
+another helper that pyjlad's passes find by its call (the LAPACK loops of :mod:`pyjlad.lapack`, BLAS inside
+parallel loops: inlined, Enzyme failed on ``np.linalg.solve`` and on products with a shared operand in a
+``prange``), and Numba's sorting and selection (``np.sort``, ``np.median``: Enzyme could not type the
+memory they permute). ``opt``'s ``always-inline`` pass then inlines them, and nothing else runs.
 """
 
 from __future__ import annotations
@@ -31,12 +33,20 @@ from collections import Counter
 
 from .ir import Function, Module, parse
 from .ir.lexer import tokenize
+from .portable import LIBM_FUNCTIONS as _LIBM
 
 __all__ = ["inlinable", "mark_inlinable", "INLINE_PASSES"]
 
 #: ``opt``'s passes that inline what :func:`mark_inlinable` marked (and nothing else).
 INLINE_PASSES = "always-inline"
-_NUMBA_MANGLED = ("@_ZN", "@numba_xx")
+_NUMBA_MANGLED = "@_ZN"
+#: What a chosen callee may call besides other chosen ones and libm (see :func:`_known_call`).
+_KNOWN_CALLS = ("@NRT_", "@llvm.", "@numba_xxgemv.", "@numba_xxgemm.", "@numba_xxdot.", "@Py_FatalError",
+                "@numba_gil_ensure", "@numba_attempt_nocopy_reshape")
+#: Numba's sorting and selection (``np.sort``, ``np.median``, ``np.partition``) keep their calls: inlined,
+#: Enzyme could not type the memory they permute (``tests/test_copied_slices.py``'s median of sorted
+#: differences needed loose types, and their derivative failed its check).
+_KEPT_WORDS = ("sort", "_select", "_partition", "median")
 
 
 def _symbol_uses(module: Module) -> tuple[Counter, Counter]:
@@ -84,10 +94,27 @@ def inlinable(module: Module) -> list[Function]:
     ['_ZN5numba1fE']
     """
     mentioned, called = _symbol_uses(module)
-    return [f for f in module.definitions
-            if "linkonce_odr" in f.linkage and f.symbol.startswith(_NUMBA_MANGLED)
-            and called[f.symbol] > 0 and mentioned[f.symbol] == called[f.symbol]
-            and not _forbidden(f, module)]
+    candidates = {f.symbol: f for f in module.definitions
+                  if "linkonce_odr" in f.linkage and f.symbol.startswith(_NUMBA_MANGLED)
+                  and called[f.symbol] > 0 and mentioned[f.symbol] == called[f.symbol]
+                  and not _forbidden(f, module) and not any(word in f.name for word in _KEPT_WORDS)}
+    declared = {f.symbol for f in module.declarations}
+    changed = True
+    while changed:  # a candidate that calls what is neither known nor a candidate is not one
+        changed = False
+        for symbol, function in list(candidates.items()):
+            if not all(_known_call(c.callee, candidates, declared) for c in function.calls()):
+                del candidates[symbol]
+                changed = True
+    return list(candidates.values())
+
+
+def _known_call(callee: str, candidates: dict[str, Function], declared: set[str]) -> bool:
+    """Whether a chosen callee may call ``callee``: another chosen one, pyjlad's runtime, LLVM's intrinsics,
+    libm, a BLAS product's wrapper or Numba's error helpers; never LAPACK, sorting or another helper that
+    pyjlad's passes find by its call."""
+    return (callee in candidates or callee.startswith(_KNOWN_CALLS)
+            or (callee in declared and callee[1:] in _LIBM))
 
 
 def mark_inlinable(text: str) -> tuple[str, int]:

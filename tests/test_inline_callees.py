@@ -42,9 +42,31 @@ def _chosen(text: str) -> list[str]:
 
 
 def test_numba_callees_called_directly_are_chosen() -> None:
+    """Numba's callees are; pyjlad's BLAS wrapper, which its passes find by name, is not."""
     text = _module({"_ZN5numba1fE": "", "numba_xxgemv.d": ""},
                    ["  %a = call i32 @_ZN5numba1fE(ptr %p)", "  %b = call i32 @numba_xxgemv.d(ptr %p)"])
-    assert _chosen(text) == ["_ZN5numba1fE", "numba_xxgemv.d"]
+    assert _chosen(text) == ["_ZN5numba1fE"]
+
+
+def test_callees_calling_what_pyjlad_finds_by_its_call_are_kept() -> None:
+    """A callee that calls LAPACK is kept, and so is one that calls it; one that calls a BLAS product is not."""
+    text = _module({"_ZN5numba5outerE": "", "_ZN5numba5innerE": "", "_ZN5numba4gemvE": ""},
+                   ["  %a = call i32 @_ZN5numba5outerE(ptr %p)", "  %b = call i32 @_ZN5numba4gemvE(ptr %p)"],
+                   "declare i32 @numba_xxgetrf(ptr)\ndeclare i32 @numba_xxgemv.d(ptr)\n")
+    text = text.replace("define linkonce_odr i32 @_ZN5numba5outerE(ptr %p) {\n",
+                        "define linkonce_odr i32 @_ZN5numba5outerE(ptr %p) {\n  %x = call i32 @_ZN5numba5innerE(ptr %p)\n")
+    text = text.replace("define linkonce_odr i32 @_ZN5numba5innerE(ptr %p) {\n",
+                        "define linkonce_odr i32 @_ZN5numba5innerE(ptr %p) {\n  %y = call i32 @numba_xxgetrf(ptr %p)\n")
+    text = text.replace("define linkonce_odr i32 @_ZN5numba4gemvE(ptr %p) {\n",
+                        "define linkonce_odr i32 @_ZN5numba4gemvE(ptr %p) {\n  %z = call i32 @numba_xxgemv.d(ptr %p)\n")
+    assert _chosen(text) == ["_ZN5numba4gemvE"]
+
+
+def test_sorting_and_selection_are_kept() -> None:
+    text = _module({"_ZN5numba4misc9quicksort3runE": "", "_ZN5numba2np13_median_innerE": ""},
+                   ["  %a = call i32 @_ZN5numba4misc9quicksort3runE(ptr %p)",
+                    "  %b = call i32 @_ZN5numba2np13_median_innerE(ptr %p)"])
+    assert _chosen(text) == []
 
 
 @pytest.mark.parametrize("attrs, extra", [
