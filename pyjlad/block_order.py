@@ -37,7 +37,8 @@ c:
 
 from __future__ import annotations
 
-from .ir.lexer import Token, substitute, tokenize
+from .ir.cfg import ControlFlow, blocks
+from .ir.lexer import substitute, tokenize
 from .ir.module import parse
 
 __all__ = ["dominance_ordered"]
@@ -46,62 +47,6 @@ __all__ = ["dominance_ordered"]
 def _is_numbered(symbol: str) -> bool:
     """Whether a ``%`` symbol is a number (``%7``), which LLVM assigns in the order values are written."""
     return symbol[1:].isdigit()
-
-
-def _label(line: str) -> str | None:
-    """The block name a label line defines (``B0.endif``, ``7``, ``"a b"``); ``None`` for other lines."""
-    if not line or line[0].isspace() or ":" not in line:
-        return None  # cheap: instructions are indented
-    tokens = tokenize(line)
-    if (len(tokens) < 2 or tokens[0].kind not in ("word", "string") or tokens[1].text != ":"
-            or any(t.kind not in ("ws", "comment") for t in tokens[2:])):
-        return None
-    return tokens[0].text
-
-
-def _blocks(body: list[str]) -> list[tuple[str, list[str]]]:
-    """``(name, lines)`` of each block of a function body, in order (the entry block may be unnamed: ``""``)."""
-    blocks: list[tuple[str, list[str]]] = [("", [])]
-    for line in body:
-        label = _label(line)
-        if label is not None:
-            blocks.append((label, [line]))
-        else:
-            blocks[-1][1].append(line)
-    if len(blocks) > 1 and not any(line.strip() and not line.lstrip().startswith(";") for line in blocks[0][1]):
-        blocks[:2] = [(blocks[1][0], blocks[0][1] + blocks[1][1])]  # the entry block has a label
-    return blocks
-
-
-def _successors(lines: list[str]) -> list[str]:
-    """The block names written ``label %name`` in ``lines`` (branch, switch and invoke targets), in order."""
-    found = []
-    for line in lines:
-        if "label %" not in line:
-            continue  # cheap: most lines branch nowhere
-        tokens = [t for t in tokenize(line) if t.kind != "comment"]
-        found += [tokens[k + 2].text[1:] for k in range(len(tokens) - 2)
-                  if tokens[k] == Token("word", "label") and tokens[k + 1].text == " " and tokens[k + 2].kind == "local"]
-    return found
-
-
-def _reverse_post_order(blocks: list[tuple[str, list[str]]]) -> list[int]:
-    """Indices of the blocks reachable from the first, in reverse post-order (iterative DFS)."""
-    index = {name: k for k, (name, _) in enumerate(blocks)}
-    successors = [[index[s] for s in _successors(lines) if s in index] for _, lines in blocks]
-    order: list[int] = []
-    seen = {0}
-    stack = [(0, iter(successors[0]))]
-    while stack:
-        node, children = stack[-1]
-        child = next((c for c in children if c not in seen), None)
-        if child is None:
-            order.append(node)
-            stack.pop()
-        else:
-            seen.add(child)
-            stack.append((child, iter(successors[child])))
-    return order[::-1]
 
 
 def _renamed(symbol: str) -> str:
@@ -129,13 +74,14 @@ def _ordered_body(header: str, body: list[str]) -> list[str]:
     the function has numbered parameters, which the renaming would not reach)."""
     if any(t.kind == "local" and _is_numbered(t.text) for t in tokenize(header)):
         return body
-    blocks = _blocks(body)
-    order = _reverse_post_order(blocks)
-    rest = [k for k in range(len(blocks)) if k not in set(order)]
-    if order + rest == list(range(len(blocks))):
+    graph = ControlFlow.of(body)
+    index = {name: k for k, name in enumerate(graph.names)}
+    order = [index[name] for name in graph.reverse_post_order()]
+    rest = [k for k in range(len(graph.names)) if k not in set(order)]
+    if order + rest == list(range(len(graph.names))):
         return body
-    blocks = _blocks(_named(body))
-    return [line for k in order + rest for line in blocks[k][1]]
+    named = blocks(_named(body))
+    return [line for k in order + rest for line in named[k][1]]
 
 
 def dominance_ordered(text: str) -> str:

@@ -37,6 +37,7 @@ from .export_compile import (
 )
 from .export_ir import enzyme_ir
 from .export_recursion import resolve_recursion
+from .inferred_readonly import readonly_parameters
 from .ir import Module, Parameter
 from .ir import parse as parse_module
 from .ir.analysis import numba_entry
@@ -205,7 +206,8 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         )
     decls = params[2:]
     aliased = mixed_pointer_arguments(parsed, entry, data_parameters(args_abi, decls))
-    abi = FunctionABI(entry=entry, args=tuple(filled_args(args_abi, decls, aliased)), result=result_abi(restype),
+    readonly = readonly_parameters(module.text, entry)
+    abi = FunctionABI(entry=entry, args=tuple(filled_args(args_abi, decls, aliased, readonly)), result=result_abi(restype),
                       param_types=tuple(p.type for p in decls))
     return ExportedFunction(module=module, abi=abi, argtypes=argtypes, restype=restype, run=run, name=name,
                             make_enzyme_module=enzyme_module, make_parallel_module=parallel)

@@ -9,7 +9,7 @@ whether an array is written, whether it is aliased), :func:`result_abi` describe
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from numba import types as nbtypes
 
@@ -99,15 +99,18 @@ def data_parameters(args: Sequence[ArgABI], params: Sequence[Parameter]) -> dict
     return found
 
 
-def filled_args(args: Sequence[ArgABI], params: Sequence[Parameter], aliased: frozenset[int]) -> list[ArgABI]:
+def filled_args(args: Sequence[ArgABI], params: Sequence[Parameter], aliased: frozenset[int],
+                readonly: Collection[str] = frozenset()) -> list[ArgABI]:
     """``args`` with their LLVM types filled in from the entry's ``params`` (after ``retptr`` and
-    ``excinfo``); an array is marked written unless its data pointer is ``readonly``/``readnone``,
+    ``excinfo``); an array is marked written unless its data pointer is ``readonly``/``readnone`` (an
+    attribute of the parameter, or its name in ``readonly``: :func:`pyjlad.inferred_readonly.readonly_parameters`),
     and aliased if its index is in ``aliased``."""
     filled: list[ArgABI] = []
     position = 0
     for index, arg in enumerate(args):
         if isinstance(arg, ArrayArg):
-            writes = not params[position + arg.param_roles.index("data")].readonly
+            data = params[position + arg.param_roles.index("data")]
+            writes = not (data.readonly or data.name in readonly)
             filled.append(ArrayArg(arg.dtype, arg.ndim, arg.layout, llvm_type_of(arg.dtype), writes,
                                    aliased=index in aliased))
         else:

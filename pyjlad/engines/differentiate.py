@@ -27,6 +27,7 @@ from ..ir.module import parse
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
 from ..log import get_logger, timed
+from ..loop_caches import MAX_CACHE, bounded_caches_fit
 from ..memory_scopes import scope_temporaries
 from ..nested import explain_failure as explain_nested
 from ..nested import is_nested_driver, nested_modules
@@ -327,6 +328,12 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     return toolchain.link(texts, what=exported.name, text=True) if len(texts) > 1 else texts[0]
 
 
+def _base_options(module: str | bytes) -> tuple[str, ...]:
+    """The options every Enzyme run over ``module`` starts from (its retries add to them)."""
+    text = module.decode() if isinstance(module, bytes) else module
+    return (*NO_SPECULATION_ARGS, MAX_CACHE) if bounded_caches_fit(text) else NO_SPECULATION_ARGS
+
+
 def enzyme_input_key() -> str:
     """What, besides the modules, decides :func:`_enzyme_input`'s output (for cache keys): the
     ``PYJLAD_SCOPE_TEMPORARIES`` setting."""
@@ -359,8 +366,10 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     module, typed, copies = _enzyme_input(toolchain, exported, module_text), False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     dump(label, "enzyme.input", module)
-    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy).
-    passes, options = PASSES, NO_SPECULATION_ARGS
+    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); the caches of loops
+    # whose early exits are raises or NaN tests allocated once (see pyjlad.loop_caches).
+    base = _base_options(module)
+    passes, options = PASSES, base
     # A parallel derivative's private rows and LAPACK helpers (pyjlad.private_bodies): their adds into adjoints
     # no other thread touches made plain; and its large fills and copies done by all its threads
     # (pyjlad.openmp_fills).
@@ -407,7 +416,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                            exported.name)
                 module, typed = _integers_typed(module), True
                 dump(label, "enzyme.input-integers-typed", module)
-                passes, options = PASSES, NO_SPECULATION_ARGS
+                passes, options = PASSES, base
                 continue
             if attempt is not None:
                 _log.debug("Enzyme failed on %s (%s); retrying with options %s", exported.name,

@@ -103,8 +103,10 @@ _register_runtime_symbols()
 #: 9: a derivative built with loose types marked so (checked before it is trusted: pyjlad.engines.loose_check);
 #: 10: every function's blocks in dominance order (a Hessian-vector product built without that may be wrong);
 #: 11: the entry's temporaries and its caller's memory told apart (pyjlad.memory_scopes);
-#: 12: Numba's compiled callees inlined first (pyjlad.inline_callees).
-_ENZYME_INPUT = "unvectorized-copy/12 " + " ".join(NO_SPECULATION_ARGS)
+#: 12: Numba's compiled callees inlined first (pyjlad.inline_callees); 13: caches of loops whose early exits are
+#: raises or NaN tests allocated once (pyjlad.loop_caches), arrays read only by BLAS products not written
+#: (pyjlad.inferred_readonly).
+_ENZYME_INPUT = "unvectorized-copy/13 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
 class Built:

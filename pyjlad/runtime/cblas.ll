@@ -159,9 +159,11 @@ entry:
 
 declare double @llvm.sqrt.f64(double)
 declare float @llvm.sqrt.f32(float)
-declare double @cblas_ddot(i32, ptr, i32, ptr, i32)
-declare float @cblas_sdot(i32, ptr, i32, ptr, i32)
-declare void @cblas_dgemv(i32, i32, i32, i32, double, ptr, i32, ptr, i32, double, ptr, i32)
-declare void @cblas_sgemv(i32, i32, i32, i32, float, ptr, i32, ptr, i32, float, ptr, i32)
-declare void @cblas_dgemm(i32, i32, i32, i32, i32, i32, double, ptr, i32, ptr, i32, double, ptr, i32)
-declare void @cblas_sgemm(i32, i32, i32, i32, i32, i32, float, ptr, i32, ptr, i32, float, ptr, i32)
+; What CBLAS does with each pointer, for LLVM's inference of which arrays a function writes
+; (pyjlad.inferred_readonly): the inputs are read only, nothing is kept after the call.
+declare double @cblas_ddot(i32, ptr nocapture readonly, i32, ptr nocapture readonly, i32)
+declare float @cblas_sdot(i32, ptr nocapture readonly, i32, ptr nocapture readonly, i32)
+declare void @cblas_dgemv(i32, i32, i32, i32, double, ptr nocapture readonly, i32, ptr nocapture readonly, i32, double, ptr nocapture, i32)
+declare void @cblas_sgemv(i32, i32, i32, i32, float, ptr nocapture readonly, i32, ptr nocapture readonly, i32, float, ptr nocapture, i32)
+declare void @cblas_dgemm(i32, i32, i32, i32, i32, i32, double, ptr nocapture readonly, i32, ptr nocapture readonly, i32, double, ptr nocapture, i32)
+declare void @cblas_sgemm(i32, i32, i32, i32, i32, i32, float, ptr nocapture readonly, i32, ptr nocapture readonly, i32, float, ptr nocapture, i32)

@@ -1,0 +1,159 @@
+"""The control-flow graph of a function body: its blocks, their successors, dominators and natural loops.
+
+Read from the body's lines (:attr:`pyjlad.ir.Function.body`): a block starts at a label line (the entry
+block may have none) and its successors are the ``label %name`` operands of its lines (``br``, ``switch``,
+``invoke``). Loops are LLVM's natural loops: a back edge goes to a block that dominates its source, and
+the loop of a header is the header and every block that reaches one of its back edges without passing
+through the header.
+
+>>> body = ["entry:", "  br label %head", "head:", "  %c = icmp eq i64 0, 0",
+...         "  br i1 %c, label %out, label %body", "body:", "  br label %head", "out:", "  ret void"]
+>>> graph = ControlFlow.of(body)
+>>> [(loop.header, sorted(loop.blocks), loop.exits) for loop in graph.loops()]
+[('head', ['body', 'head'], [('head', 'out')])]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .lexer import Token, tokenize
+
+__all__ = ["ControlFlow", "Loop", "block_label", "blocks", "successors"]
+
+
+def block_label(line: str) -> str | None:
+    """The block name a label line defines (``B0.endif``, ``7``, ``"a b"``); ``None`` for other lines."""
+    if not line or line[0].isspace() or ":" not in line:
+        return None  # cheap: instructions are indented
+    tokens = tokenize(line)
+    if (len(tokens) < 2 or tokens[0].kind not in ("word", "string") or tokens[1].text != ":"
+            or any(t.kind not in ("ws", "comment") for t in tokens[2:])):
+        return None
+    return tokens[0].text
+
+
+def blocks(body: list[str]) -> list[tuple[str, list[str]]]:
+    """``(name, lines)`` of each block of a function body, in order (the entry block may be unnamed: ``""``)."""
+    found: list[tuple[str, list[str]]] = [("", [])]
+    for line in body:
+        label = block_label(line)
+        if label is not None:
+            found.append((label, [line]))
+        else:
+            found[-1][1].append(line)
+    if len(found) > 1 and not any(line.strip() and not line.lstrip().startswith(";") for line in found[0][1]):
+        found[:2] = [(found[1][0], found[0][1] + found[1][1])]  # the entry block has a label
+    return found
+
+
+def successors(lines: list[str]) -> list[str]:
+    """The block names written ``label %name`` in ``lines`` (branch, switch and invoke targets), in order."""
+    found = []
+    for line in lines:
+        if "label %" not in line:
+            continue  # cheap: most lines branch nowhere
+        tokens = [t for t in tokenize(line) if t.kind != "comment"]
+        found += [tokens[k + 2].text[1:] for k in range(len(tokens) - 2)
+                  if tokens[k] == Token("word", "label") and tokens[k + 1].text == " " and tokens[k + 2].kind == "local"]
+    return found
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A natural loop: its header, its blocks, and its exiting edges ``(inside, outside)`` in block order."""
+
+    header: str
+    blocks: frozenset[str]
+    exits: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class ControlFlow:
+    """The blocks of one body (:func:`blocks`), the successors of each, and the analyses built on them."""
+
+    names: list[str]
+    lines: dict[str, list[str]]
+    succ: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, body: list[str]) -> ControlFlow:
+        found = blocks(body)
+        names = [name for name, _ in found]
+        known = set(names)
+        return cls(names, dict(found), {name: [s for s in successors(lines) if s in known] for name, lines in found})
+
+    def reverse_post_order(self) -> list[str]:
+        """The blocks reachable from the entry, in reverse post-order (iterative depth-first search)."""
+        order: list[str] = []
+        seen = {self.names[0]}
+        stack = [(self.names[0], iter(self.succ[self.names[0]]))]
+        while stack:
+            node, children = stack[-1]
+            child = next((c for c in children if c not in seen), None)
+            if child is None:
+                order.append(node)
+                stack.pop()
+            else:
+                seen.add(child)
+                stack.append((child, iter(self.succ[child])))
+        return order[::-1]
+
+    def dominators(self) -> dict[str, str]:
+        """The immediate dominator of each reachable block (the entry's is itself): Cooper, Harvey and
+        Kennedy's iterative algorithm."""
+        order = self.reverse_post_order()
+        rank = {name: k for k, name in enumerate(order)}
+        preds: dict[str, list[str]] = {name: [] for name in order}
+        for name in order:
+            for s in self.succ[name]:
+                preds[s].append(name)
+        idom = {order[0]: order[0]}
+
+        def meet(a: str, b: str) -> str:
+            while a != b:
+                while rank[a] > rank[b]:
+                    a = idom[a]
+                while rank[b] > rank[a]:
+                    b = idom[b]
+            return a
+
+        changed = True
+        while changed:
+            changed = False
+            for name in order[1:]:
+                done = [p for p in preds[name] if p in idom]
+                new = done[0]
+                for p in done[1:]:
+                    new = meet(p, new)
+                if idom.get(name) != new:
+                    idom[name], changed = new, True
+        return idom
+
+    def loops(self) -> list[Loop]:
+        """The natural loops (one per header, its back edges merged), outermost headers first."""
+        idom = self.dominators()
+
+        def dominates(a: str, b: str) -> bool:
+            while b != a and idom[b] != b:
+                b = idom[b]
+            return a == b
+
+        preds: dict[str, list[str]] = {name: [] for name in idom}
+        for name in idom:
+            for s in self.succ[name]:
+                preds[s].append(name)
+        found = []
+        for header in self.reverse_post_order():
+            latches = [p for p in preds[header] if dominates(header, p)]
+            if not latches:
+                continue
+            body, todo = {header}, list(latches)
+            while todo:
+                node = todo.pop()
+                if node not in body:
+                    body.add(node)
+                    todo += preds[node]
+            exits = [(b, s) for b in self.names if b in body for s in self.succ[b] if s not in body]
+            found.append(Loop(header, frozenset(body), exits))
+        return found
