@@ -366,9 +366,10 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     module, typed, copies = _enzyme_input(toolchain, exported, module_text), False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     dump(label, "enzyme.input", module)
-    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); the caches of loops
-    # whose early exits are raises or NaN tests allocated once (see pyjlad.loop_caches).
-    base = _base_options(module)
+    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); on the CPU, the caches of
+    # loops whose early exits are raises or NaN tests allocated once (see pyjlad.loop_caches; a GPU kernel's
+    # derivative keeps Enzyme's default, which no GPU here could check).
+    base = _base_options(module) if host else NO_SPECULATION_ARGS
     passes, options = PASSES, base
     # A parallel derivative's private rows and LAPACK helpers (pyjlad.private_bodies): their adds into adjoints
     # no other thread touches made plain; and its large fills and copies done by all its threads

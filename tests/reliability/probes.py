@@ -790,6 +790,14 @@ def _writes(out, x):
     out[0] = x[0] * x[0]
 
 
+_A23 = np.arange(6.0).reshape(2, 3)
+
+
+@njit
+def _product_into(a, x, out):
+    out[:] = a @ x  # a is only read (by BLAS): the output is out, not a
+
+
 @njit
 def _counts_then_raises(x, counter):
     counter[0] += 1.0
@@ -869,6 +877,8 @@ def _odd_input_probes() -> list[Probe]:
         _odd("vjp of a function returning None", lambda: pyjlad.vjp(_writes, (np.zeros(1), np.array([3.0])),
                                                                     np.array([1.0]))[1][1],
              lambda: np.array([6.0]), (48,)),
+        _odd("jacobian of a function writing a product into its output argument",
+             lambda: pyjlad.jacobian(_product_into, _A23.copy(), np.ones(3), np.zeros(2), wrt=1), lambda: _A23, (48,)),
         _odd_error("Duplicated(x, x)", lambda: pyjlad.autodiff(Reverse, _sum_of_squares, Duplicated(_X, _X)),
                    ValueError, "shares memory with the argument itself", (49,)),
         _odd_error("Duplicated(x, view of x)",
