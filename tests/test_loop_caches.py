@@ -23,6 +23,8 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
 
+from corpus.family_ml import classifier_jax, classifier_numpy  # noqa: E402 (the corpus's)
+
 RNG = np.random.default_rng(20261201)
 
 #: A counted loop over %n; {exit} is an early exit taken when %c holds, its target {target}.
@@ -90,22 +92,6 @@ def test_natural_loops_of_a_nest() -> None:
 
 
 @njit
-def _softmax_per_sample(w, x, y):
-    loss = 0.0
-    for i in range(x.shape[0]):
-        z = w @ x[i]
-        m = z.max()
-        loss += m + np.log(np.sum(np.exp(z - m))) - z[y[i]]
-    return loss / x.shape[0]
-
-
-def _softmax_jax(w, x, y):
-    z = x @ w.T
-    m = jnp.max(z, axis=1)
-    return jnp.mean(m + jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=1)) - z[jnp.arange(x.shape[0]), y])
-
-
-@njit
 def _fixed_point(x, maxiter):
     y = x.copy()
     for _ in range(maxiter):
@@ -137,8 +123,8 @@ def enzyme_options(monkeypatch) -> list[tuple[str, ...]]:
 def test_max_per_sample_gets_sized_caches_and_matches_jax(enzyme_options) -> None:
     w, x, y = RNG.normal(size=(6, 5)) / 2, RNG.normal(size=(40, 5)), RNG.integers(0, 6, 40)
     copies = w.copy(), x.copy(), y.copy()
-    expected = jax.grad(_softmax_jax)(*[jnp.asarray(c) for c in copies])
-    got = pyjlad.grad(njit(_softmax_per_sample.py_func))(w, x, y)
+    expected = jax.grad(classifier_jax)(*[jnp.asarray(c) for c in copies])
+    got = pyjlad.grad(njit(classifier_numpy.py_func))(w, x, y)
     assert MAX_CACHE in enzyme_options[-1]
     np.testing.assert_allclose(got, np.asarray(expected), rtol=1e-12, atol=1e-14)
     for given, before in zip((w, x, y), copies, strict=True):
