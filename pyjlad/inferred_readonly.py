@@ -41,6 +41,7 @@ it receives.
 from __future__ import annotations
 
 import functools
+import threading
 
 import llvmlite.binding as llvm
 
@@ -53,6 +54,8 @@ _READ_ONLY = frozenset({b"readonly", b"readnone"})
 _ONE_DEFINITION = frozenset({llvm.Linkage.linkonce_odr, llvm.Linkage.weak_odr, llvm.Linkage.available_externally})
 
 _log = get_logger(__name__)
+#: One inference at a time: the target machine is shared, and exports may run in several threads.
+_LOCK = threading.Lock()
 
 
 @functools.cache
@@ -77,6 +80,11 @@ def readonly_parameters(text: str, entry: str) -> frozenset[str]:
         The parameters' local names (``%arg.x.4``); empty if LLVM cannot read the module (the caller then
         keeps what Numba's own IR says).
     """
+    with _LOCK:
+        return _inferred(text, entry)
+
+
+def _inferred(text: str, entry: str) -> frozenset[str]:
     try:
         module = llvm.parse_assembly(text, context=llvm.create_context())
         for function in module.functions:

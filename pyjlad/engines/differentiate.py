@@ -328,8 +328,6 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     return toolchain.link(texts, what=exported.name, text=True) if len(texts) > 1 else texts[0]
 
 
-
-
 def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
     """The options every Enzyme run over ``module`` starts from (its retries add to them); ``host``: a CPU derivative."""
     text = module.decode() if isinstance(module, bytes) else module
