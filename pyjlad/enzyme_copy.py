@@ -81,8 +81,7 @@ from numba.np import npyimpl
 
 from .memo import cached_for
 
-__all__ = ["unvectorized_copy", "branch_preserving_compile", "NO_INVARIANT_CACHE", "NO_SPECULATION", "NO_SPECULATION_ARGS",
-           "NO_UNSWITCHING"]
+__all__ = ["unvectorized_copy", "branch_preserving_compile", "NO_SPECULATION", "NO_SPECULATION_ARGS", "NO_UNSWITCHING"]
 
 #: SimplifyCFG's speculation limits: (option, value for Enzyme's copy, LLVM's default).
 NO_SPECULATION = (
@@ -93,12 +92,6 @@ NO_SPECULATION = (
 #: The same limits as ``opt`` arguments: Enzyme's own pre-optimization (``-enzyme-preopt``) runs
 #: SimplifyCFG on the function before differentiating it, and would fold the branches back into selects.
 NO_SPECULATION_ARGS = tuple(f"-{name}={value}" for name, value, _ in NO_SPECULATION)
-#: Enzyme v0.0.289's hoisting of a loop's caches out of the loop, off: it took the values a loop loads from an array
-#: it writes (``out[i - 1]`` of ``out[i] = a * x[i] + (1 - a) * out[i - 1]``, a filter into a temporary) for loop
-#: invariant and copied the whole array before the loop ran, so the reverse sweep read memory not yet written: a
-#: Jacobian (vector mode) of such a filter with respect to ``a`` and ``x`` together was NaN or wrong
-#: (``tests/test_loop_invariant_cache.py``). Enzyme keeps each iteration's value instead.
-NO_INVARIANT_CACHE = "-enzyme-loop-invariant-cache=false"
 #: Non-trivial loop unswitching (O3) off for Enzyme's copy: (option, value for the copy, LLVM's default).
 #: No candidate costs less than 1, so none is unswitched (0 trips an assertion of LLVM's).
 NO_UNSWITCHING = (("unswitch-threshold", "1", "50"),)

@@ -162,14 +162,14 @@ _INTERNALIZE = "internalize,globaldce"
 def _internalized(modules: Sequence[str], keep: str, what: str, lower: bool) -> str:
     """``modules`` linked into one in which only ``keep`` is defined with external linkage;
     its ``__enzyme_*`` calls lowered first if ``lower``."""
-    from .enzyme_copy import NO_INVARIANT_CACHE, NO_SPECULATION_ARGS
+    from .enzyme_copy import NO_SPECULATION_ARGS
     from .toolchain import locate
 
     toolchain = locate()
     linked = toolchain.link(list(modules), what=what, text=True) if len(modules) > 1 else modules[0]
     if isinstance(linked, bytes):
         linked = linked.decode()
-    options = (*((*NO_SPECULATION_ARGS, NO_INVARIANT_CACHE) if lower else ()), f"-internalize-public-api-list={keep}", "-S")
+    options = (*(NO_SPECULATION_ARGS if lower else ()), f"-internalize-public-api-list={keep}", "-S")
     out = toolchain.run(linked, (_LOWER if lower else "") + _INTERNALIZE, what=what, options=options)
     return out.decode() if isinstance(out, bytes) else out
 

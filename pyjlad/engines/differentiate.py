@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import cache, config
 from ..block_order import dominance_ordered
-from ..enzyme_copy import NO_INVARIANT_CACHE, NO_SPECULATION_ARGS
+from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import (
     EnzymeError,
 )
@@ -328,11 +328,10 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     return toolchain.link(texts, what=exported.name, text=True) if len(texts) > 1 else texts[0]
 
 
-def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
-    """The options every Enzyme run over ``module`` starts from (its retries add to them); ``host``: a CPU derivative."""
+def _base_options(module: str | bytes) -> tuple[str, ...]:
+    """The options every Enzyme run over ``module`` starts from (its retries add to them)."""
     text = module.decode() if isinstance(module, bytes) else module
-    sized = host and bounded_caches_fit(text)
-    return (*NO_SPECULATION_ARGS, NO_INVARIANT_CACHE, *((MAX_CACHE,) if sized else ()))
+    return (*NO_SPECULATION_ARGS, MAX_CACHE) if bounded_caches_fit(text) else NO_SPECULATION_ARGS
 
 
 def enzyme_input_key() -> str:
@@ -367,10 +366,10 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     module, typed, copies = _enzyme_input(toolchain, exported, module_text), False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     dump(label, "enzyme.input", module)
-    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); no cache hoisted out of its
-    # loop (NO_INVARIANT_CACHE); on the CPU, the caches of loops whose early exits are raises or NaN tests allocated
-    # once (see pyjlad.loop_caches; a GPU kernel's derivative keeps Enzyme's default, which no GPU here could check).
-    base = _base_options(module, host)
+    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); on the CPU, the caches of
+    # loops whose early exits are raises or NaN tests allocated once (see pyjlad.loop_caches; a GPU kernel's
+    # derivative keeps Enzyme's default, which no GPU here could check).
+    base = _base_options(module) if host else NO_SPECULATION_ARGS
     passes, options = PASSES, base
     # A parallel derivative's private rows and LAPACK helpers (pyjlad.private_bodies): their adds into adjoints
     # no other thread touches made plain; and its large fills and copies done by all its threads

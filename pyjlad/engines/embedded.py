@@ -105,9 +105,8 @@ _register_runtime_symbols()
 #: 11: the entry's temporaries and its caller's memory told apart (pyjlad.memory_scopes);
 #: 12: Numba's compiled callees inlined first (pyjlad.inline_callees); 13: caches of loops whose early exits are
 #: raises or NaN tests allocated once (pyjlad.loop_caches), arrays read only by BLAS products not written
-#: (pyjlad.inferred_readonly); 14: no cache hoisted out of its loop (a vector-mode Jacobian built without that may be
-#: wrong).
-_ENZYME_INPUT = "unvectorized-copy/14 " + " ".join(NO_SPECULATION_ARGS)
+#: (pyjlad.inferred_readonly).
+_ENZYME_INPUT = "unvectorized-copy/13 " + " ".join(NO_SPECULATION_ARGS)
 
 @dataclass(frozen=True)
 class Built:

@@ -34,9 +34,8 @@ from .tools import disassemble
 
 __all__ = ["DeviceSweep", "device_sweep"]
 
-#: 2: blocks in dominance order before Enzyme (pyjlad.block_order); 3: scoped alias metadata (pyjlad.memory_scopes);
-#: 4: no cache hoisted out of its loop (pyjlad.enzyme_copy.NO_INVARIANT_CACHE)
-_FORMAT = "pyjlad-gpu-sweep/4"
+#: 2: blocks in dominance order before Enzyme (pyjlad.block_order); 3: scoped alias metadata (pyjlad.memory_scopes)
+_FORMAT = "pyjlad-gpu-sweep/3"
 #: Called only where Numba's reference counting releases an array (``NRT_decref`` when a count reaches
 #: zero, :mod:`pyjlad.runtime`'s ``nrt.ll``). The kernel's arrays have no meminfo (null), for which
 #: ``NRT_decref`` returns at once, so these calls are dead code once the kernel is optimized; they are
