@@ -82,8 +82,8 @@ def _raises(graph: ControlFlow, block: str) -> bool:
 
 def _nan_test(graph: ControlFlow, block: str, definitions: dict[str, str]) -> bool:
     """Whether ``block`` ends in a branch on a NaN test (``fcmp uno``, Numba's ``np.isnan``)."""
-    terminator = next((parse_instruction(line) for line in reversed(graph.lines[block])
-                       if parse_instruction(line) is not None), None)
+    parsed = (parse_instruction(line) for line in reversed(graph.lines[block]))
+    terminator = next((instruction for instruction in parsed if instruction is not None), None)
     if terminator is None or terminator.opcode != "br" or not terminator.operands():
         return False
     return definitions.get(terminator.operands()[0], "") == "fcmp uno"

@@ -23,16 +23,10 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
 
+from corpus.family_statistics import ema_filter as _filter_returned  # noqa: E402 (the corpus's)
+from corpus.family_statistics import ema_filter_jax as _filter_jax  # noqa: E402
+
 RNG = np.random.default_rng(20261201)
-
-
-@njit
-def _filter_returned(x, a):
-    out = np.empty_like(x)
-    out[0] = x[0]
-    for i in range(1, x.shape[0]):
-        out[i] = a * x[i] + (1.0 - a) * out[i - 1]
-    return out
 
 
 @njit
@@ -52,15 +46,6 @@ def _second_order(x, a):
     for i in range(2, x.shape[0]):
         y[i] = x[i] + a * y[i - 1] - 0.25 * a * a * y[i - 2]
     return y
-
-
-def _filter_jax(x, a):
-    def step(prev, xi):
-        new = a * xi + (1.0 - a) * prev
-        return new, new
-
-    _, rest = jax.lax.scan(step, x[0], x[1:])
-    return jnp.concatenate([x[:1], rest])
 
 
 def _second_order_jax(x, a):
