@@ -39,27 +39,33 @@ from ..rules import is_rule_symbol, rule_modules
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
+from ..trip_counts import distinct_trip_counts
 from .blas import BLAS_NAME
 
-__all__ = ["HOST_TARGET", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS", "enzyme_input_key", "host_target_key",
+__all__ = ["HOST_TARGET", "NO_HOISTED_CACHES", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS", "enzyme_input_key", "host_target_key",
            "linked_modules", "run_enzyme", "unknown_externals"]
 
-#: Before Enzyme: loops with a small constant trip count fully unrolled (Enzyme's copy of the function is
-#: compiled without unrolling; see :mod:`pyjlad.enzyme_copy`). Left a loop, such a loop inside another (the
-#: two rounds of Numba's ``x ** 2``) makes Enzyme cache each of its values and branches per round and per
-#: iteration of the outer loop; unrolled, they are straight-line code Enzyme recomputes.
+#: Before Enzyme (:func:`_enzyme_input`): loops with a small constant trip count fully unrolled (Enzyme's copy of
+#: the function is compiled without unrolling; see :mod:`pyjlad.enzyme_copy`). Left a loop, such a loop inside
+#: another (the two rounds of Numba's ``x ** 2``) makes Enzyme cache each of its values and branches per round and
+#: per iteration of the outer loop; unrolled, they are straight-line code Enzyme recomputes.
 UNROLL_CONSTANT_LOOPS = "function(loop(loop-unroll-full))"
-#: opt pipeline: fully unroll constant-trip loops (above); expand masked vector memory intrinsics (from
+#: Enzyme's cache of a loop's loads copied before the loop (its "loop-invariant cache") off: Enzyme v0.0.289 takes
+#: it wherever no single store of the loop may alias the load *in the same iteration*, so a loop that reads what an
+#: earlier iteration wrote (``y[i] = x[i] + a * y[i - 1]``: an exponential filter, a recurrence) had the array
+#: copied before the loop wrote it, and its derivatives with respect to the coefficient read memory not yet
+#: written (NaN, or wrong with no error). Off, Enzyme caches such a load per iteration; what kept the corpus right
+#: with it off is :mod:`pyjlad.trip_counts`.
+NO_HOISTED_CACHES = "-enzyme-loop-invariant-cache=false"
+#: opt pipeline over :func:`_enzyme_input`'s module: expand masked vector memory intrinsics (from
 #: Numba's vectorizer; Enzyme has no rules for them) into scalar code; read the custom derivative
 #: registrations (``preserve-nvvm`` turns ``__enzyme_register_*`` globals into the
 #: metadata the ``enzyme`` pass looks for; see :mod:`pyjlad.rules`), differentiate,
 #: optimize the result.
-PASSES = (UNROLL_CONSTANT_LOOPS + ",function(scalarize-masked-mem-intrin),preserve-nvvm,enzyme,preserve-nvvm-end,"
-          "default<O2>")
+PASSES = "function(scalarize-masked-mem-intrin),preserve-nvvm,enzyme,preserve-nvvm-end,default<O2>"
 #: The last retry after a type-analysis failure: vector loads and stores split into
 #: scalar ones first (see :func:`_run_enzyme`).
-SCALARIZED_PASSES = (UNROLL_CONSTANT_LOOPS + ",function(scalarize-masked-mem-intrin,scalarizer),preserve-nvvm,"
-                     "enzyme,preserve-nvvm-end,default<O2>")
+SCALARIZED_PASSES = "function(scalarize-masked-mem-intrin,scalarizer),preserve-nvvm,enzyme,preserve-nvvm-end,default<O2>"
 
 
 # External functions Enzyme differentiates by itself: libm, LLVM intrinsics and
@@ -305,8 +311,10 @@ def _callees_inlined(toolchain: Toolchain, module_text: str, what: str) -> str:
 
 
 def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str) -> str | bytes:
-    """The module Enzyme gets: ``module_text`` linked with the modules it needs, every function's blocks in
-    dominance order (:mod:`pyjlad.block_order`), the entry's temporaries scoped (:mod:`pyjlad.memory_scopes`).
+    """The module Enzyme gets: ``module_text`` linked with the modules it needs, the entry's temporaries scoped
+    (:mod:`pyjlad.memory_scopes`), small constant-trip loops unrolled (:data:`UNROLL_CONSTANT_LOOPS`), every
+    loop's trip count its own (:mod:`pyjlad.trip_counts`), every function's blocks in dominance order
+    (:mod:`pyjlad.block_order`).
 
     Always: Enzyme v0.0.289's forward mode visits blocks in the order they are written, and a use written
     before its definition either aborts it (``forwardModeInvertedPointerFallback``, once the only reason to
@@ -323,15 +331,19 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # can read again (pyjlad.memory_scopes).
     scoped = scope_temporaries(module_text, exported.abi.entry) if config.scope_temporaries() else module_text
     texts = [prepare_special(m) for m in (*nested, scoped, *linked_modules(exported))]
-    texts = [dominance_ordered(t) for t in texts]
-    # IR text, like the single module of the other branch (and its dump)
-    return toolchain.link(texts, what=exported.name, text=True) if len(texts) > 1 else texts[0]
+    linked = toolchain.link(texts, what=exported.name, text=True).decode() if len(texts) > 1 else texts[0]
+    # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
+    # Enzyme never reads one loop's cache with another loop's counter.
+    unrolled = toolchain.run(linked, UNROLL_CONSTANT_LOOPS, what=exported.name, options=("-S",)).decode()
+    return dominance_ordered(distinct_trip_counts(unrolled))
 
 
-def _base_options(module: str | bytes) -> tuple[str, ...]:
-    """The options every Enzyme run over ``module`` starts from (its retries add to them)."""
+def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
+    """The options every Enzyme run over ``module`` starts from (its retries add to them); ``host``: the
+    derivative runs on this machine's CPU."""
     text = module.decode() if isinstance(module, bytes) else module
-    return (*NO_SPECULATION_ARGS, MAX_CACHE) if bounded_caches_fit(text) else NO_SPECULATION_ARGS
+    base = (*NO_SPECULATION_ARGS, NO_HOISTED_CACHES)
+    return (*base, MAX_CACHE) if host and bounded_caches_fit(text) else base
 
 
 def enzyme_input_key() -> str:
@@ -369,7 +381,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); on the CPU, the caches of
     # loops whose early exits are raises or NaN tests allocated once (see pyjlad.loop_caches; a GPU kernel's
     # derivative keeps Enzyme's default, which no GPU here could check).
-    base = _base_options(module) if host else NO_SPECULATION_ARGS
+    base = _base_options(module, host)
     passes, options = PASSES, base
     # A parallel derivative's private rows and LAPACK helpers (pyjlad.private_bodies): their adds into adjoints
     # no other thread touches made plain; and its large fills and copies done by all its threads

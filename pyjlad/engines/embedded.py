@@ -62,6 +62,7 @@ from .base import (  # noqa: F401 - the contract, also importable from here
     shadow_like,
 )
 from .differentiate import (
+    NO_HOISTED_CACHES,
     PASSES,
     _lapack_source_hash,
     _special_source_hash,
@@ -105,8 +106,8 @@ _register_runtime_symbols()
 #: 11: the entry's temporaries and its caller's memory told apart (pyjlad.memory_scopes);
 #: 12: Numba's compiled callees inlined first (pyjlad.inline_callees); 13: caches of loops whose early exits are
 #: raises or NaN tests allocated once (pyjlad.loop_caches), arrays read only by BLAS products not written
-#: (pyjlad.inferred_readonly).
-_ENZYME_INPUT = "unvectorized-copy/13 " + " ".join(NO_SPECULATION_ARGS)
+#: (pyjlad.inferred_readonly); 14: no loop-invariant caches, every loop's trip count its own (pyjlad.trip_counts).
+_ENZYME_INPUT = "unvectorized-copy/14 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
 
 @dataclass(frozen=True)
 class Built:

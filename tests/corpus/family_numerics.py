@@ -433,6 +433,66 @@ program(FAMILY, "gauss-seidel-energy", gauss_seidel_energy, gauss_seidel_energy_
 
 
 @njit
+def column_sweeps(a):
+    # two reductions over one column in sibling loops, then the column relaxed: a sweep
+    b = a.copy()
+    s = 0.0
+    for _ in range(3):
+        u = 0.0
+        for i in range(b.shape[0]):
+            u += b[i, 0] * b[i, 0]
+        v = 0.0
+        for i in range(b.shape[0]):
+            v += math.sin(b[i, 0])
+        s += u * v
+        for i in range(b.shape[0]):
+            b[i, 0] = 0.5 * b[i, 0] + b[i, 1]
+    return s
+
+
+def column_sweeps_jax(a):
+    b, s = a, 0.0
+    for _ in range(3):
+        s = s + jnp.sum(b[:, 0] ** 2) * jnp.sum(jnp.sin(b[:, 0]))
+        b = b.at[:, 0].set(0.5 * b[:, 0] + b[:, 1])
+    return s
+
+
+program(FAMILY, "column-sweeps", column_sweeps, column_sweeps_jax,
+        lambda rng: (rng.standard_normal((6, 3)),), transforms=("gradient", "hvp"))
+
+
+@njit
+def row_sweeps(a):
+    # the same along a row (contiguous loads)
+    b = a.copy()
+    s = 0.0
+    for _ in range(3):
+        u = 0.0
+        for j in range(b.shape[1]):
+            u += b[0, j] * b[0, j]
+        v = 0.0
+        for j in range(b.shape[1]):
+            v += math.cos(b[0, j])
+        s += u * v
+        for j in range(b.shape[1]):
+            b[0, j] = 0.5 * b[0, j] + b[1, j]
+    return s
+
+
+def row_sweeps_jax(a):
+    b, s = a, 0.0
+    for _ in range(3):
+        s = s + jnp.sum(b[0] ** 2) * jnp.sum(jnp.cos(b[0]))
+        b = b.at[0].set(0.5 * b[0] + b[1])
+    return s
+
+
+program(FAMILY, "row-sweeps", row_sweeps, row_sweeps_jax,
+        lambda rng: (rng.standard_normal((3, 7)),), transforms=("gradient", "hvp"))
+
+
+@njit
 def thomas_tridiagonal(lower, diag, upper, rhs):
     n = diag.shape[0]
     c = np.empty(n)

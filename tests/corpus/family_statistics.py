@@ -388,6 +388,61 @@ program(FAMILY, "ema-filter", ema_filter, ema_filter_jax,
 
 
 @njit
+def ema_loss(x, alpha):
+    # a loss through the filter: the reverse sweep reads back the out[i - 1] the loop wrote
+    out = np.empty_like(x)
+    out[0] = x[0]
+    for i in range(1, x.shape[0]):
+        out[i] = alpha * x[i] + (1.0 - alpha) * out[i - 1]
+    return np.sum((out - x) ** 2)
+
+
+program(FAMILY, "ema-loss", ema_loss, lambda x, alpha: jnp.sum((ema_filter_jax(x, alpha) - x) ** 2),
+        lambda rng: (rng.standard_normal(9), 0.3), wrt=(0, 1), transforms=SMOOTH)
+
+
+@njit
+def ar2_filter(x, a):
+    # a second-order recurrence (an AR(2) filter with a double root at a / 2)
+    y = np.empty_like(x)
+    y[0] = x[0]
+    y[1] = x[1]
+    for i in range(2, x.shape[0]):
+        y[i] = x[i] + a * y[i - 1] - 0.25 * a * a * y[i - 2]
+    return y
+
+
+def ar2_filter_jax(x, a):
+    def step(carry, xi):
+        y1, y2 = carry
+        y = xi + a * y1 - 0.25 * a * a * y2
+        return (y, y1), y
+
+    _, rest = jax.lax.scan(step, (x[1], x[0]), x[2:])
+    return jnp.concatenate([x[:2], rest])
+
+
+program(FAMILY, "ar2-filter", ar2_filter, ar2_filter_jax,
+        lambda rng: (rng.standard_normal(9), 0.6), wrt=(0, 1), transforms=ARRAY)
+
+
+@njit
+def reverse_ema_filter(x, alpha):
+    # the filter run from the end (a backward pass of a smoother): out[i] reads out[i + 1]
+    n = x.shape[0]
+    out = np.empty_like(x)
+    out[n - 1] = x[n - 1]
+    for i in range(n - 2, -1, -1):
+        out[i] = alpha * x[i] + (1.0 - alpha) * out[i + 1]
+    return out
+
+
+program(FAMILY, "reverse-ema-filter", reverse_ema_filter,
+        lambda x, alpha: ema_filter_jax(x[::-1], alpha)[::-1],
+        lambda rng: (rng.standard_normal(8), 0.4), wrt=(0, 1), transforms=ARRAY)
+
+
+@njit
 def autocorrelation(x, max_lag):
     n = x.shape[0]
     m = np.mean(x)
