@@ -28,7 +28,10 @@ every loop the value was invariant in. A ``freeze`` of a value that is not poiso
 takes it for an unknown of its own, so no two loops share a trip count. Enzyme keeps the ``freeze``; LLVM's code
 generation emits nothing for it.
 
-Run it after constant-trip loops are unrolled (a frozen constant hides the count from the unroller).
+Run it after constant-trip loops are unrolled (a frozen constant hides the count from the unroller). Not kept
+apart: loops whose exits are not an integer ``icmp`` (a ``switch``), a bound computed inside the loop itself, and,
+in the one retry that first prunes branches on constants (``ipsccp``, for a dead LAPACK call), loops with the same
+constant trip count, whose ``freeze`` that pass folds.
 
 >>> body = '''define void @f(ptr %x, i64 %n) {
 ... entry:

@@ -12,8 +12,11 @@ shapes of real code (:data:`CONSTRUCTS`): running maxima/minima (also used
 inside the loop that updates them), early exits (``break``, and ``return``
 inside a helper's loop), capped ``while`` loops (Newton and fixed-point
 iterations), helpers writing into arrays, buffers swapped over time steps,
-integer-array indexing (gather and scatter-add) and axis reductions of a
-reshaped array. Each block adds a term ``e0``, ``e1`` to the result.
+integer-array indexing (gather and scatter-add), axis reductions of a
+reshaped array, recurrences that read back what the loop wrote (``y[i]`` from
+``y[i - 1]``, first or second order, forward or backward) and sibling loops
+reading the same column of an array a sweep then updates. Each block adds a
+term ``e0``, ``e1`` to the result.
 
 Seeds: the base program of a seed is the one the generator always gave (its
 draws come first, from ``random.Random(seed)``); the blocks are drawn from an
@@ -43,7 +46,7 @@ BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "({0} / (1.0 + {1} * {1})
 
 #: The constructs of the extension blocks.
 CONSTRUCTS = ("running-max", "running-min", "early-exit", "while-loop", "helper-writes",
-              "swapped-buffers", "index-array", "axis-sum")
+              "swapped-buffers", "index-array", "axis-sum", "recurrence", "sibling-loops")
 #: Share of seeds whose program gains extension blocks.
 EXTENSION_RATE = 0.75
 
@@ -269,6 +272,45 @@ def _axis_sum(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
     ]
 
 
+def _recurrence(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    drive = f"{_coef(rng)} * x[i] + {_expr(rng, ['x[i]', 't[i]'], 1)}"
+    gain = f"{rng.uniform(0.3, 0.9):.3f} * math.tanh(a)"  # |gain| < 0.9: a stable filter
+    shape = rng.choice(("first", "second", "backward"))
+    if shape == "backward":
+        body = [f"    y{j} = np.empty(x.shape[0])", f"    y{j}[x.shape[0] - 1] = x[x.shape[0] - 1]",
+                "    for i in range(x.shape[0] - 2, -1, -1):", f"        y{j}[i] = {drive} + {gain} * y{j}[i + 1]"]
+    elif shape == "second":
+        body = [f"    y{j} = np.empty(x.shape[0])", f"    y{j}[0] = x[0]", f"    y{j}[1] = x[1]",
+                "    for i in range(2, x.shape[0]):",
+                f"        y{j}[i] = {drive} + {gain} * y{j}[i - 1] - 0.25 * ({gain}) ** 2 * y{j}[i - 2]"]
+    else:
+        body = [f"    y{j} = np.empty(x.shape[0])", f"    y{j}[0] = x[0]", "    for i in range(1, x.shape[0]):",
+                f"        y{j}[i] = {drive} + {gain} * y{j}[i - 1]"]
+    return [], body + [f"    e{j} = 0.0", "    for i in range(x.shape[0]):",
+                       f"        e{j} += {_coef(rng)} * y{j}[i] + {_expr(rng, [f'y{j}[i]', 'a'], 1)}"]
+
+
+def _sibling_loops(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    # each loop's sum nonlinear in b[i, 0], so that both reverse sweeps need the loaded values
+    return [], [
+        f"    b{j} = np.empty((x.shape[0], 2))",
+        "    for i in range(x.shape[0]):",
+        f"        b{j}[i, 0] = x[i]",
+        f"        b{j}[i, 1] = t[i]",
+        f"    e{j} = 0.0",
+        "    for sweep in range(k + 1):",
+        f"        u{j} = 0.0",
+        "        for i in range(x.shape[0]):",
+        f"            u{j} += {_coef(rng)} * b{j}[i, 0] * b{j}[i, 0] + {_expr(rng, [f'b{j}[i, 0]', 'a'], 1)}",
+        f"        v{j} = 0.0",
+        "        for i in range(x.shape[0]):",
+        f"            v{j} += {_coef(rng)} * math.sin(b{j}[i, 0]) + {_expr(rng, [f'b{j}[i, 0]', 'a'], 1)}",
+        f"        e{j} += 0.1 * u{j} * v{j}",
+        "        for i in range(x.shape[0]):",
+        f"            b{j}[i, 0] = 0.5 * b{j}[i, 0] + 0.3 * math.tanh(b{j}[i, 1])",
+    ]
+
+
 _BLOCKS = {
     "running-max": lambda rng, j: _running_extremum(rng, j, True),
     "running-min": lambda rng, j: _running_extremum(rng, j, False),
@@ -278,6 +320,8 @@ _BLOCKS = {
     "swapped-buffers": _swapped_buffers,
     "index-array": _index_array,
     "axis-sum": _axis_sum,
+    "recurrence": _recurrence,
+    "sibling-loops": _sibling_loops,
 }
 
 

@@ -611,13 +611,34 @@ def test_llvmcall_internalize() -> None:
 def test_llvmcall_pipeline() -> None:
     from pyjlad.targets.llvmcall import LLVMCALL, llvmcall_module
 
-    assert [p.name for p in LLVMCALL.passes] == ["drop-target-lines", "define-runtime-hooks", "internalize"]
-    assert all(p.form == "module" for p in LLVMCALL.passes)
+    assert [p.name for p in LLVMCALL.passes] == ["drop-target-lines", "define-runtime-hooks", "internalize",
+                                                 "own-trip-counts"]
+    assert [p.form for p in LLVMCALL.passes] == ["module", "module", "module", "text"]
     internal = LLVMCALL.run(LLVMCALL_IR, "entry", label="x")
     assert internal.startswith("define i32 @entry()") and "define internal i32 @other()" in internal
     assert "define linkonce_odr i32 @helper()" in internal  # a linkage of its own is kept
     assert internal == llvmcall_module(LLVMCALL_IR).replace("define i32 @other", "define internal i32 @other")
     assert _llvm_as_15(internal).returncode == 0
+
+
+def test_llvmcall_loops_get_trip_counts_of_their_own() -> None:
+    from pyjlad.targets.llvmcall import LLVMCALL
+
+    text = HEADER + """define void @entry(i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %loop ]
+  %i.next = add i64 %i, 1
+  %c = icmp eq i64 %i.next, %n
+  br i1 %c, label %out, label %loop
+out:
+  ret void
+}
+"""
+    out = LLVMCALL.run(text, "entry", label="x")
+    assert "%pj.trip.0 = freeze i64 %n" in out and "icmp eq i64 %i.next, %pj.trip.0" in out
+    assert _llvm_as_15(out).returncode == 0
 
 
 def test_nested_drivers_keeps_a_declaration_of_each_known_derivative(monkeypatch) -> None:

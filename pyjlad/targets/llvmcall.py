@@ -1,11 +1,15 @@
 """The ``llvmcall`` target: the module text Julia's ``Base.llvmcall`` receives (the Julia engine's input).
 
-:data:`LLVMCALL` runs three module passes over a linked portable module (the context is the entry's
-name)::
+:data:`LLVMCALL` runs four passes over a linked portable module (the context is the entry's name)::
 
     drop-target-lines     Julia sets its own data layout and triple
     define-runtime-hooks  Numba runtime functions Julia's process lacks, defined through libc
     internalize           every definition but the entry's made internal (one copy per llvmcall site)
+    own-trip-counts       every loop's exit compares read a freeze of their own of its bound
+                          (pyjlad.trip_counts: Enzyme v0.0.289 reads a sibling loop's loads from another
+                          loop's cache; whether Enzyme.jl's Enzyme still does, and whether each freeze
+                          survives Julia's own optimization before Enzyme.jl runs, is not checked: no Julia
+                          here)
 
 :func:`julia_module_text` adds what the engine needs around them: pyjlad's LAPACK loops linked in, and
 the refusal of calls Julia's JIT cannot resolve (:func:`unresolvable_symbols`).
@@ -22,8 +26,9 @@ from ..ir.pipeline import Pass, Pipeline
 from ..portable import RUNTIME_CALL_DTOR
 from ..rules import calls_custom_rules
 from ..toolchain import locate
+from ..trip_counts import distinct_trip_counts
 
-__all__ = ["LLVMCALL", "drop_target_lines", "define_runtime_hooks", "internalize", "llvmcall_module",
+__all__ = ["LLVMCALL", "drop_target_lines", "define_runtime_hooks", "internalize", "own_trip_counts", "llvmcall_module",
            "unresolvable_symbols", "julia_module_text", "LIBM", "LIBC"]
 
 #: C library functions Julia's JIT resolves in its own process; PyJlad.jl keeps the same list.
@@ -115,10 +120,17 @@ def internalize(module: Module, entry: str) -> Module:
 
 
 #: The passes that make a linked portable module the text Julia's ``llvmcall`` receives; the context is the entry.
+def own_trip_counts(text: str, entry: str) -> str:
+    """Every loop's exit compares read a ``freeze`` of their own of the loop's bound
+    (:func:`pyjlad.trip_counts.distinct_trip_counts`)."""
+    return distinct_trip_counts(text)
+
+
 LLVMCALL = Pipeline("llvmcall", (
     Pass("drop-target-lines", drop_target_lines, "target lines"),
     Pass("define-runtime-hooks", define_runtime_hooks, "declarations become definitions"),
     Pass("internalize", internalize, "linkage of every definition but the entry"),
+    Pass("own-trip-counts", own_trip_counts, "the exit compares of loops", form="text"),
 ))
 
 

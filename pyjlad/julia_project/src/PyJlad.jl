@@ -30,6 +30,22 @@ export NumbaFunction, NumbaArray, load_exported, load_ir, sweep, hvp_exported, b
 "Defined by the CUDA extension (`using CUDA`): per-element gradients on the GPU."
 function batched_gradient end
 
+# Enzyme's "loop-invariant cache" copies a loop's loads in one piece before the loop when no store of the loop
+# aliases a load in the same iteration. A loop that reads what an earlier iteration wrote (`y[i] = x[i] + a *
+# y[i - 1]`) then has its array copied before the loop writes it, and its derivatives with respect to `a` are
+# wrong, with no error (Enzyme v0.0.289; pyjlad's embedded engine runs Enzyme with the cache off). This turns
+# it off in the Enzyme library of this Julia session, through Enzyme.jl's `API.EnzymeSetCLBool` (which looks
+# the option up by name): a global setting, so every derivative of the session is built without it, not only
+# PyJlad's; memory-bound derivatives may be slower. Not executed: no Julia on pyjlad's build machines.
+function __init__()
+    try
+        Enzyme.API.EnzymeSetCLBool(:EnzymeLoopInvariantCache, false)
+    catch err
+        @warn "PyJlad could not turn off Enzyme's loop-invariant cache: derivatives of loops that read what " *
+              "an earlier iteration wrote may be wrong" exception = err
+    end
+end
+
 # ----------------------------------------------------------------- types
 # Julia 1.12 (LLVM 18, opaque pointers) lowers each of these to the LLVM type named
 # (julia src/cgutils.cpp, bitstype_to_llvm: `jl_is_cpointer_type -> PointerType::get(ctxt, 0)`,
