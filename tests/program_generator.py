@@ -291,23 +291,25 @@ def _recurrence(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
 
 
 def _sibling_loops(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
-    # each loop's sum nonlinear in b[i, 0], so that both reverse sweeps need the loaded values
+    # two loops over one column, each sum nonlinear in it (both reverse sweeps need the loaded values), inside a
+    # sweep with a small constant count (unrolled before Enzyme, its copies are sibling loops too) that then
+    # updates the column
     return [], [
         f"    b{j} = np.empty((x.shape[0], 2))",
         "    for i in range(x.shape[0]):",
         f"        b{j}[i, 0] = x[i]",
-        f"        b{j}[i, 1] = t[i]",
+        f"        b{j}[i, 1] = {_coef(rng)} * x[i]",
         f"    e{j} = 0.0",
-        "    for sweep in range(k + 1):",
+        f"    for sweep in range({rng.randint(2, 3)}):",
         f"        u{j} = 0.0",
         "        for i in range(x.shape[0]):",
-        f"            u{j} += {_coef(rng)} * b{j}[i, 0] * b{j}[i, 0] + {_expr(rng, [f'b{j}[i, 0]', 'a'], 1)}",
+        f"            u{j} += {_coef(rng)} * b{j}[i, 0] * b{j}[i, 0]",
         f"        v{j} = 0.0",
         "        for i in range(x.shape[0]):",
         f"            v{j} += {_coef(rng)} * math.sin(b{j}[i, 0]) + {_expr(rng, [f'b{j}[i, 0]', 'a'], 1)}",
-        f"        e{j} += 0.1 * u{j} * v{j}",
+        f"        e{j} += u{j} * v{j}",
         "        for i in range(x.shape[0]):",
-        f"            b{j}[i, 0] = 0.5 * b{j}[i, 0] + 0.3 * math.tanh(b{j}[i, 1])",
+        f"            b{j}[i, 0] = 0.5 * b{j}[i, 0] + math.tanh(b{j}[i, 1])",
     ]
 
 

@@ -1,6 +1,10 @@
 """Differential fuzzing: random Numba programs, pyjlad's gradient vs central finite differences.
 
-Usage: ``.venv/bin/python tools/fuzz.py --programs 1000 [--start 0]``
+Usage: ``.venv/bin/python tools/fuzz.py --programs 1000 [--start 0] [--construct NAME ...]``
+
+``--construct`` (repeatable) keeps only the programs whose extension blocks include one of the named
+constructs (``tests/program_generator.py``'s ``CONSTRUCTS``): ``--programs`` then counts those, taken in seed order
+from ``--start``.
 
 Prints one line per program that does not agree, then the tally by outcome.
 The generator lives in ``tests/program_generator.py`` (the test suite runs the
@@ -20,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from program_generator import check, generate  # noqa: E402
+from program_generator import CONSTRUCTS, check, generate  # noqa: E402
 
 
 def main() -> int:
@@ -28,10 +32,12 @@ def main() -> int:
     parser.add_argument("--programs", type=int, default=1000)
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--construct", action="append", choices=CONSTRUCTS, default=[],
+                        help="only programs with this construct (repeatable: any of them)")
     args = parser.parse_args()
     tally: collections.Counter[str] = collections.Counter()
     start = time.perf_counter()
-    seeds = range(args.start, args.start + args.programs)
+    seeds = _seeds(args.start, args.programs, frozenset(args.construct))
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(args.workers, maxtasksperchild=50) as pool:
         outcomes = pool.imap(check, seeds)
@@ -40,6 +46,19 @@ def main() -> int:
     elapsed = time.perf_counter() - start
     print(f"{args.programs} programs in {elapsed:.0f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
     return 0 if set(tally) <= {"agree", "invalid-program"} else 1
+
+
+def _seeds(start: int, count: int, constructs: frozenset[str]) -> list[int]:
+    """``count`` seeds from ``start`` on; with ``constructs``, only those whose program has one of them."""
+    if not constructs:
+        return list(range(start, start + count))
+    found: list[int] = []
+    seed = start
+    while len(found) < count:
+        if constructs & set(generate(seed).constructs):
+            found.append(seed)
+        seed += 1
+    return found
 
 
 def _record(tally, seed, outcome, detail) -> None:

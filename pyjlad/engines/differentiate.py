@@ -42,8 +42,8 @@ from ..toolchain import Toolchain, locate
 from ..trip_counts import distinct_trip_counts
 from .blas import BLAS_NAME
 
-__all__ = ["HOST_TARGET", "NO_HOISTED_CACHES", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS", "enzyme_input_key", "host_target_key",
-           "linked_modules", "run_enzyme", "unknown_externals"]
+__all__ = ["HOST_TARGET", "NO_HOISTED_CACHES", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS",
+           "enzyme_input_key", "host_target_key", "linked_modules", "run_enzyme", "unknown_externals"]
 
 #: Before Enzyme (:func:`_enzyme_input`): loops with a small constant trip count fully unrolled (Enzyme's copy of
 #: the function is compiled without unrolling; see :mod:`pyjlad.enzyme_copy`). Left a loop, such a loop inside
@@ -378,9 +378,10 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     module, typed, copies = _enzyme_input(toolchain, exported, module_text), False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     dump(label, "enzyme.input", module)
-    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); on the CPU, the caches of
-    # loops whose early exits are raises or NaN tests allocated once (see pyjlad.loop_caches; a GPU kernel's
-    # derivative keeps Enzyme's default, which no GPU here could check).
+    # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); no loop-invariant caches
+    # (NO_HOISTED_CACHES, on the GPU too); on the CPU, the caches of loops whose early exits are raises or NaN tests
+    # allocated once (see pyjlad.loop_caches; a GPU kernel's derivative keeps Enzyme's default, which no GPU here
+    # could check).
     base = _base_options(module, host)
     passes, options = PASSES, base
     # A parallel derivative's private rows and LAPACK helpers (pyjlad.private_bodies): their adds into adjoints
