@@ -89,6 +89,11 @@ from .ir.lexer import Token, texts_of, tokenize
 __all__ = ["distinct_trip_counts"]
 
 
+#: The opcodes that end a block.
+_TERMINATORS = frozenset({"br", "switch", "ret", "unreachable", "indirectbr", "invoke", "resume", "callbr",
+                          "catchswitch", "catchret", "cleanupret"})
+
+
 @dataclass(frozen=True)
 class _Bound:
     """An operand of an exit's ``icmp`` that the loop does not compute: its line, its token, its value and type."""
@@ -134,9 +139,13 @@ class _Body:
         raise IRError(f"block {block} has no terminator")
 
     def terminator(self, block: str) -> int:
-        """The body index of ``block``'s last instruction."""
+        """The body index of ``block``'s terminator (its first line: a ``switch`` goes on over several lines)."""
         lines = self.graph.lines[block]
-        return self.start[block] + max(k for k, line in enumerate(lines) if parse_instruction(line) is not None)
+        for k in range(len(lines) - 1, -1, -1):
+            instruction = parse_instruction(lines[k])
+            if instruction is not None and instruction.opcode in _TERMINATORS:
+                return self.start[block] + k
+        raise IRError(f"block {block} has no terminator")
 
     def insertion_point(self, value: str) -> int:
         """Where a ``freeze`` of ``value`` goes: after its definition (after its block's phis, for a phi); before

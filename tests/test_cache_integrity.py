@@ -282,9 +282,10 @@ def test_damaged_entries_of_a_real_gradient_are_rebuilt(tmp_path: Path, monkeypa
     assert warm["opt_runs"] == 0 and warm["warnings"] == []
 
 
-def _fake_opt(tmp_path: Path, truncate: str) -> Path:
+def _fake_opt(tmp_path: Path, truncate: str, runs: str = "*,enzyme,*") -> Path:
     """An ``opt`` that runs the real one and exits 0 with its output cut to 1000 bytes (``always``, or
-    ``once``: its first differentiation only)."""
+    ``once``: the first run only) in the runs whose arguments match the shell pattern ``runs`` (by default the
+    differentiations; ``*-S*``: the steps before Enzyme, which print IR text)."""
     real = find_opt()
     assert real is not None
     fake = tmp_path / "fake-bin" / "opt"
@@ -295,7 +296,8 @@ def _fake_opt(tmp_path: Path, truncate: str) -> Path:
         case "$1" in --version) exec {real} "$@";; esac
         out=$(mktemp)
         {real} "$@" > "$out"
-        if [ {truncate} = always ] || [ ! -e {marker} ]; then
+        case "$*" in {runs}) cut=yes;; *) cut=no;; esac
+        if [ $cut = yes ] && {{ [ {truncate} = always ] || [ ! -e {marker} ]; }}; then
             touch {marker}
             head -c 1000 "$out"
         else
@@ -325,6 +327,20 @@ def test_truncated_opt_output_is_never_stored(tmp_path: Path) -> None:
     warm = _gradients(tmp_path, directory, "f")  # the real opt: same toolchain identity, same entry
     _assert_correct(warm, "f")
     assert warm["opt_runs"] == 0 and warm["warnings"] == []
+
+
+def test_truncated_ir_text_before_enzyme_is_run_again_or_refused(tmp_path: Path) -> None:
+    # the steps before Enzyme (small loops unrolled) print IR text that is not cached: a cut output that still
+    # parses would lose the function (a crash at the call); checked, run once more, refused if cut twice
+    directory = tmp_path / "cache"
+    always = _gradients(tmp_path, directory, "f", PYJLAD_OPT=str(_fake_opt(tmp_path, "always", "*-S*")))
+    assert always["f"].startswith("EnzymeError: opt reported success twice but its output"), always["f"]
+    assert _files(directory, "*.bin") == []
+
+    shutil.rmtree(tmp_path / "fake-bin")
+    once = _gradients(tmp_path, directory, "f", PYJLAD_OPT=str(_fake_opt(tmp_path, "once", "*-S*")))
+    _assert_correct(once, "f")
+    assert once["warnings"] == []
 
 
 # --- is not a code loader for others -------------------------------------------------------------------------------

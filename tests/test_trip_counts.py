@@ -102,6 +102,27 @@ out:
     assert "%c = icmp sgt i32 %t, %pj.trip.0" in lines and "%d = icmp eq i64 %i.next, %pj.trip.1" in lines
 
 
+def test_a_freeze_goes_before_a_switch_written_over_several_lines() -> None:
+    text = """define void @f(i64 %n, i32 %s) {
+entry:
+  switch i32 %s, label %loop [
+    i32 0, label %loop
+    i32 1, label %out
+  ]
+loop:
+  %i = phi i64 [ 0, %entry ], [ 0, %entry ], [ %i.next, %loop ]
+  %i.next = add i64 %i, 1
+  %c = icmp eq i64 %i.next, %n
+  br i1 %c, label %out, label %loop
+out:
+  ret void
+}
+"""
+    lines = _lines(distinct_trip_counts(text))
+    assert lines[:3] == ["entry:", "%pj.trip.0 = freeze i64 %n", "switch i32 %s, label %loop ["]
+    assert "%c = icmp eq i64 %i.next, %pj.trip.0" in lines
+
+
 def test_what_is_left_alone() -> None:
     # compares of values the loop computes, of pointers, and compares outside loops
     text = NESTED.replace("icmp eq i64 %i.next, 7", "icmp eq i64 %i.next, %j.next").replace(

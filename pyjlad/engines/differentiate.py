@@ -301,13 +301,13 @@ def _copies_typed(module: str | bytes) -> str:
     return type_float_copies(parse(text, strict=False)).render()
 
 
-def _callees_inlined(toolchain: Toolchain, module_text: str, what: str) -> str:
+def _callees_inlined(toolchain: Toolchain, module_text: str, what: str, entry: str) -> str:
     """``module_text`` with Numba's compiled callees inlined where :mod:`pyjlad.inline_callees` allows (``opt``'s
     ``always-inline`` pass; the text unchanged when none may be)."""
     marked, count = mark_inlinable(module_text)
     if not count:
         return module_text
-    return toolchain.run(marked, INLINE_PASSES, what=what, options=("-S",)).decode()
+    return toolchain.run_text(marked, INLINE_PASSES, what=what, defines=entry)
 
 
 def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str) -> str | bytes:
@@ -326,7 +326,7 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # calls in module order, and the inner ones must be lowered before the outer one reaches them.
     nested = nested_modules(exported.enzyme_module.external_functions)
     # Numba's compiled callees inlined first (pyjlad.inline_callees): their temporaries become the entry's own.
-    module_text = _callees_inlined(toolchain, module_text, exported.name)
+    module_text = _callees_inlined(toolchain, module_text, exported.name, exported.abi.entry)
     # The entry's own temporaries told apart from its caller's memory, so that Enzyme does not cache what it
     # can read again (pyjlad.memory_scopes).
     scoped = scope_temporaries(module_text, exported.abi.entry) if config.scope_temporaries() else module_text
@@ -334,7 +334,7 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     linked = toolchain.link(texts, what=exported.name, text=True).decode() if len(texts) > 1 else texts[0]
     # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
     # Enzyme never reads one loop's cache with another loop's counter.
-    unrolled = toolchain.run(linked, UNROLL_CONSTANT_LOOPS, what=exported.name, options=("-S",)).decode()
+    unrolled = toolchain.run_text(linked, UNROLL_CONSTANT_LOOPS, what=exported.name, defines=exported.abi.entry)
     return dominance_ordered(distinct_trip_counts(unrolled))
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
-from ..errors import EnzymeError, ToolchainError, ToolchainSettingError
+from ..errors import EnzymeError, InvalidObject, ToolchainError, ToolchainSettingError
+from ..objcheck import check_llvm_module
 from .versions import ENZYME_VERSION, file_sha256, opt_version
 
 __all__ = ["Toolchain"]
@@ -109,6 +110,35 @@ class Toolchain:
         if proc.returncode != 0:
             raise EnzymeError(_describe_failure(proc.returncode, stderr, what), diagnostics=stderr)
         return proc.stdout
+
+    def run_text(self, ir: str, passes: str, *, what: str, defines: str) -> str:
+        """``opt``'s IR text for ``passes`` over ``ir`` (no differentiation: a step before Enzyme), checked before
+        it is used: a module LLVM parses that still defines ``@<defines>``; ``opt`` is run once more if not.
+
+        An ``opt`` that reports success with its output cut short could otherwise hand Enzyme a module that parses
+        but lacks the function: a build that succeeds and a call that crashes. (Enzyme's own output is checked by
+        the disk cache, :func:`pyjlad.cache.get_or_build`.)
+
+        Raises
+        ------
+        EnzymeError
+            If ``opt`` fails, or both of its outputs fail the check.
+        """
+        problem = ""
+        for _ in range(2):
+            out = self.run(ir, passes, what=what, options=("-S",))
+            try:
+                check_llvm_module(out)
+            except InvalidObject as exc:
+                problem = str(exc)
+                continue
+            text = out.decode()
+            if any(line.startswith("define ") and f"@{defines}(" in line for line in text.splitlines()):
+                return text
+            problem = f"it does not define @{defines}"
+        raise EnzymeError(f"opt reported success twice but its output for {what} is not a valid LLVM module "
+                          f"({problem}); the toolchain is broken: reinstall it with python -m pyjlad toolchain "
+                          "install --force", diagnostics=problem)
 
     def self_test(self) -> None:
         """Differentiate ``x*x`` and check the derivative is ``2x``.
