@@ -28,8 +28,8 @@ from ..rules import calls_custom_rules
 from ..toolchain import locate
 from ..trip_counts import distinct_trip_counts
 
-__all__ = ["LLVMCALL", "drop_target_lines", "define_runtime_hooks", "internalize", "own_trip_counts", "llvmcall_module",
-           "unresolvable_symbols", "julia_module_text", "LIBM", "LIBC"]
+__all__ = ["LLVMCALL", "drop_target_lines", "define_runtime_hooks", "internalize", "own_trip_counts",
+           "llvmcall_module", "unresolvable_symbols", "julia_module_text", "LIBM", "LIBC"]
 
 #: C library functions Julia's JIT resolves in its own process; PyJlad.jl keeps the same list.
 LIBM = frozenset("""sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 expm1 log log2
@@ -119,13 +119,13 @@ def internalize(module: Module, entry: str) -> Module:
     return module
 
 
-#: The passes that make a linked portable module the text Julia's ``llvmcall`` receives; the context is the entry.
 def own_trip_counts(text: str, entry: str) -> str:
     """Every loop's exit compares read a ``freeze`` of their own of the loop's bound
     (:func:`pyjlad.trip_counts.distinct_trip_counts`)."""
     return distinct_trip_counts(text)
 
 
+#: The passes that make a linked portable module the text Julia's ``llvmcall`` receives; the context is the entry.
 LLVMCALL = Pipeline("llvmcall", (
     Pass("drop-target-lines", drop_target_lines, "target lines"),
     Pass("define-runtime-hooks", define_runtime_hooks, "declarations become definitions"),
