@@ -23,6 +23,7 @@ jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
 
 from corpus.family_ml import mlp_two_hidden, mlp_two_hidden_jax  # noqa: E402 (the corpus's)
+from corpus.family_numerics import column_sweeps, column_sweeps_jax, row_sweeps, row_sweeps_jax  # noqa: E402
 
 RNG = np.random.default_rng(20261202)
 
@@ -133,58 +134,6 @@ def test_what_is_left_alone() -> None:
 
 
 @njit
-def _column_sweeps(a):
-    # two sibling reductions over one column, then the column updated: the strided case
-    b = a.copy()
-    s = 0.0
-    for _ in range(3):
-        u = 0.0
-        for i in range(b.shape[0]):
-            u += b[i, 0] * b[i, 0]
-        v = 0.0
-        for i in range(b.shape[0]):
-            v += math.sin(b[i, 0])
-        s += u * v
-        for i in range(b.shape[0]):
-            b[i, 0] = b[i, 0] * 0.5 + b[i, 1]
-    return s
-
-
-def _column_sweeps_jax(a):
-    b, s = a, 0.0
-    for _ in range(3):
-        s = s + jnp.sum(b[:, 0] ** 2) * jnp.sum(jnp.sin(b[:, 0]))
-        b = b.at[:, 0].set(b[:, 0] * 0.5 + b[:, 1])
-    return s
-
-
-@njit
-def _row_sweeps(a):
-    # the same along a row: contiguous loads
-    b = a.copy()
-    s = 0.0
-    for _ in range(3):
-        u = 0.0
-        for j in range(b.shape[1]):
-            u += b[0, j] * b[0, j]
-        v = 0.0
-        for j in range(b.shape[1]):
-            v += math.cos(b[0, j])
-        s += u * v
-        for j in range(b.shape[1]):
-            b[0, j] = b[0, j] * 0.5 + b[1, j]
-    return s
-
-
-def _row_sweeps_jax(a):
-    b, s = a, 0.0
-    for _ in range(3):
-        s = s + jnp.sum(b[0] ** 2) * jnp.sum(jnp.cos(b[0]))
-        b = b.at[0].set(b[0] * 0.5 + b[1])
-    return s
-
-
-@njit
 def _column_then_overwritten(a):
     # two loops over one column, no loop around them; the column overwritten after
     b = a.copy()
@@ -204,8 +153,8 @@ def _column_then_overwritten_jax(a):
 
 
 @pytest.mark.parametrize(("f", "twin", "shape"), [
-    pytest.param(_column_sweeps, _column_sweeps_jax, (6, 3), id="column-sweeps"),
-    pytest.param(_row_sweeps, _row_sweeps_jax, (3, 7), id="row-sweeps"),
+    pytest.param(column_sweeps, column_sweeps_jax, (6, 3), id="column-sweeps"),
+    pytest.param(row_sweeps, row_sweeps_jax, (3, 7), id="row-sweeps"),
     pytest.param(_column_then_overwritten, _column_then_overwritten_jax, (6, 3), id="column-then-overwritten"),
 ])
 def test_gradients_of_sibling_loops_match_jax(f, twin, shape) -> None:
@@ -220,8 +169,11 @@ def test_two_layer_network_with_a_constant_width() -> None:
     # the corpus's ml/mlp-two-hidden-flat: its loop over hidden units unrolled before Enzyme leaves three copies of
     # the loop over inputs; gradient and Hessian
     p, x, y = RNG.standard_normal(18) * 0.6, RNG.standard_normal((5, 2)), RNG.standard_normal(5)
-    args = tuple(jnp.asarray(v.copy()) for v in (p, x, y))
+    before = [v.copy() for v in (p, x, y)]
+    args = tuple(jnp.asarray(v) for v in before)
     np.testing.assert_allclose(pyjlad.grad(mlp_two_hidden)(p, x, y), np.asarray(jax.grad(mlp_two_hidden_jax)(*args)),
                                rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(pyjlad.hessian(mlp_two_hidden, p, x, y),
                                np.asarray(jax.hessian(mlp_two_hidden_jax)(*args)), rtol=1e-11, atol=1e-12)
+    for now, then in zip((p, x, y), before, strict=True):
+        np.testing.assert_array_equal(now, then)
