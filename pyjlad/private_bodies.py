@@ -55,7 +55,9 @@ from collections.abc import Sequence
 from .errors import IRParseError
 from .ir import Function, Parameter, decode_name, parse
 from .ir.instructions import Instruction, parse_instruction, significant
+from .ir.lexer import texts_of
 from .private_adjoints import argument_pointers
+from .private_callees import only_derived, owned_parameters
 
 __all__ = ["BODY_PREFIX", "plain_private_adds", "private_body", "private_parameter"]
 
@@ -92,6 +94,7 @@ def private_body(function: Function, name: str, slots: Sequence[int]) -> str:
 #: ``diffefwddiffe`` and it (a Hessian-vector product's reverse sweep over the body's forward derivative).
 _DERIVATIVE_PREFIXES = ("define internal void @diffe" + BODY_PREFIX[1:],
                         "define internal void @diffefwddiffe" + BODY_PREFIX[1:])
+_DERIVATIVE_SYMBOLS = ("@diffe" + BODY_PREFIX[1:], "@diffefwddiffe" + BODY_PREFIX[1:])
 #: The derivatives Enzyme makes of pyjlad's LAPACK helpers (:mod:`pyjlad.lapack`), ``@diffepyjlad_lapack_...``.
 _LAPACK_PREFIX = "define internal void @diffepyjlad_lapack_"
 
@@ -128,6 +131,25 @@ def plain_private_adds(text: str) -> str:
     ...     "  %0 = atomicrmw fadd ptr %\\"pyjlad.private.1'2\\", double 1.0 monotonic, align 8", "  ret void", "}", ""])
     >>> "atomicrmw" in plain_private_adds(product)
     False
+
+    The functions it calls, through the pointers it passes them (:mod:`pyjlad.private_callees`):
+
+    >>> callee = "\\n".join([
+    ...     "define internal void @diffepyjlad.omp.body.0(ptr %\\"pyjlad.private.1'\\", ptr %s) {", "entry:",
+    ...     "  call void @diffehelper(ptr %\\"pyjlad.private.1'\\", ptr %s)", "  ret void", "}",
+    ...     "define internal void @diffehelper(ptr %a, ptr %b) {", "entry:",
+    ...     "  %0 = atomicrmw fadd ptr %a, double 1.0 monotonic, align 8",
+    ...     "  %1 = atomicrmw fadd ptr %b, double 1.0 monotonic, align 8", "  ret void", "}", ""])
+    >>> print(plain_private_adds(callee).split("@diffehelper(ptr %a")[1], end="")
+    , ptr %b) {
+    entry:
+      %0 = load double, ptr %a, align 8
+      %pyjlad.plain.0 = fadd double %0, 1.0
+      store double %pyjlad.plain.0, ptr %a, align 8
+      %1 = atomicrmw fadd ptr %b, double 1.0 monotonic, align 8
+      ret void
+    }
+
     >>> lapack = "\\n".join(["define internal void @diffepyjlad_lapack_numba_xxgetrf_d(ptr %a) {", "entry:",
     ...                    "  %0 = atomicrmw fadd ptr %a, double 2.0 monotonic, align 8", "  ret void", "}", ""])
     >>> print(plain_private_adds(lapack).splitlines()[2:5])
@@ -135,61 +157,55 @@ def plain_private_adds(text: str) -> str:
     """
     if not any(prefix in text for prefix in (*_DERIVATIVE_PREFIXES, _LAPACK_PREFIX)):
         return text
+    try:
+        functions = {f.symbol: f for f in parse(text, strict=False).definitions}
+    except IRParseError:
+        return text
+    roots = {symbol: _private_shadows(f) for symbol, f in functions.items()
+             if symbol.startswith(_DERIVATIVE_SYMBOLS) and f.linkage == ["internal"]}
+    owned = owned_parameters(text, functions, roots)
     lines = text.split("\n")
     out: list[str] = []
     k = 0
     while k < len(lines):
-        if not lines[k].startswith((*_DERIVATIVE_PREFIXES, _LAPACK_PREFIX)):
+        symbol = _defined_symbol(lines[k])
+        lapack = lines[k].startswith(_LAPACK_PREFIX)
+        if symbol not in owned and not lapack:
             out.append(lines[k])
             k += 1
             continue
         end = lines.index("}", k)
-        out += _plain_adds(lines[k:end + 1], every=lines[k].startswith(_LAPACK_PREFIX))
+        out += _plain_adds(lines[k:end + 1], None if lapack else owned[symbol])
         k = end + 1
     return "\n".join(out)
 
 
-def _plain_adds(lines: list[str], every: bool = False) -> list[str]:
-    """The lines of one body copy's derivative with its private adds plain, or with ``every``, all its adds
-    (unchanged if it cannot be parsed)."""
-    try:
-        function = parse("\n".join(lines), strict=False).definitions[0]
-    except (IRParseError, IndexError):
-        return lines
-    shadows = {p.name for p in function.parameters  # (in a product's, the tangents' copies and both shadows)
-               if p.name and decode_name(p.name).startswith(private_parameter(0)[1:-1]) and "'" in p.name}
+def _private_shadows(function: Function) -> set[str]:
+    """The shadows of a body copy's private parameters among ``function``'s parameters (in a product's
+    derivative, the tangents' copies and both shadows)."""
+    return {p.name for p in function.parameters
+            if p.name and decode_name(p.name).startswith(private_parameter(0)[1:-1]) and "'" in p.name}
+
+
+def _defined_symbol(line: str) -> str | None:
+    """The symbol a ``define`` line defines (``None`` for any other line)."""
+    if not line.startswith("define "):
+        return None
+    symbols = texts_of(line.split("(", 1)[0], "global")
+    return symbols[-1] if symbols else None
+
+
+def _plain_adds(lines: list[str], owned: set[str] | None) -> list[str]:
+    """The lines of one function with its atomic adds through pointers derived only from ``owned`` (its
+    parameters) plain, or with ``None``, all of them."""
     instructions = [parse_instruction(line) for line in lines[1:-1]]
-    private = None if every else _only_derived(shadows, [i for i in instructions if i is not None])
+    private = None if owned is None else only_derived(owned, [i for i in instructions if i is not None])
     body, rewritten = [], 0
     for line, ins in zip(lines[1:-1], instructions):
         plain = _plain_add(ins, private, rewritten) if ins is not None and ins.opcode == "atomicrmw" else None
         rewritten += plain is not None
         body += plain or [line]
     return [lines[0], *body, lines[-1]]
-
-
-def _only_derived(roots: set[str], instructions: list[Instruction]) -> set[str]:
-    """The pointers derived from ``roots`` alone: ``getelementptr``s and casts of them, and ``phi``s and
-    ``select``s all of whose pointers are (largest such set)."""
-    steps = [i for i in instructions if i.result is not None and i.opcode in
-             ("getelementptr", "bitcast", "addrspacecast", "phi", "select")]
-    derived = set(roots) | {i.result for i in steps}
-    changed = True
-    while changed:
-        changed = False
-        for ins in steps:
-            if ins.result not in derived:
-                continue
-            if ins.opcode == "phi":
-                sources = [v for v, _ in ins.phi_incoming()]
-            elif ins.opcode == "select":
-                sources = ins.operands()[-2:] if len(ins.operands()) == 3 else ["?"]
-            else:
-                sources = ins.operands()[:1]
-            if not sources or any(s not in derived for s in sources):
-                derived.discard(ins.result)
-                changed = True
-    return derived
 
 
 def _plain_add(ins: Instruction, private: set[str] | None, n: int) -> list[str] | None:
