@@ -24,8 +24,11 @@ loop, ``n**2`` of them for the pairwise kernel. :func:`plain_private_adds` rewri
 derivative of the body's copy, as a load, an add and a store (between Enzyme and the optimization
 after it: :func:`pyjlad.engines.differentiate.run_enzyme`); so are those of a Hessian-vector product's
 reverse sweep over the body copy's forward derivative, through the shadows of its copies and of their
-tangents' copies (:func:`pyjlad.private_adjoints.tangent_copy`). Only adds through those parameters are rewritten: a pointer that may also point elsewhere (a ``phi`` or ``select`` of it and
-another pointer) keeps its atomic add.
+tangents' copies (:func:`pyjlad.private_adjoints.tangent_copy`), and those of the functions the body's
+derivative calls through the pointers it passes them (Numba's compiled body, pyjlad's loop form of
+``dgemv`` for ``w @ x[i]``: :mod:`pyjlad.private_callees`). Only adds through those parameters are
+rewritten: a pointer that may also point elsewhere (a ``phi`` or ``select`` of it and another pointer, a
+callee's parameter that another call passes other memory) keeps its atomic add.
 
 Examples
 --------
