@@ -85,17 +85,6 @@ entry:
 
 
 @njit(parallel=True)
-def softmax_loss(w, x, y):
-    n = x.shape[0]
-    loss = 0.0
-    for i in prange(n):
-        z = w @ x[i]
-        m = z.max()
-        loss += m + np.log(np.sum(np.exp(z - m))) - z[y[i]]
-    return loss / n
-
-
-@njit(parallel=True)
 def gathered_loss(w, x, rows):
     """Iterations read rows of x other than their own, several the same: x's adjoint is shared."""
     loss = 0.0
@@ -103,6 +92,11 @@ def gathered_loss(w, x, rows):
         z = w @ x[rows[i]]
         loss += np.sum(np.tanh(z)) * (i % 3 + 1)
     return loss
+
+
+def _jax_gathered(w, x, rows):
+    z = x[rows] @ w.T
+    return jnp.sum(jnp.sum(jnp.tanh(z), axis=1) * (jnp.arange(rows.shape[0]) % 3 + 1))
 
 
 def _parallel_grad(f, args):
@@ -113,53 +107,42 @@ def _parallel_grad(f, args):
         return pyjlad.grad(f, wrt=(0, 1))(*args)
 
 
-def _jax_softmax(w, x, y):
-    z = x @ w.T
-    m = z.max(axis=1)
-    return jnp.mean(m + jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=1)) - z[jnp.arange(x.shape[0]), y])
-
-
-def _jax_gathered(w, x, rows):
-    z = x[rows] @ w.T
-    return jnp.sum(jnp.sum(jnp.tanh(z), axis=1) * (jnp.arange(rows.shape[0]) % 3 + 1))
+def _check_against_jax(f, twin, args, threads, repeats):
+    """``repeats`` parallel gradients of ``f`` at ``args`` on ``threads`` threads against ``jax.grad`` of ``twin``
+    (float64, from copies taken first); equal within rounding (atomic adds reorder sums); ``args`` unchanged."""
+    copies = tuple(a.copy() for a in args)
+    expected = [np.asarray(e) for e in jax.grad(twin, argnums=(0, 1))(*copies)]
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    for _ in range(repeats):
+        for got, want in zip(_parallel_grad(f, args), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+    for arg, copy in zip(args, copies):
+        np.testing.assert_array_equal(arg, copy)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_softmax_classifier_against_jax(parallel_on, threads):
+def test_softmax_classifier_against_jax(parallel_kernels, parallel_on, threads):
+    """benchmarks/parallel_gradients.py's classifier: ``w @ x[i]``, ``w`` read through the thread's copy, ``x[i]``
+    in place (its own row)."""
     rng = np.random.default_rng(17)
-    w, x, y = rng.normal(size=(10, 32)) * 0.1, rng.normal(size=(3000, 32)), rng.integers(0, 10, 3000)
-    copies = (w.copy(), x.copy(), y.copy())
-    expected = jax.grad(_jax_softmax, argnums=(0, 1))(*copies)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    first, again = (_parallel_grad(softmax_loss, (w, x, y)) for _ in range(2))
-    for got, want, repeat in zip(first, expected, again):
-        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-11, atol=1e-13)
-        np.testing.assert_allclose(repeat, got, rtol=1e-13, atol=1e-15)  # atomic adds reorder sums: rounding
-    for arg, copy in zip((w, x, y), copies):
-        np.testing.assert_array_equal(arg, copy)
+    args = (rng.normal(size=(10, 32)) * 0.1, rng.normal(size=(3000, 32)), rng.integers(0, 10, 3000))
+    _, twins = parallel_kernels._jax_twins()
+    _check_against_jax(parallel_kernels.classifier, twins["classifier"][0], args, threads, repeats=2)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_shared_rows_against_jax(parallel_on, threads):
     rng = np.random.default_rng(18)
-    w, x, rows = rng.normal(size=(6, 8)) * 0.3, rng.normal(size=(50, 8)), rng.integers(0, 50, 4000)
-    copies = (w.copy(), x.copy(), rows.copy())
-    expected = jax.grad(_jax_gathered, argnums=(0, 1))(*copies)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    results = [_parallel_grad(gathered_loss, (w, x, rows)) for _ in range(5)]
-    for got in results:
-        for g, want in zip(got, expected):
-            np.testing.assert_allclose(g, np.asarray(want), rtol=1e-11, atol=1e-11)
-    for arg, copy in zip((w, x, rows), copies):
-        np.testing.assert_array_equal(arg, copy)
+    args = (rng.normal(size=(6, 8)) * 0.3, rng.normal(size=(50, 8)), rng.integers(0, 50, 4000))
+    _check_against_jax(gathered_loss, _jax_gathered, args, threads, repeats=5)
 
 
-def test_the_weights_adjoint_is_added_plainly(parallel_on, tmp_path, monkeypatch):
+def test_the_weights_adjoint_is_added_plainly(parallel_kernels, parallel_on, tmp_path, monkeypatch):
     """The loop ``dgemv``'s adds into the thread's copy of ``w`` (its parameter ``pa``) are plain in the private
     rows' derivative; those of the rows that run the body as Numba compiled it stay atomic (one)."""
     monkeypatch.setenv("PYJLAD_DUMP_IR", str(tmp_path))
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
-    fresh = njit(parallel=True)(softmax_loss.py_func)  # its own derivative, built (and dumped) here
+    fresh = njit(parallel=True)(parallel_kernels.classifier.py_func)  # its own derivative, built (and dumped) here
     rng = np.random.default_rng(19)
     w, x, y = rng.normal(size=(4, 5)), rng.normal(size=(30, 5)), rng.integers(0, 4, 30)
     _parallel_grad(fresh, (w, x, y))
