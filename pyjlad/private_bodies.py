@@ -95,8 +95,6 @@ def private_body(function: Function, name: str, slots: Sequence[int]) -> str:
 
 #: The derivatives Enzyme makes of a body copy: ``diffe`` and the copy's name (a reverse sweep), or
 #: ``diffefwddiffe`` and it (a Hessian-vector product's reverse sweep over the body's forward derivative).
-_DERIVATIVE_PREFIXES = ("define internal void @diffe" + BODY_PREFIX[1:],
-                        "define internal void @diffefwddiffe" + BODY_PREFIX[1:])
 _DERIVATIVE_SYMBOLS = ("@diffe" + BODY_PREFIX[1:], "@diffefwddiffe" + BODY_PREFIX[1:])
 #: The derivatives Enzyme makes of pyjlad's LAPACK helpers (:mod:`pyjlad.lapack`), ``@diffepyjlad_lapack_...``.
 _LAPACK_PREFIX = "define internal void @diffepyjlad_lapack_"
@@ -158,7 +156,7 @@ def plain_private_adds(text: str) -> str:
     >>> print(plain_private_adds(lapack).splitlines()[2:5])
     ['  %0 = load double, ptr %a, align 8', '  %pyjlad.plain.0 = fadd double %0, 2.0', '  store double %pyjlad.plain.0, ptr %a, align 8']
     """
-    if not any(prefix in text for prefix in (*_DERIVATIVE_PREFIXES, _LAPACK_PREFIX)):
+    if not any(f"define internal void {symbol}" in text for symbol in _DERIVATIVE_SYMBOLS) and _LAPACK_PREFIX not in text:
         return text
     try:
         functions = {f.symbol: f for f in parse(text, strict=False).definitions}
