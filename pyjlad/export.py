@@ -26,7 +26,7 @@ from numba.core.ccallback import CFunc
 from .abi import FunctionABI
 from .aliasing import mixed_pointer_arguments
 from .errors import ExportError, UnsupportedFunctionError
-from .export_abi import arg_abi, data_parameters, filled_args, result_abi
+from .export_abi import arg_abi, data_parameters, filled_args, never_written_data, result_abi
 from .export_compile import (
     as_numba_function,
     describe_function,
@@ -179,12 +179,13 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         if target.targetoptions.get("parallel"):
             def parallel(form: str = "reverse") -> tuple[PortableModule | None, str]:
                 return cached_for(target, ("parallel-module", argtypes, form),
-                                  lambda: parallel_module(target, argtypes, entry, form=form))
+                                  lambda: parallel_module(target, argtypes, entry, form=form,
+                                                          never_written=never_written_data(abi.args)))
         elif getattr(target, PARALLEL_TWIN, None):  # the results wrapper of a parallel function (pyjlad.outputs)
             def parallel(form: str = "reverse") -> tuple[PortableModule | None, str]:
                 return cached_for(target, ("parallel-module", argtypes, form),
                                   lambda: parallel_module(getattr(target, PARALLEL_TWIN)(), argtypes, entry,
-                                                          form=form))
+                                                          form=form, never_written=never_written_data(abi.args)))
 
     args_abi = [arg_abi(i, t) for i, t in enumerate(argtypes)]
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):

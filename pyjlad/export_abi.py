@@ -17,7 +17,8 @@ from .abi import ArgABI, ArrayArg, ScalarArg
 from .errors import UnsupportedFunctionError
 from .ir import Parameter
 
-__all__ = ["arg_abi", "data_parameters", "dtype_name", "filled_args", "llvm_type_of", "result_abi"]
+__all__ = ["arg_abi", "data_parameters", "dtype_name", "filled_args", "llvm_type_of", "never_written_data",
+           "result_abi"]
 
 _LLVM_INT = {8: "i8", 16: "i16", 32: "i32", 64: "i64"}
 
@@ -117,6 +118,31 @@ def filled_args(args: Sequence[ArgABI], params: Sequence[Parameter], aliased: fr
             filled.append(ScalarArg(arg.dtype, params[position].type))
         position += len(arg.param_roles)
     return filled
+
+
+def never_written_data(args: Sequence[ArgABI]) -> frozenset[int]:
+    """The positions in the entry's parameter list (``retptr`` and ``excinfo`` first) of the arrays' data
+    pointers, if the function writes none of its array arguments (``args`` filled in: :func:`filled_args`);
+    otherwise none (an argument it writes may overlap another one in the caller's memory).
+
+    Examples
+    --------
+    >>> from pyjlad.abi import ArrayArg, ScalarArg
+    >>> x = ArrayArg("float64", 1, "C", "double")
+    >>> sorted(never_written_data([ScalarArg("float64", "double"), x]))
+    [7]
+    >>> never_written_data([x, ArrayArg("float64", 1, "C", "double", writes=True)])
+    frozenset()
+    """
+    arrays = [arg for arg in args if isinstance(arg, ArrayArg)]
+    if any(arg.writes for arg in arrays):
+        return frozenset()
+    found, position = set(), 2
+    for arg in args:
+        if isinstance(arg, ArrayArg):
+            found.add(position + arg.param_roles.index("data"))
+        position += len(arg.param_roles)
+    return frozenset(found)
 
 
 def result_abi(restype: nbtypes.Type) -> ScalarArg:

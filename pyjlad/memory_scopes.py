@@ -82,22 +82,12 @@ _MIXED = object()  # the lattice's bottom: not classed
 _DATA_FIELD_MARK = object()
 
 
-def _after_opcode(instruction: Instruction) -> list:
-    """The tokens after ``instruction``'s opcode, comments left out (whitespace kept: it separates words)."""
-    tokens = [t for t in instruction.tokens if t.kind != "comment"]
-    index = next(k for k, t in enumerate(tokens) if t.text == instruction.opcode)
-    rest = tokens[index + 1:]
-    while rest and rest[0].kind == "ws":
-        rest = rest[1:]
-    return rest
-
-
 def _moved_pointers(instruction: Instruction) -> list[str]:
     """The values a pointer-moving instruction's result comes from (a ``getelementptr``'s base only)."""
     opcode = instruction.opcode
     if opcode == "phi":
         return [value for value, _ in instruction.phi_incoming()]
-    parts = [words(part) for part in split_top_level(_after_opcode(instruction))]
+    parts = [words(part) for part in split_top_level(instruction.after_opcode())]
     if opcode == "select":
         return [part[-1] for part in parts[1:3] if part]
     if opcode == "getelementptr":
@@ -108,20 +98,9 @@ def _moved_pointers(instruction: Instruction) -> list[str]:
 
 def _is_data_field(instruction: Instruction, header: str) -> bool:
     """Whether ``instruction`` is ``getelementptr [inbounds] i8, ptr <header>, i64 24``."""
-    parts = [words(part) for part in split_top_level(_after_opcode(instruction))]
+    parts = [words(part) for part in split_top_level(instruction.after_opcode())]
     return (len(parts) == 3 and parts[0][-1] == "i8" and parts[1] == ["ptr", header]
             and parts[2] == ["i64", _DATA_FIELD])
-
-
-def _pointer_operand(instruction: Instruction) -> str | None:
-    """The address of a plain (neither atomic nor volatile) ``load`` or ``store`` through a ``ptr``."""
-    rest = _after_opcode(instruction)
-    if rest and rest[0].text in ("atomic", "volatile"):
-        return None
-    parts = [words(part) for part in split_top_level(rest)]
-    if len(parts) < 2 or len(parts[1]) != 2 or parts[1][0] != "ptr":
-        return None
-    return parts[1][1]
 
 
 def pointer_origins(function: Function, allocations: Iterable[str] = ALLOCATIONS) -> dict[str, Origin]:
@@ -178,7 +157,7 @@ def _origin_of(instruction: Instruction, state: dict[str, object], allocations: 
         call = instruction.call()
         return Origin.HEADER if call is not None and call.callee in allocations else _MIXED
     if opcode == "load":
-        address = _pointer_operand(instruction)
+        address = instruction.address()
         if address is None or not _is_pointer_load(instruction):
             return _MIXED
         return Origin.TEMPORARY if state.get(address) is _DATA_FIELD_MARK else _MIXED
@@ -203,7 +182,7 @@ def _class_of(origin: object) -> object:
 
 def _is_pointer_load(instruction: Instruction) -> bool:
     """Whether ``instruction`` is ``load ptr, ...``."""
-    parts = [words(part) for part in split_top_level(_after_opcode(instruction))]
+    parts = [words(part) for part in split_top_level(instruction.after_opcode())]
     return bool(parts) and parts[0] == ["ptr"]
 
 
@@ -230,19 +209,11 @@ class _Scopes:
                 Metadata(self.neither, f"!{{{self.temporaries}, {self.counts}}}")]
 
 
-def _with_metadata(instruction: Instruction, kind: str, node: str) -> str:
-    """``instruction``'s line with ``, <kind> <node>`` after its last significant token (before a comment)."""
-    tokens = list(instruction.tokens)
-    last = max(k for k, t in enumerate(tokens) if t.kind not in ("ws", "comment"))
-    head, tail = "".join(t.text for t in tokens[:last + 1]), "".join(t.text for t in tokens[last + 1:])
-    return f"{head}, {kind} {node}{tail}"
-
-
 def _tag(instruction: Instruction, origins: dict[str, Origin], scopes: _Scopes,
          runtime: frozenset[str]) -> tuple[str, str] | None:
     """The metadata ``instruction`` gets, as ``(kind, node)``; ``None`` for none."""
     if instruction.opcode in ("load", "store"):
-        origin = origins.get(_pointer_operand(instruction) or "")
+        origin = origins.get(instruction.address() or "")
         if origin is Origin.ARGUMENT:
             return "!noalias", scopes.neither
         if origin in (Origin.TEMPORARY, Origin.HEADER):
@@ -276,7 +247,7 @@ def _scope_function(function: Function, scopes: _Scopes, runtime: frozenset[str]
         instruction = parse_instruction(line)
         tag = _tag(instruction, origins, scopes, runtime) if instruction is not None else None
         if tag is not None:
-            body[index] = _with_metadata(instruction, *tag)
+            body[index] = instruction.with_metadata(*tag)
             tagged = True
     return tagged
 

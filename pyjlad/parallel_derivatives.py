@@ -58,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,6 +69,7 @@ from . import cache, config
 from .blas_loops import blas_as_loops, blas_in_parallel_loops
 from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionError
 from .export_ir import compile_before_codegen
+from .invariant_reads import invariant_reads
 from .ir import parse
 from .ir.edit import mark_enzyme_calls
 from .memo import cached_for
@@ -98,7 +99,7 @@ PARALLEL_TWIN = "pyjlad_parallel_twin"
 #: The modules whose code makes the parallel module Enzyme differentiates, or edits Enzyme's output of it.
 _SOURCES = ("parallel_derivatives.py", "openmp_loops.py", "openmp_tasks.py", "private_adjoints.py", "private_bodies.py",
             "parfor_bodies.py", "openmp.py", "row_offsets.py", "openmp_fills.py", "blas_loops.py", "runtime/blas_loops.ll",
-            "shared_writes.py", "private_callees.py")
+            "shared_writes.py", "private_callees.py", "invariant_reads.py")
 
 
 @functools.cache
@@ -131,12 +132,16 @@ def sweep_form(sweep: Any) -> str:
 
 
 def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
-                    entry: str, *, form: str = "reverse") -> tuple[PortableModule | None, str]:
+                    entry: str, *, form: str = "reverse",
+                    never_written: Collection[int] = frozenset()) -> tuple[PortableModule | None, str]:
     """The portable module of ``dispatcher``'s parallel copy with its loops made OpenMP loops, or why not.
 
     ``form`` (:func:`sweep_form`): ``"forward"`` and ``"hvp"`` register the forward derivative of each fork
     (:func:`pyjlad.openmp_tasks.forward_fork`); ``"reverse"`` and ``"hvp"`` refuse BLAS in a loop, whose
-    reverse-mode rules race. Returns ``(module, "")``, or ``(None, reason)`` in the user's terms.
+    reverse-mode rules race. ``never_written``: the entry's parameters that point to arrays the function never
+    writes (:func:`pyjlad.export_abi.never_written_data`), whose reads in the loops are marked invariant
+    (:func:`pyjlad.invariant_reads.invariant_reads`). Returns ``(module, "")``, or ``(None, reason)`` in the
+    user's terms.
     """
     from .portable_pipeline import make_portable
 
@@ -165,6 +170,7 @@ def parallel_module(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...],
         return None, "the OpenMP rewrite of its parallel loops did not survive the portable pipeline"
     if blas_in_parallel_loops(module.text):  # (Enzyme's BLAS rules: a race in reverse, a failure forward; loops)
         module = dataclasses.replace(module, text=blas_as_loops(module.text))
+    module = dataclasses.replace(module, text=invariant_reads(module.text, entry, never_written))
     blas = [] if form == "forward" else blas_in_parallel_loops(module.text)
     if blas:
         return None, (f"its prange loops compute {' and '.join(blas)} with BLAS, whose reverse-mode derivative "

@@ -25,7 +25,7 @@ from .lexer import closing, decode_name, split_top_level, substitute, symbol_for
 from .module import AttributeGroup, Function, GlobalVariable, Metadata, Module, parse
 from .rewrite import map_items
 
-__all__ = ["rename_callees", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups",
+__all__ = ["rename_callees", "renamed_line", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups",
            "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies", "FLOAT_TYPE_HINTS",
            "type_hint_declaration"]
 
@@ -35,7 +35,7 @@ def _functions(module: Module) -> list[Function]:
     return [item for item in module.items if isinstance(item, Function)]
 
 
-def _renamed_line(line: str, rename: Callable[[str], str | None]) -> str:
+def renamed_line(line: str, rename: Callable[[str], str | None]) -> str:
     """``line`` with each ``@symbol(`` renamed as ``rename`` says; the line itself when nothing changes."""
     if "@" not in line:
         return line
@@ -86,7 +86,7 @@ def rename_callees(module: Module, rename: Callable[[str], str | None]) -> Modul
         if new is not None:
             function.symbol = symbol_for(new)
         if function.body is not None:
-            function.body = [_renamed_line(line, rename) for line in function.body]
+            function.body = [renamed_line(line, rename) for line in function.body]
     return module
 
 

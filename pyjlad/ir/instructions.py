@@ -67,6 +67,49 @@ class Instruction:
             index += 1
         return pairs
 
+    def after_opcode(self) -> list[Token]:
+        """The tokens after the opcode, comments left out and leading whitespace dropped (whitespace between
+        tokens kept: it separates words)."""
+        tokens = [t for t in self.tokens if t.kind != "comment"]
+        start = 0
+        if self.result is not None:
+            start = next(k for k, t in enumerate(tokens) if t.text == "=") + 1
+        index = next(k for k in range(start, len(tokens)) if tokens[k].text == self.opcode)
+        rest = tokens[index + 1:]
+        while rest and rest[0].kind == "ws":
+            rest = rest[1:]
+        return rest
+
+    def address(self) -> str | None:
+        """The address of a plain (neither atomic nor volatile) ``load`` or ``store`` through a ``ptr``; ``None``
+        for anything else.
+
+        >>> parse_instruction("  %v = load double, ptr %p, align 8").address()
+        '%p'
+        >>> parse_instruction("  store atomic double %v, ptr %p unordered, align 8").address() is None
+        True
+        """
+        if self.opcode not in ("load", "store"):
+            return None
+        rest = self.after_opcode()
+        if rest and rest[0].text in ("atomic", "volatile"):
+            return None
+        parts = [words(part) for part in split_top_level(rest)]
+        if len(parts) < 2 or len(parts[1]) != 2 or parts[1][0] != "ptr":
+            return None
+        return parts[1][1]
+
+    def with_metadata(self, kind: str, node: str) -> str:
+        """The instruction's line with ``, <kind> <node>`` after its last significant token (before a comment).
+
+        >>> parse_instruction("  %v = load double, ptr %p, align 8").with_metadata("!invariant.load", "!3")
+        '  %v = load double, ptr %p, align 8, !invariant.load !3'
+        """
+        tokens = list(self.tokens)
+        last = max(k for k, t in enumerate(tokens) if t.kind not in ("ws", "comment"))
+        head, tail = "".join(t.text for t in tokens[:last + 1]), "".join(t.text for t in tokens[last + 1:])
+        return f"{head}, {kind} {node}{tail}"
+
     def call(self) -> Call | None:
         """The call site, for a ``call``/``invoke``/``callbr``; ``None`` for other opcodes."""
         if self.opcode not in ("call", "invoke", "callbr"):

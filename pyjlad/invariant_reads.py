@@ -1,0 +1,349 @@
+"""Reads of arrays the function never writes, marked invariant where a parallel loop's body reads them.
+
+Enzyme's reverse sweep reads a value again where it can prove nothing overwrote it since the forward sweep,
+and caches it otherwise (one copy per read, per iteration of every loop around it). A parallel loop's
+derivative is split: the forward sweep of each task, then its reverse, with the function's code between
+them. Enzyme proves "not overwritten" for a read in a task or in the loop's body only through the pointers'
+origins, and every pointer there comes from memory: Numba hands a parallel loop its arrays as an array of
+pointers (the gufunc's ``args``), and Enzyme's analysis of origins trusts no pointer loaded from memory
+(``is_value_mustcache_from_origin``: "unknown origin may need caching"), nor, at the fork, the ``args``
+array itself (Numba's ``set_parallel_chunksize`` call after the fork may write anything). So every element
+a loop body reads of the caller's arrays was cached: a softmax classifier of 20,000 samples (10x32 weights)
+wrote and read back 51 MB of copies of ``x`` per gradient (``x[i, c]``, once for each of the 10 rows of
+weights), which the serial derivative, where Enzyme sees the whole function, reads again in place.
+
+:func:`invariant_reads` tells Enzyme what pyjlad knows: an array argument whose data pointer LLVM proved
+``readonly`` for the whole function (:mod:`pyjlad.inferred_readonly`, the ABI's ``writes``), of a function
+that writes none of its array arguments (so no argument the caller passes, overlapping it, can change it
+either), holds the same values from the start of the derivative's call to its end. A ``load`` that reads
+such an array gets ``!invariant.load``, which Enzyme takes as "never needs caching" and LLVM as "the same
+value wherever it is read" (true for the call's duration; nothing of the call outlives it).
+
+Which loads read such an array is traced exactly, not guessed:
+
+* in the entry, each ``__kmpc_fork_call`` passes arrays of pointers it allocated (``alloca``); a slot of one
+  holds such an array when its only store (every access to the array at a constant offset) stores a pointer
+  derived only from the array's data pointer parameter (:func:`pyjlad.private_callees.only_derived`), and the
+  array is used by nothing but ``getelementptr``, ``load``, those stores and the fork;
+* in the task the fork runs (called by the fork alone), the pointers it loads from such a slot, its own
+  parameter for that array used only to load (never written, never passed on);
+* from there, through direct calls of internal functions, the parameters that only ever receive pointers
+  derived from those (:func:`pyjlad.private_callees.owned_parameters`: the loop body's copy and what it calls,
+  such as pyjlad's loop form of ``w @ x[i]``).
+
+A function on that path that stores through such a pointer contradicts ``readonly``: then nothing is marked.
+Only the parallel module of a ``parallel=True`` function gets the mark (:func:`pyjlad.parallel_derivatives.parallel_module`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Collection, Iterable
+
+from .errors import IRLookupError, IRParseError
+from .ir import Function, Metadata, Module, parse
+from .ir.edit import renamed_line
+from .ir.instructions import Instruction, parse_instruction
+from .ir.lexer import decode_name, split_top_level, symbol_for, texts_of, words
+from .private_callees import only_derived, owned_parameters
+
+__all__ = ["invariant_reads"]
+
+FORK = "@__kmpc_fork_call"
+_MARK = "!invariant.load"
+#: Bytes of the types a constant ``getelementptr`` into an array of pointers or sizes steps over.
+_SIZES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8, "double": 8, "float": 4}
+#: Linkage, visibility and DLL words a function's internal copy drops.
+_VISIBILITY = frozenset({"private", "internal", "available_externally", "linkonce", "weak", "common", "appending",
+                         "extern_weak", "linkonce_odr", "weak_odr", "external", "dso_local", "dso_preemptable",
+                         "hidden", "protected", "default", "dllimport", "dllexport", "unnamed_addr",
+                         "local_unnamed_addr"})
+_COPY_SUFFIX = ".pyjlad.reads"
+#: The functions :func:`_owned_with_copies` may copy: Numba's compiled functions and pyjlad's BLAS loop forms.
+_COPIED = ("@_ZN", "@numba_xx")
+#: At most this many functions copied (each copy is Enzyme's to differentiate too).
+_MOST_COPIES = 16
+#: Calls that touch no memory through a pointer they are given.
+_HARMLESS = ("@llvm.lifetime.", "@llvm.assume")
+
+
+def invariant_reads(text: str, entry: str, never_written: Collection[int]) -> str:
+    """``text`` with ``!invariant.load`` on the loads of parallel tasks and their callees that read an array
+    the function never writes (see the module docstring).
+
+    Parameters
+    ----------
+    text : str
+        The parallel module (LLVM IR text), its loops OpenMP forks.
+    entry : str
+        The function Enzyme differentiates (no ``@``).
+    never_written : collection of int
+        Positions in ``entry``'s parameter list (``retptr`` and ``excinfo`` included) of the data pointers of
+        arrays the function never writes; empty unless the function writes none of its array arguments.
+
+    Returns
+    -------
+    str
+        The module's text; unchanged if no load was marked.
+
+    Examples
+    --------
+    >>> text = '''define i32 @f(ptr %x, ptr %out) {
+    ... entry:
+    ...   %args = alloca [2 x ptr], align 8
+    ...   store ptr %x, ptr %args, align 8
+    ...   %slot = getelementptr inbounds ptr, ptr %args, i64 1
+    ...   store ptr %out, ptr %slot, align 8
+    ...   call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @loc, i32 1, ptr @task, ptr %args)
+    ...   ret i32 0
+    ... }
+    ... define internal void @task(ptr %gtid, ptr %btid, ptr %args) {
+    ... entry:
+    ...   %xp = load ptr, ptr %args, align 8
+    ...   %at = getelementptr inbounds ptr, ptr %args, i64 1
+    ...   %op = load ptr, ptr %at, align 8
+    ...   call void @body(ptr %xp, ptr %op)
+    ...   ret void
+    ... }
+    ... define internal void @body(ptr %a, ptr %b) {
+    ... entry:
+    ...   %v = load double, ptr %a, align 8
+    ...   %w = load double, ptr %b, align 8
+    ...   ret void
+    ... }'''
+    >>> marked = invariant_reads(text, "f", {0})
+    >>> [line.strip() for line in marked.splitlines() if "invariant" in line or line.startswith("!")]
+    ['%v = load double, ptr %a, align 8, !invariant.load !0', '!0 = !{}']
+    """
+    if not never_written or FORK not in text:
+        return text
+    try:
+        module = parse(text, strict=False)
+        function = module.function(entry)
+    except (IRParseError, IRLookupError):
+        return text
+    functions = {f.symbol: f for f in module.definitions}
+    params = [p.name for k, p in enumerate(function.parameters) if k in never_written and p.name]
+    roots = _task_roots(text, function, functions, params)
+    if not roots:
+        return text
+    owned = _owned_with_copies(module, roots)
+    functions = {f.symbol: f for f in module.definitions}
+    reads: dict[str, set[str]] = {}
+    for symbol, names in owned.items():
+        instructions = list(functions[symbol].instructions())
+        derived = only_derived(names, instructions)
+        if _writes_through(instructions, derived):
+            return text  # contradicts "never written": mark nothing
+        reads[symbol] = {i.result for i in instructions
+                         if i.opcode == "load" and i.result and i.address() in derived and _MARK not in i.text}
+    if not any(reads.values()):
+        return text
+    node = _empty_node(module)
+    for symbol, results in reads.items():
+        _mark(functions[symbol], results, node)
+    module.items.append(Metadata(node, "!{}"))
+    return module.render()
+
+
+def _owned_with_copies(module: Module, roots: dict[str, set[str]]) -> dict[str, set[str]]:
+    """:func:`~pyjlad.private_callees.owned_parameters` from ``roots``, after giving each function called with
+    such a pointer from an owning function, and from elsewhere too, a copy of its own for those calls (an
+    internal function ``<name>.pyjlad.reads``, edited into ``module``): Numba's compiled loop body is called by
+    the body's copy with its rows in place and by the gufunc wrapper with pointers it loads, and that body calls
+    pyjlad's loop form of ``w @ x[i]``, also defined once for every caller."""
+    copies: dict[str, str] = {}
+    while True:
+        text = module.render()
+        functions = {f.symbol: f for f in module.definitions}
+        owned = owned_parameters(text, functions, roots)
+        wanted: dict[str, set[str]] = {}  # owning function -> callees to copy for its calls
+        for symbol, names in owned.items():
+            instructions = list(functions[symbol].instructions())
+            derived = only_derived(names, instructions)
+            for ins in instructions:
+                call = ins.call()
+                if (call is None or call.callee not in functions or call.callee in owned
+                        or call.callee in copies.values() or not any(v in derived for v in call.values)):
+                    continue  # (a copy not owned: its callers pass such pointers in different places)
+                wanted.setdefault(symbol, set()).add(call.callee)
+        uses = Counter(texts_of(text, "global"))
+        new = sorted(c for c in set().union(*wanted.values()) - set(copies)
+                     if _copyable(functions[c], module, uses[c])) if wanted else []
+        if len(copies) + len(new) > _MOST_COPIES:
+            return owned
+        for callee in new:
+            copies[callee] = _copy_function(module, functions[callee])
+        redirect = {symbol: {decode_name(c): decode_name(copies[c]) for c in callees if c in copies}
+                    for symbol, callees in wanted.items()}
+        if not any(redirect.values()):
+            return owned  # (each round copies a function or calls a copy from one more place: it ends)
+        for symbol, rename in redirect.items():
+            functions[symbol].body = [renamed_line(line, rename.get) for line in functions[symbol].body or []]
+
+
+def _copyable(function: Function, module: Module, uses: int) -> bool:
+    """Whether ``function`` is Numba's compiled code or a BLAS product's loop form (``@_ZN...``, ``@numba_xx...``:
+    nothing finds those by name after this pass), is only ever called directly (``uses``: the mentions of its
+    symbol), and names no Enzyme attribute (a custom derivative is registered by address)."""
+    groups = module.attribute_groups
+    attributes = [*function.attributes,
+                  *(a for ref in function.attribute_group_refs if ref in groups for a in groups[ref].attributes)]
+    calls = sum(1 for f in module.definitions for c in f.calls() if c.callee == function.symbol)
+    return (function.symbol.startswith(_COPIED) and uses == 1 + calls
+            and not any(a.startswith('"enzyme_') for a in attributes))
+
+
+def _copy_function(module: Module, function: Function) -> str:
+    """Add an internal copy of ``function`` after it; its symbol."""
+    copy = dataclasses.replace(function, symbol=symbol_for(function.name + _COPY_SUFFIX),
+                               linkage=["internal", *(w for w in function.linkage if w not in _VISIBILITY)],
+                               attributes=[a for a in function.attributes if not a.startswith("comdat")],
+                               parameters=[dataclasses.replace(p, attributes=list(p.attributes))
+                                           for p in function.parameters],
+                               body=list(function.body or []))
+    module.items.insert(module.items.index(function) + 1, copy)
+    return copy.symbol
+
+
+def _task_roots(text: str, entry: Function, functions: dict[str, Function],
+                params: list[str]) -> dict[str, set[str]]:
+    """For each task the entry forks, the pointers it loads that point into a never-written array."""
+    instructions = list(entry.instructions())
+    arrays = only_derived(params, instructions)
+    allocas = {i.result for i in instructions if i.opcode == "alloca" and i.result}
+    forks = [(i, c) for i in instructions if (c := i.call()) is not None and c.callee == FORK]
+    roots: dict[str, set[str]] = {}
+    for _, call in forks:
+        task = call.values[2] if len(call.values) > 2 else ""
+        target = functions.get(task)
+        if target is None or text.count(task) != 1 + sum(c.values[2:3] == [task] for _, c in forks):
+            continue  # a task used other than by the entry's forks: its arguments are not only these
+        found: set[str] = set()
+        for position, value in enumerate(call.values[3:]):
+            if value not in allocas or 2 + position >= len(target.parameters):
+                continue
+            slots = _readonly_slots(instructions, value, arrays)
+            if slots:
+                found |= _slot_loads(list(target.instructions()), target.parameters[2 + position].name, slots)
+        if found:
+            roots.setdefault(task, set()).update(found)
+    return roots
+
+
+def _readonly_slots(instructions: list[Instruction], array: str, pointers: set[str]) -> set[int]:
+    """The byte offsets of the slots of the entry's pointer array ``array`` whose one store stores one of
+    ``pointers``; none if the array is used other than by constant offsets, loads, stores into it and forks."""
+    offsets = _offsets(instructions, array)
+    if offsets is None:
+        return set()
+    stored: dict[int, list[str]] = {}
+    for ins in instructions:
+        if ins.result in offsets or not any(v in offsets for v in ins.operands()):
+            continue  # (an offset into it, or unrelated)
+        if ins.opcode == "store":
+            value = _stored_value(ins)
+            if ins.address() not in offsets or value in offsets:
+                return set()  # (the array's own address stored somewhere: it escapes)
+            stored.setdefault(offsets[ins.address() or ""], []).append(value or "")
+        elif ins.opcode == "call":
+            call = ins.call()
+            if call is None or not (call.callee == FORK or call.callee.startswith(_HARMLESS)):
+                return set()
+    return {offset for offset, values in stored.items() if len(values) == 1 and values[0] in pointers}
+
+
+def _slot_loads(instructions: list[Instruction], args: str | None, slots: set[int]) -> set[str]:
+    """The pointers a task loads from ``slots`` of its parameter ``args``; none if ``args`` is used for
+    anything but constant offsets and loads."""
+    offsets = _offsets(instructions, args or "")
+    if not args or offsets is None:
+        return set()
+    found = set()
+    for ins in instructions:
+        if ins.result in offsets or not any(v in offsets for v in ins.operands()):
+            continue  # (an offset into it, or unrelated)
+        if ins.opcode != "load" or ins.address() not in offsets:
+            return set()
+        if offsets[ins.address() or ""] in slots and ins.result:
+            found.add(ins.result)
+    return found
+
+
+def _offsets(instructions: list[Instruction], base: str) -> dict[str, int] | None:
+    """``base`` and the pointers ``getelementptr`` derives from it at constant byte offsets; ``None`` if one
+    derived pointer's offset is not a constant."""
+    offsets = {base: 0}
+    for ins in instructions:
+        if ins.opcode != "getelementptr" or not ins.result:
+            continue
+        operands = ins.operands()
+        if not operands or operands[0] not in offsets:
+            continue
+        step = _constant_step(ins)
+        if step is None:
+            return None
+        offsets[ins.result] = offsets[operands[0]] + step
+    return offsets
+
+
+def _constant_step(ins: Instruction) -> int | None:
+    """The byte offset a ``getelementptr`` with constant indices adds (one index over a scalar type, or
+    ``0, k`` into an array type ``[n x T]``); ``None`` for any other."""
+    parts = [words(part) for part in split_top_level(ins.after_opcode())]
+    if len(parts) < 3:
+        return None
+    type_words = [w for w in parts[0] if w not in ("inbounds", "nuw", "nusw")]
+    indices = []
+    for part in parts[2:]:
+        if len(part) != 2 or not part[1].lstrip("-").isdigit():
+            return None
+        indices.append(int(part[1]))
+    if len(type_words) == 1 and type_words[0] in _SIZES and len(indices) == 1:
+        return indices[0] * _SIZES[type_words[0]]
+    array = type_words[0].strip("[]").split() if len(type_words) == 1 else []
+    if len(array) == 3 and array[1] == "x" and array[2] in _SIZES and len(indices) == 2 and indices[0] == 0:
+        return indices[1] * _SIZES[array[2]]  # ([n x T], ptr %a, i64 0, i64 k)
+    return None
+
+
+def _stored_value(ins: Instruction) -> str | None:
+    """The value a plain ``store`` stores."""
+    parts = [words(part) for part in split_top_level(ins.after_opcode())]
+    return parts[0][-1] if parts and parts[0] else None
+
+
+def _writes_through(instructions: Iterable[Instruction], pointers: set[str]) -> bool:
+    """Whether a store, atomic update or memory intrinsic writes through one of ``pointers``."""
+    for ins in instructions:
+        if ins.opcode in ("atomicrmw", "cmpxchg") and any(v in pointers for v in ins.operands()[:1]):
+            return True
+        if ins.opcode == "store":
+            address = ins.address()
+            if address is None and any(v in pointers for v in ins.operands()):
+                return True  # (an atomic or volatile store: its address is not read back; be safe)
+            if address in pointers:
+                return True
+        call = ins.call()
+        if call is not None and call.callee.startswith(("@llvm.memcpy", "@llvm.memmove", "@llvm.memset")) and (
+                call.values[:1] and call.values[0] in pointers):
+            return True
+    return False
+
+
+def _empty_node(module: Module) -> str:
+    """A metadata number after the module's own."""
+    numbers = [int(symbol[1:]) for symbol in module.metadata if symbol[1:].isdigit()]
+    return f"!{max(numbers, default=-1) + 1}"
+
+
+def _mark(function: Function, results: set[str], node: str) -> None:
+    """Add ``!invariant.load node`` to the loads of ``function`` whose result is in ``results``."""
+    body = function.body or []
+    for index, line in enumerate(body):
+        if "load" not in line:
+            continue
+        ins = parse_instruction(line)
+        if ins is not None and ins.opcode == "load" and ins.result in results:
+            body[index] = ins.with_metadata(_MARK, node)
