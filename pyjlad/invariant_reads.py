@@ -27,9 +27,14 @@ Which loads read such an array is traced exactly, not guessed:
   array is used by nothing but ``getelementptr``, ``load``, those stores and the fork;
 * in the task the fork runs (called by the fork alone), the pointers it loads from such a slot, its own
   parameter for that array used only to load (never written, never passed on);
+* the task's private copies of such an array (:mod:`pyjlad.private_adjoints`: a ``malloc`` of the task's own that
+  one ``llvm.memcpy`` fills from it before any row runs, the copy's only write): their reads in the body and
+  its callees, which run after the copy is made and before it is freed (the copy of ``w`` per thread; before,
+  Enzyme kept a copy of all of ``w``, 2.5 KB, per sample, in the reverse of ``w @ x[i]``);
 * from there, through direct calls of internal functions, the parameters that only ever receive pointers
   derived from those (:func:`pyjlad.private_callees.owned_parameters`: the loop body's copy and what it calls,
-  such as pyjlad's loop form of ``w @ x[i]``).
+  such as pyjlad's loop form of ``w @ x[i]``; a function that other code calls too gets a copy of its own for
+  these calls, if it is Numba's compiled code or a BLAS loop form, only ever called directly).
 
 A function on that path that stores through such a pointer contradicts ``readonly``: then nothing is marked.
 Only the parallel module of a ``parallel=True`` function gets the mark (:func:`pyjlad.parallel_derivatives.parallel_module`).
@@ -125,17 +130,18 @@ def invariant_reads(text: str, entry: str, never_written: Collection[int]) -> st
         return text
     functions = {f.symbol: f for f in module.definitions}
     params = [p.name for k, p in enumerate(function.parameters) if k in never_written and p.name]
-    roots = _task_roots(text, function, functions, params)
+    roots, fills = _task_roots(text, function, functions, params)
     if not roots:
         return text
-    owned = _owned_with_copies(module, roots)
+    owned = _owned_with_copies(module, {t: names | fills[t].keys() for t, names in roots.items()})
     functions = {f.symbol: f for f in module.definitions}
     reads: dict[str, set[str]] = {}
     for symbol, names in owned.items():
         instructions = list(functions[symbol].instructions())
-        derived = only_derived(names, instructions)
-        if _writes_through(instructions, derived):
+        filling = set(fills[symbol].values()) if symbol in fills else set()
+        if _writes_through(instructions, only_derived(names, instructions), filling):
             return text  # contradicts "never written": mark nothing
+        derived = only_derived(roots[symbol], instructions) if symbol in roots else only_derived(names, instructions)
         reads[symbol] = {i.result for i in instructions
                          if i.opcode == "load" and i.result and i.address() in derived and _MARK not in i.text}
     if not any(reads.values()):
@@ -208,8 +214,9 @@ def _copy_function(module: Module, function: Function) -> str:
 
 
 def _task_roots(text: str, entry: Function, functions: dict[str, Function],
-                params: list[str]) -> dict[str, set[str]]:
-    """For each task the entry forks, the pointers it loads that point into a never-written array."""
+                params: list[str]) -> tuple[dict[str, set[str]], dict[str, dict[str, str]]]:
+    """For each task the entry forks, the pointers it loads that point into a never-written array; and its private
+    copies of such arrays, each with the one instruction that fills it (:func:`_private_copies`)."""
     instructions = list(entry.instructions())
     arrays = only_derived(params, instructions)
     allocas = {i.result for i in instructions if i.opcode == "alloca" and i.result}
@@ -229,7 +236,22 @@ def _task_roots(text: str, entry: Function, functions: dict[str, Function],
                 found |= _slot_loads(list(target.instructions()), target.parameters[2 + position].name, slots)
         if found:
             roots.setdefault(task, set()).update(found)
-    return roots
+    return roots, {task: _private_copies(list(functions[task].instructions()), found) for task, found in roots.items()}
+
+
+def _private_copies(instructions: list[Instruction], pointers: set[str]) -> dict[str, str]:
+    """The task's ``malloc``s that one ``llvm.memcpy`` fills from a pointer derived from ``pointers`` (a thread's
+    private copy of a never-written array, :func:`pyjlad.private_adjoints.private_copy`), each with that
+    instruction's text: the only write to it that :func:`invariant_reads` allows (made before any row runs)."""
+    derived = only_derived(pointers, instructions)
+    allocated = {i.result for i in instructions if (c := i.call()) is not None and c.callee == "@malloc" and i.result}
+    fills: dict[str, list[str]] = {}
+    for ins in instructions:
+        call = ins.call()
+        if (call is not None and call.callee.startswith("@llvm.memcpy") and len(call.values) > 1
+                and call.values[0] in allocated and call.values[1] in derived):
+            fills.setdefault(call.values[0], []).append(ins.text)
+    return {copy: lines[0] for copy, lines in fills.items() if len(lines) == 1}
 
 
 def _readonly_slots(instructions: list[Instruction], array: str, pointers: set[str]) -> set[int]:
@@ -314,9 +336,12 @@ def _stored_value(ins: Instruction) -> str | None:
     return parts[0][-1] if parts and parts[0] else None
 
 
-def _writes_through(instructions: Iterable[Instruction], pointers: set[str]) -> bool:
-    """Whether a store, atomic update or memory intrinsic writes through one of ``pointers``."""
+def _writes_through(instructions: Iterable[Instruction], pointers: set[str], allowed: Collection[str] = ()) -> bool:
+    """Whether a store, atomic update or memory intrinsic writes through one of ``pointers`` (but the instructions
+    whose text is in ``allowed``)."""
     for ins in instructions:
+        if ins.text in allowed:
+            continue
         if ins.opcode in ("atomicrmw", "cmpxchg") and any(v in pointers for v in ins.operands()[:1]):
             return True
         if ins.opcode == "store":

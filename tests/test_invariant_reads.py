@@ -87,6 +87,33 @@ def test_a_callee_whose_address_is_taken_is_not_copied():
     assert ".pyjlad.reads" not in marked
 
 
+_COPYING_TASK = """define internal void @task(ptr %gtid, ptr %btid, ptr %args) {
+entry:
+  %xp = load ptr, ptr %args, align 8
+  %copy = call noalias ptr @malloc(i64 64)
+  call void @llvm.memcpy.p0.p0.i64(ptr %copy, ptr %xp, i64 64, i1 false)
+  %at = getelementptr inbounds i8, ptr %args, i64 8
+  %op = load ptr, ptr %at, align 8
+  call void @body(ptr %copy, ptr %op)
+  call void @free(ptr %copy)
+  ret void
+}
+declare ptr @malloc(i64)
+declare void @free(ptr)
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"""
+
+
+def test_reads_of_a_threads_private_copy_of_such_an_array_are_marked():
+    """(pyjlad.private_adjoints' copy of an array every row reads: filled once, before any row runs.)"""
+    text = _module(_ENTRY, _COPYING_TASK, _BODY, _HELPER)
+    assert _marked(invariant_reads(text, "f", {0})) == ["%v", "%u"]
+    filled_twice = text.replace("  %at =", "  call void @llvm.memcpy.p0.p0.i64(ptr %copy, ptr %xp, i64 8, i1 false)\n"
+                                           "  %at =")
+    assert _marked(invariant_reads(filled_twice, "f", {0})) == []
+    written = text.replace("  %v = load double, ptr %a, align 8", "  store double 0.0, ptr %a, align 8")
+    assert invariant_reads(written, "f", {0}) == written
+
+
 @pytest.mark.parametrize(("change", "why"), [
     (lambda t: t.replace("  call void (ptr", "  store ptr %out, ptr %args, align 8\n  call void (ptr"),
      "x's slot stored twice"),
