@@ -25,9 +25,9 @@ from .lexer import closing, decode_name, split_top_level, substitute, symbol_for
 from .module import AttributeGroup, Function, GlobalVariable, Metadata, Module, parse
 from .rewrite import map_items
 
-__all__ = ["rename_callees", "renamed_line", "drop_repeated_declarations", "declare", "drop_attributes", "drop_empty_attribute_groups",
-           "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies", "FLOAT_TYPE_HINTS",
-           "type_hint_declaration"]
+__all__ = ["rename_callees", "renamed_line", "drop_repeated_declarations", "declare", "drop_attributes",
+           "drop_empty_attribute_groups", "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies",
+           "FLOAT_TYPE_HINTS", "type_hint_declaration"]
 
 
 def _functions(module: Module) -> list[Function]:
