@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 
-from .ir.lexer import Token, split_top_level, words
+from .ir.lexer import split_top_level, words
 from .ir.module import Instruction, parse_instruction
 
 __all__ = ["freeze_carried_selects"]
@@ -68,19 +68,11 @@ def _is_flag(word: str) -> bool:
     return word.isalpha() and word.isascii() and word.islower()
 
 
-def _after_opcode(instruction: Instruction) -> list[Token]:
-    """The tokens after the opcode of ``%x = <opcode> ...``, trailing whitespace and comments kept."""
-    tokens = instruction.tokens
-    index = next(k for k, t in enumerate(tokens) if t.kind == "local" and t.text == instruction.result)
-    index = next(k for k in range(index + 1, len(tokens)) if tokens[k].text == instruction.opcode)
-    return list(tokens[index + 1:])
-
-
 def _float_phi_incoming(instruction: Instruction) -> set[str] | None:
     """The incoming values of a ``phi`` of a float type; ``None`` for any other instruction."""
     if instruction.opcode != "phi" or instruction.result is None:
         return None
-    before = list(itertools.takewhile(lambda word: not word.startswith("["), words(_after_opcode(instruction))))
+    before = list(itertools.takewhile(lambda word: not word.startswith("["), words(instruction.after_opcode())))
     if not before or not _is_float_type(before[-1]) or not all(map(_is_flag, before[:-1])):
         return None
     return {value for value, _ in instruction.phi_incoming()}
@@ -90,7 +82,7 @@ def _float_select(instruction: Instruction) -> tuple[str, str, str] | None:
     """``(type, true value, false value)`` of a ``select`` between floats; ``None`` for anything else."""
     if instruction.opcode != "select" or instruction.result is None:
         return None
-    parts = [words(part) for part in split_top_level(_after_opcode(instruction))]
+    parts = [words(part) for part in split_top_level(instruction.after_opcode())]
     if len(parts) < 3:
         return None
     condition, true, false = parts[:3]

@@ -175,8 +175,9 @@ def _owned_with_copies(module: Module, roots: dict[str, set[str]]) -> dict[str, 
                     continue  # (a copy not owned: its callers pass such pointers in different places)
                 wanted.setdefault(symbol, set()).add(call.callee)
         uses = Counter(texts_of(text, "global"))
+        calls = Counter(c.callee for f in functions.values() for c in f.calls())
         new = sorted(c for c in set().union(*wanted.values()) - set(copies)
-                     if _copyable(functions[c], module, uses[c])) if wanted else []
+                     if _copyable(functions[c], module, uses[c] - calls[c])) if wanted else []
         if len(copies) + len(new) > _MOST_COPIES:
             return owned
         for callee in new:
@@ -189,15 +190,15 @@ def _owned_with_copies(module: Module, roots: dict[str, set[str]]) -> dict[str, 
             functions[symbol].body = [renamed_line(line, rename.get) for line in functions[symbol].body or []]
 
 
-def _copyable(function: Function, module: Module, uses: int) -> bool:
+def _copyable(function: Function, module: Module, other_uses: int) -> bool:
     """Whether ``function`` is Numba's compiled code or a BLAS product's loop form (``@_ZN...``, ``@numba_xx...``:
-    nothing finds those by name after this pass), is only ever called directly (``uses``: the mentions of its
-    symbol), and names no Enzyme attribute (a custom derivative is registered by address)."""
+    nothing finds those by name after this pass), is only ever called directly (``other_uses``: the mentions of
+    its symbol other than as a callee; its definition is one), and names no Enzyme attribute (a custom
+    derivative is registered by address)."""
     groups = module.attribute_groups
     attributes = [*function.attributes,
                   *(a for ref in function.attribute_group_refs if ref in groups for a in groups[ref].attributes)]
-    calls = sum(1 for f in module.definitions for c in f.calls() if c.callee == function.symbol)
-    return (function.symbol.startswith(_COPIED) and uses == 1 + calls
+    return (function.symbol.startswith(_COPIED) and other_uses == 1
             and not any(a.startswith('"enzyme_') for a in attributes))
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..errors import IRError, IRLookupError
 from .lexer import Token, closing, split_top_level, tokenize, words
-from .module import Function, Instruction, Item, Module, Parameter, parse_instruction
+from .module import Function, Item, Module, Parameter, parse_instruction
 
 __all__ = [
     "references", "reachable", "NumbaEntry", "numba_entry", "PointerFlow", "pointer_flow",
@@ -161,13 +161,6 @@ def _operands(opcode: str, rest: list[Token]) -> tuple[str, ...]:
     return tuple(t.text for t in rest if t.kind == "local")
 
 
-def _after_opcode(instruction: Instruction) -> list[Token]:
-    tokens = list(instruction.tokens)
-    start = next(k for k, t in enumerate(tokens) if t.text == "=") + 1
-    start = next(k for k in range(start, len(tokens)) if tokens[k].text == instruction.opcode) + 1
-    return tokens[start:]
-
-
 def pointer_flow(module: Module) -> PointerFlow:
     """The pointer-flow graph of every function ``module`` defines (the graph ``pyjlad.aliasing`` builds).
 
@@ -181,7 +174,7 @@ def pointer_flow(module: Module) -> PointerFlow:
     for name, function in functions.items():
         for instruction in function.instructions():
             if instruction.result is not None and instruction.opcode in _MOVES:
-                operands = _operands(instruction.opcode, _after_opcode(instruction))
+                operands = _operands(instruction.opcode, instruction.after_opcode())
                 for value in operands:
                     graph.add((name, value), (name, instruction.result))
                 if instruction.opcode in _MERGING:
