@@ -16,7 +16,8 @@ gradient 18.4x its function on this project's AMD machine; inlined, 10.2x (``ben
 
 :func:`mark_inlinable` marks ``alwaysinline`` every callee that is safe to inline and that inlining can
 help: a definition Numba emitted for a compiled function (linkage ``linkonce_odr``, a Numba-mangled name
-``@_ZN...``), only ever called directly (its address is never taken: a parallel loop's body is passed to
+``@_ZN...``; or :mod:`pyjlad.invariant_reads`' internal copy of one, ``<name>.pyjlad.reads``), only ever called
+directly (its address is never taken: a parallel loop's body is passed to
 the threading layer by address, a custom rule is registered by address), with no ``noinline`` and no Enzyme
 attribute of its own (``"enzyme_..."``), and that calls only pyjlad's runtime (``NRT_*``), LLVM's intrinsics,
 libm, the wrappers of BLAS products (``numba_xxgemv.d``, ``numba_xxgemm.d``, ``numba_xxdot.d``: kept as
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .invariant_reads import COPY_SUFFIX
 from .ir import Function, Module, parse
 from .ir.lexer import tokenize
 from .portable import LIBM_FUNCTIONS as _LIBM
@@ -95,7 +97,8 @@ def inlinable(module: Module) -> list[Function]:
     """
     mentioned, called = _symbol_uses(module)
     candidates = {f.symbol: f for f in module.definitions
-                  if "linkonce_odr" in f.linkage and f.symbol.startswith(_NUMBA_MANGLED)
+                  if f.symbol.startswith(_NUMBA_MANGLED)
+                  and ("linkonce_odr" in f.linkage or ("internal" in f.linkage and f.name.endswith(COPY_SUFFIX)))
                   and called[f.symbol] > 0 and mentioned[f.symbol] == called[f.symbol]
                   and not _forbidden(f, module) and not any(word in f.name for word in _KEPT_WORDS)}
     declared = {f.symbol for f in module.declarations}

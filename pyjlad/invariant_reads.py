@@ -34,7 +34,9 @@ Which loads read such an array is traced exactly, not guessed:
 * from there, through direct calls of internal functions, the parameters that only ever receive pointers
   derived from those (:func:`pyjlad.private_callees.owned_parameters`: the loop body's copy and what it calls,
   such as pyjlad's loop form of ``w @ x[i]``; a function that other code calls too gets a copy of its own for
-  these calls, if it is Numba's compiled code or a BLAS loop form, only ever called directly).
+  these calls, if it is Numba's compiled code or a BLAS loop form, only ever called directly; such a copy,
+  internal and called once, is then inlined where :mod:`pyjlad.inline_callees` allows, as the serial
+  derivative's callees are).
 
 A function on that path that stores through such a pointer contradicts ``readonly``: then nothing is marked.
 Only the parallel module of a ``parallel=True`` function gets the mark (:func:`pyjlad.parallel_derivatives.parallel_module`).
@@ -53,7 +55,7 @@ from .ir.instructions import Instruction, parse_instruction
 from .ir.lexer import decode_name, split_top_level, symbol_for, texts_of, words
 from .private_callees import only_derived, owned_parameters
 
-__all__ = ["invariant_reads"]
+__all__ = ["COPY_SUFFIX", "invariant_reads"]
 
 FORK = "@__kmpc_fork_call"
 _MARK = "!invariant.load"
@@ -64,7 +66,8 @@ _VISIBILITY = frozenset({"private", "internal", "available_externally", "linkonc
                          "extern_weak", "linkonce_odr", "weak_odr", "external", "dso_local", "dso_preemptable",
                          "hidden", "protected", "default", "dllimport", "dllexport", "unnamed_addr",
                          "local_unnamed_addr"})
-_COPY_SUFFIX = ".pyjlad.reads"
+#: The suffix of the name of a function's internal copy (made for the calls passing never-written pointers).
+COPY_SUFFIX = ".pyjlad.reads"
 #: The functions :func:`_owned_with_copies` may copy: Numba's compiled functions and pyjlad's BLAS loop forms.
 _COPIED = ("@_ZN", "@numba_xx")
 #: At most this many functions copied (each copy is Enzyme's to differentiate too).
@@ -204,7 +207,7 @@ def _copyable(function: Function, module: Module, other_uses: int) -> bool:
 
 def _copy_function(module: Module, function: Function) -> str:
     """Add an internal copy of ``function`` after it; its symbol."""
-    copy = dataclasses.replace(function, symbol=symbol_for(function.name + _COPY_SUFFIX),
+    copy = dataclasses.replace(function, symbol=symbol_for(function.name + COPY_SUFFIX),
                                linkage=["internal", *(w for w in function.linkage if w not in _VISIBILITY)],
                                attributes=[a for a in function.attributes if not a.startswith("comdat")],
                                parameters=[dataclasses.replace(p, attributes=list(p.attributes))

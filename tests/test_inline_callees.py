@@ -94,6 +94,15 @@ def test_runtime_uncalled_and_non_odr_functions_are_kept() -> None:
     assert _chosen(text) == []
 
 
+def test_invariant_reads_copies_are_chosen() -> None:
+    """pyjlad.invariant_reads' internal copy of a Numba callee is (only ever called directly, by construction);
+    another internal function is not."""
+    text = _module({}, ["  %a = call i32 @_ZN5numba1fE.pyjlad.reads(ptr %p)", "  %b = call i32 @_ZN5numba1gE(ptr %p)"])
+    text += "".join(f"define internal i32 @{name}(ptr %p) {{\n  ret i32 0\n}}\n"
+                    for name in ("_ZN5numba1fE.pyjlad.reads", "_ZN5numba1gE"))
+    assert _chosen(text) == ["_ZN5numba1fE.pyjlad.reads"]
+
+
 def test_marking_adds_the_attribute_and_nothing_else() -> None:
     text = _module({"_ZN5numba1fE": ""}, ["  %a = call i32 @_ZN5numba1fE(ptr %p)"])
     marked, count = mark_inlinable(text)

@@ -139,7 +139,9 @@ def test_shared_rows_against_jax(parallel_on, threads):
 
 def test_the_weights_adjoint_is_added_plainly(parallel_kernels, parallel_on, tmp_path, monkeypatch):
     """The loop ``dgemv``'s adds into the thread's copy of ``w`` (its parameter ``pa``) are plain in the private
-    rows' derivative; those of the rows that run the body as Numba compiled it stay atomic (one)."""
+    rows' derivative; those of the rows that run the body as Numba compiled it stay atomic (one). And the private
+    rows' copies of Numba's ``dot_2_mv`` and its ``dot`` (:mod:`pyjlad.invariant_reads`) were inlined before
+    Enzyme (:mod:`pyjlad.inline_callees`): called, each returned a tape of its own per sample."""
     monkeypatch.setenv("PYJLAD_DUMP_IR", str(tmp_path))
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
     fresh = njit(parallel=True)(parallel_kernels.classifier.py_func)  # its own derivative, built (and dumped) here
@@ -150,3 +152,6 @@ def test_the_weights_adjoint_is_added_plainly(parallel_kernels, parallel_on, tmp
     assert len(outputs) == 1
     adds = [line for line in outputs[0].read_text().splitlines() if "atomicrmw fadd ptr %\"pa'" in line]
     assert len(adds) == 1  # 2 before: the private rows' too
+    (enzyme_input,) = tmp_path.glob("*/*-enzyme.input.ll")
+    copies = [f.name for f in parse(enzyme_input.read_text(), strict=False).definitions if f.name.endswith(".pyjlad.reads")]
+    assert copies and not [name for name in copies if "dot_2_mv" in name or "dot_3" in name], copies
