@@ -19,7 +19,9 @@ and ran out of memory, where the grown caches needed a few MB).
 that is neither a ``raise`` nor a NaN test, and at least one loop has such an exit (otherwise the option
 changes nothing). An exit is a ``raise`` when the block it leads to (or a chain of unconditional branches from
 it) stores Numba's exception information (a ``@.const.picklebuf`` constant, or anything into an ``%excinfo``
-slot) or ends in ``unreachable`` (Numba's ``Py_FatalError``); a NaN test is a branch on ``fcmp uno``. Anything else counts as a normal exit, so a loop this reading
+slot), reports an exception in a parallel loop's body (pyjlad's rewrite of the raise in Numba's gufunc wrapper:
+a non-zero store into :data:`pyjlad.openmp_loops.FAILED_FLAG`), or ends in ``unreachable`` (Numba's
+``Py_FatalError``); a NaN test is a branch on ``fcmp uno``. Anything else counts as a normal exit, so a loop this reading
 does not understand keeps Enzyme's default.
 
 >>> body = '''define void @f(ptr %excinfo, ptr %x, i64 %n) {
@@ -48,7 +50,9 @@ from __future__ import annotations
 
 from .ir import Function, parse
 from .ir.cfg import ControlFlow, Loop
-from .ir.instructions import parse_instruction
+from .ir.instructions import Instruction, parse_instruction
+from .ir.lexer import split_top_level, words
+from .openmp_loops import FAILED_FLAG
 
 __all__ = ["MAX_CACHE", "bounded_caches_fit"]
 
@@ -74,10 +78,18 @@ def _raises(graph: ControlFlow, block: str) -> bool:
             pointer = [t.text for t in instruction.tokens if t.kind == "local"][-1:]
             if pointer and pointer[0].startswith("%excinfo") and "null" not in values:
                 return True
+            if FAILED_FLAG in values and _stored_value(instruction) != "0":
+                return True
         if len(graph.succ[block]) != 1:
             return False
         block = graph.succ[block][0]
     return False
+
+
+def _stored_value(store: Instruction) -> str:
+    """The value a ``store`` writes (its first operand's last word)."""
+    parts = split_top_level(store.after_opcode())
+    return (words(parts[0]) or [""])[-1]
 
 
 def _nan_test(graph: ControlFlow, block: str, definitions: dict[str, str]) -> bool:

@@ -36,11 +36,12 @@ from .ir.rewrite import drop_debug_attachments
 from .openmp_tasks import EDGES, INTERIOR, forward_fork, split_definition, split_rows, task, typed_arguments
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
 
-__all__ = ["EXAMPLE", "declared_name", "defined_or_declared", "openmp_parallel_loops",
+__all__ = ["EXAMPLE", "FAILED_FLAG", "declared_name", "defined_or_declared", "openmp_parallel_loops",
            "parallel_call_count", "unrecognized_parallel_calls"]
 
 _CALL = "call void @numba_parallel_for("
-_FAILED = "@pyjlad.omp.failed"
+#: The flag a loop's body sets when it raises (the status the function returns reports it).
+FAILED_FLAG = "@pyjlad.omp.failed"
 #: How a rewritten loop is called: the fork itself, or (forward mode) its wrapper.
 _FORK_MARKS = ("@__kmpc_fork_call(ptr @pyjlad.omp.loc", "call void @pyjlad.omp.fork.")
 _GIL_CALLS = ("@numba_gil_ensure(", "@numba_gil_release(", "@PyEval_SaveThread(", "@PyEval_RestoreThread(")
@@ -279,7 +280,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
                                                        line.strip() == "call void @PyErr_Clear()"):
             # an exception in a loop's body (Numba's gufunc wrapper clears Python's error, then builds and
             # raises the exception): reported through the status instead
-            out.append(f"  store atomic i32 1, ptr {_FAILED} unordered, align 4")
+            out.append(f"  store atomic i32 1, ptr {FAILED_FLAG} unordered, align 4")
             continue
         edited = _threads_and_schedule(line, schedules)
         if edited is None:
@@ -351,11 +352,11 @@ def _report_failures(lines: list[str]) -> list[str] | None:
             return None
         body = out[start + 1:]
         first = 1 if body and body[0].strip().endswith(":") else 0
-        edited = [*body[:first], f"  store atomic i32 0, ptr {_FAILED} unordered, align 4", *body[first:]]
+        edited = [*body[:first], f"  store atomic i32 0, ptr {FAILED_FLAG} unordered, align 4", *body[first:]]
         for j, item in enumerate(edited):
             words = item.split(", !")[0].split()
             if words[:2] == ["ret", "i32"] and len(words) == 3:
-                edited[j] = (f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {_FAILED} unordered, align 4\n"
+                edited[j] = (f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {FAILED_FLAG} unordered, align 4\n"
                              f"  %pyjlad.omp.status.{k}.{j} = or i32 {words[2]}, %pyjlad.omp.failed.{k}.{j}\n"
                              f"  ret i32 %pyjlad.omp.status.{k}.{j}")
         out[start + 1:] = edited

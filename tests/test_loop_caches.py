@@ -10,11 +10,15 @@ elements (800 GB).
 
 from __future__ import annotations
 
+import warnings
+
+import numba
 import numpy as np
 import pytest
-from numba import njit
+from numba import njit, prange
 
 import pyjlad
+from pyjlad import ParallelFallbackWarning
 from pyjlad.engines import differentiate
 from pyjlad.ir.cfg import ControlFlow
 from pyjlad.loop_caches import MAX_CACHE, bounded_caches_fit
@@ -51,12 +55,17 @@ out:
 _RETURN = "  br label %out"
 _RAISE = "  store ptr @.const.picklebuf.1, ptr %excinfo\n  br label %out"
 _FATAL = "  call void @Py_FatalError(ptr null)\n  unreachable"
+#: pyjlad's rewrite of a raise in a parallel loop's body (pyjlad.openmp_loops), and the flag's reset.
+_REPORTED = "  store atomic i32 1, ptr @pyjlad.omp.failed unordered, align 4\n  br label %out"
+_RESET = "  store atomic i32 0, ptr @pyjlad.omp.failed unordered, align 4\n  br label %out"
 
 
 @pytest.mark.parametrize(("test", "target", "expected"), [
     ("fcmp uno double %v, 0.0", _RETURN, True),  # np.max's NaN test
     ("fcmp olt double %v, 0.0", _RAISE, True),  # a raise
     ("fcmp olt double %v, 0.0", _FATAL, True),  # Py_FatalError
+    ("fcmp olt double %v, 0.0", _REPORTED, True),  # a raise in a parallel loop's body, reported
+    ("fcmp olt double %v, 0.0", _RESET, False),  # not a report
     ("fcmp olt double %v, 0.0", _RETURN, False),  # a search / convergence test: stops early as a rule
     ("icmp eq i64 %i, 7", _RETURN, False),  # an integer search
 ])
@@ -162,3 +171,38 @@ def test_a_raise_taken_inside_a_sized_loop_reaches_the_caller(enzyme_options) ->
     with pytest.raises(ZeroDivisionError):
         grad(bad)
     np.testing.assert_allclose(grad(x), np.asarray(expected), rtol=1e-12)  # and the next call is right
+
+
+@njit(parallel=True)
+def _parallel_row_maxima(x, k):
+    """``np.max`` of each row's first ``k[i]`` elements, in a ``prange``: NumPy's ``max`` raises inside the body for
+    an empty slice (Numba's gufunc wrapper then leaves its loop, which pyjlad reports through a flag)."""
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += np.max(x[i, :k[i]]) ** 2
+    return s
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_parallel_loops_get_sized_caches_and_report_raises(enzyme_options, parallel_on, threads) -> None:
+    """The parallel derivative's loops had grown caches (``realloc``, for every row) only because the gufunc
+    wrapper's exit on a raise was not read as one; sized now, the gradient matches JAX, and a raise in the body
+    is still reported, never a value. (pyjlad then re-runs the function to raise its own exception, and Numba's
+    parallel call mishandles one raised in a ``prange`` body: on several threads it loses it and returns a partial
+    sum, so pyjlad raises DifferentiatedFunctionError; on one it returns with Python's error set, a SystemError.)"""
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    f = njit(parallel=True)(_parallel_row_maxima.py_func)
+    x, k = RNG.normal(size=(64, 3)), np.full(64, 3)
+    before = x.copy()
+    expected = jax.grad(lambda a: jnp.sum(jnp.max(a, axis=1) ** 2))(jnp.asarray(x.copy()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        grad = pyjlad.grad(f, wrt=0)
+        np.testing.assert_allclose(grad(x, k), np.asarray(expected), rtol=1e-12)
+    assert MAX_CACHE in enzyme_options[-1]
+    np.testing.assert_array_equal(x, before)
+    empty = k.copy()
+    empty[37] = 0
+    with pytest.raises((pyjlad.DifferentiatedFunctionError, SystemError)):
+        grad(x, empty)
+    np.testing.assert_allclose(grad(x, k), np.asarray(expected), rtol=1e-12)  # and the next call is right
