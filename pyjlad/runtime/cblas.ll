@@ -22,6 +22,15 @@
 ; A Fortran transpose flag 'n'/'N' (110/78) becomes CblasNoTrans (111), anything else
 ; CblasTrans (112); the layout argument 102 is CblasColMajor. The two kinds of each helper
 ; differ only in the element type (and the CBLAS name): keep them in step.
+;
+; With beta = 0 (what Numba always passes), BLAS does not read the output: it may hold anything,
+; NaN included. The gemv and gemm helpers write it zero before the call all the same, so that
+; the derivative is defined too: in forward mode Enzyme gives a new array's shadow fresh, unset
+; memory, and its BLAS rules scale the output's shadow by beta (cblas_?lascl, cblas_?scal) where
+; BLAS would overwrite it. Unset memory holding a NaN or an infinity turned a forward-mode
+; derivative through a product of constant arrays (solve(A.T @ A, v) with respect to v) into
+; NaN (tests/test_unset_outputs.py). The zeroing is differentiated with the rest (the shadow is
+; zeroed alongside) and costs one pass over the output.
 
 define linkonce_odr i32 @numba_xxdot.d(i8 %kind, i8 %conj, i64 %n, ptr %x, ptr %y, ptr %out) {
 entry:
@@ -50,6 +59,21 @@ entry:
   %lda32 = trunc i64 %lda to i32
   %al = load double, ptr %alpha, align 8
   %be = load double, ptr %beta, align 8
+  %be.zero = fcmp oeq double %be, 0.0
+  %len = select i1 %trans.no, i64 %m, i64 %n
+  %clear.len = select i1 %be.zero, i64 %len, i64 0
+  %clear.any = icmp sgt i64 %clear.len, 0
+  br i1 %clear.any, label %clear, label %product
+
+clear:                                  ; beta = 0: y written zero first (see the note above)
+  %i = phi i64 [ 0, %entry ], [ %i.next, %clear ]
+  %at = getelementptr double, ptr %y, i64 %i
+  store double 0.0, ptr %at, align 8
+  %i.next = add nuw nsw i64 %i, 1
+  %more = icmp slt i64 %i.next, %clear.len
+  br i1 %more, label %clear, label %product
+
+product:
   call void @cblas_dgemv(i32 102, i32 %trans.cblas, i32 %m32, i32 %n32, double %al, ptr %a, i32 %lda32, ptr %x, i32 1, double %be, ptr %y, i32 1)
   ret i32 0
 }
@@ -65,6 +89,21 @@ entry:
   %lda32 = trunc i64 %lda to i32
   %al = load float, ptr %alpha, align 4
   %be = load float, ptr %beta, align 4
+  %be.zero = fcmp oeq float %be, 0.0
+  %len = select i1 %trans.no, i64 %m, i64 %n
+  %clear.len = select i1 %be.zero, i64 %len, i64 0
+  %clear.any = icmp sgt i64 %clear.len, 0
+  br i1 %clear.any, label %clear, label %product
+
+clear:                                  ; beta = 0: y written zero first (see the note above)
+  %i = phi i64 [ 0, %entry ], [ %i.next, %clear ]
+  %at = getelementptr float, ptr %y, i64 %i
+  store float 0.0, ptr %at, align 4
+  %i.next = add nuw nsw i64 %i, 1
+  %more = icmp slt i64 %i.next, %clear.len
+  br i1 %more, label %clear, label %product
+
+product:
   call void @cblas_sgemv(i32 102, i32 %trans.cblas, i32 %m32, i32 %n32, float %al, ptr %a, i32 %lda32, ptr %x, i32 1, float %be, ptr %y, i32 1)
   ret i32 0
 }
@@ -131,6 +170,33 @@ entry:
   %ldc32 = trunc i64 %ldc to i32
   %al = load double, ptr %alpha, align 8
   %be = load double, ptr %beta, align 8
+  %be.zero = fcmp oeq double %be, 0.0
+  %cols = select i1 %be.zero, i64 %n, i64 0
+  %cols.any = icmp sgt i64 %cols, 0
+  %rows.any = icmp sgt i64 %m, 0
+  %clear.any = and i1 %cols.any, %rows.any
+  br i1 %clear.any, label %clear.column, label %product
+
+clear.column:                           ; beta = 0: C written zero first (see the note above)
+  %j = phi i64 [ 0, %entry ], [ %j.next, %clear.column.end ]
+  %column.at = mul i64 %j, %ldc
+  %column = getelementptr double, ptr %c, i64 %column.at
+  br label %clear.row
+
+clear.row:
+  %i = phi i64 [ 0, %clear.column ], [ %i.next, %clear.row ]
+  %at = getelementptr double, ptr %column, i64 %i
+  store double 0.0, ptr %at, align 8
+  %i.next = add nuw nsw i64 %i, 1
+  %rows.more = icmp slt i64 %i.next, %m
+  br i1 %rows.more, label %clear.row, label %clear.column.end
+
+clear.column.end:
+  %j.next = add nuw nsw i64 %j, 1
+  %columns.more = icmp slt i64 %j.next, %cols
+  br i1 %columns.more, label %clear.column, label %product
+
+product:
   call void @cblas_dgemm(i32 102, i32 %transa.cblas, i32 %transb.cblas, i32 %m32, i32 %n32, i32 %k32, double %al, ptr %a, i32 %lda32, ptr %b, i32 %ldb32, double %be, ptr %c, i32 %ldc32)
   ret i32 0
 }
@@ -153,6 +219,33 @@ entry:
   %ldc32 = trunc i64 %ldc to i32
   %al = load float, ptr %alpha, align 4
   %be = load float, ptr %beta, align 4
+  %be.zero = fcmp oeq float %be, 0.0
+  %cols = select i1 %be.zero, i64 %n, i64 0
+  %cols.any = icmp sgt i64 %cols, 0
+  %rows.any = icmp sgt i64 %m, 0
+  %clear.any = and i1 %cols.any, %rows.any
+  br i1 %clear.any, label %clear.column, label %product
+
+clear.column:                           ; beta = 0: C written zero first (see the note above)
+  %j = phi i64 [ 0, %entry ], [ %j.next, %clear.column.end ]
+  %column.at = mul i64 %j, %ldc
+  %column = getelementptr float, ptr %c, i64 %column.at
+  br label %clear.row
+
+clear.row:
+  %i = phi i64 [ 0, %clear.column ], [ %i.next, %clear.row ]
+  %at = getelementptr float, ptr %column, i64 %i
+  store float 0.0, ptr %at, align 4
+  %i.next = add nuw nsw i64 %i, 1
+  %rows.more = icmp slt i64 %i.next, %m
+  br i1 %rows.more, label %clear.row, label %clear.column.end
+
+clear.column.end:
+  %j.next = add nuw nsw i64 %j, 1
+  %columns.more = icmp slt i64 %j.next, %cols
+  br i1 %columns.more, label %clear.column, label %product
+
+product:
   call void @cblas_sgemm(i32 102, i32 %transa.cblas, i32 %transb.cblas, i32 %m32, i32 %n32, i32 %k32, float %al, ptr %a, i32 %lda32, ptr %b, i32 %ldb32, float %be, ptr %c, i32 %ldc32)
   ret i32 0
 }
