@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import cache, config
+from ..blas_loops import blas_as_loops
 from ..block_order import dominance_ordered
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import (
@@ -265,6 +266,9 @@ def _integers_typed(module: str | bytes) -> str:
 
 #: Enzyme could not type a ``memcpy``/``memmove`` (see :func:`_copies_typed`).
 _COPY_TYPE_FAILURE = "Cannot deduce type of copy"
+#: Enzyme v0.0.289 reverse-differentiating its own forward-mode rule of a matrix product (a Hessian-vector product):
+#: the rule scales the product's tangent with cblas_?lascl, an external function it has no derivative for.
+_BLAS_RULE_UNDIFFERENTIABLE = "No augmented forward pass found for cblas_"
 
 
 def _untyped_array_copy(diagnostics: str) -> bool:
@@ -375,7 +379,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     toolchain = locate()
     label = exported.abi.entry
     dump(label, "driver", module_text)
-    module, typed, copies = _enzyme_input(toolchain, exported, module_text), False, False
+    module, typed, copies, blas_loops = _enzyme_input(toolchain, exported, module_text), False, False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); no loop-invariant caches
@@ -399,6 +403,15 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 report["loose_types"] = _LOOSE_TYPES in options
             return derivative
         except EnzymeError as exc:
+            if _BLAS_RULE_UNDIFFERENTIABLE in exc.diagnostics and not blas_loops:
+                # A second derivative (reverse over forward) of a matrix product: Enzyme's forward-mode BLAS rule
+                # calls cblas_?lascl, which its reverse mode cannot differentiate. The products as loops instead.
+                _log.debug("Enzyme cannot differentiate its BLAS rules in %s: retrying with the products as loops",
+                           exported.name)
+                module = blas_as_loops(module.decode() if isinstance(module, bytes) else module)
+                blas_loops = True
+                dump(label, "enzyme.input-blas-loops", module)
+                continue
             if _COPY_TYPE_FAILURE in exc.diagnostics and not copies:
                 _log.debug("Enzyme could not type a copy in %s: retrying with float copies typed", exported.name)
                 untyped, module, copies = module, _copies_typed(module), True
