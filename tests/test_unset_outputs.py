@@ -18,10 +18,9 @@ unchanged.
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
+from corpus.heap import poison_small_free_blocks
 from numba import njit
 
 import pyjlad
@@ -29,23 +28,6 @@ import pyjlad
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 jax.config.update("jax_enable_x64", True)
-
-_LIBC = ctypes.CDLL(None)
-_LIBC.malloc.restype = ctypes.c_void_p
-_LIBC.malloc.argtypes = [ctypes.c_size_t]
-_LIBC.free.argtypes = [ctypes.c_void_p]
-#: glibc's per-thread cache holds 7 free blocks of each size class up to 1,032 bytes.
-_SIZES = [size for size in range(24, 1032, 16) for _ in range(7)]
-
-
-def poison_small_free_blocks() -> None:
-    """The C library's next small ``malloc`` blocks filled with NaN (all bits set)."""
-    blocks = [_LIBC.malloc(size) for size in _SIZES]
-    for block, size in zip(blocks, _SIZES):
-        ctypes.memset(block, 0xFF, size)
-    for block in reversed(blocks):
-        _LIBC.free(block)
-
 
 RNG = np.random.default_rng(20261201)
 A43, A33, W = RNG.standard_normal((4, 3)), RNG.standard_normal((3, 3)), RNG.standard_normal(3)

@@ -15,6 +15,10 @@ jacobian      ``pyjlad.jacobian(f, *args, wrt=..., mode=...)``  ``jax.jacrev(g, 
 hvp           ``pyjlad.hvp(f, primals, v, wrt=...)``          ``jax.jvp(jax.grad(g), ...)``
 ============  ==============================================  ==========================================
 
+Each transform runs twice, the second time with the C library's next small blocks filled with NaN
+(:mod:`corpus.heap`), and the second result is checked: a derivative reading memory it never wrote
+is then wrong every time instead of once in a while.
+
 pyjlad is never compared against itself. Outcomes (the first element of the result):
 
 ``agree``
@@ -44,12 +48,13 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from corpus.heap import poison_small_free_blocks
 from corpus.program import Program, find
 
 jax.config.update("jax_enable_x64", True)
@@ -57,6 +62,8 @@ jax.config.update("jax_enable_x64", True)
 __all__ = ["check", "check_program", "arguments"]
 
 _SEVERITY = ("wrong", "mutated", "error", "refused", "agree")
+
+T = TypeVar("T")
 
 
 class _Mutated(Exception):
@@ -266,6 +273,16 @@ def _value_check(case: _Case) -> str:
     return f"value: {why}" if why else ""
 
 
+def _on_a_poisoned_heap(call: Callable[[], T]) -> T:
+    """``call()`` once (it builds the derivative), then again with the C library's next small blocks NaN
+    (:mod:`corpus.heap`): the second result is the one checked, so a derivative that reads memory it never
+    wrote is wrong every time, not once in a while. (No corpus program writes into its arguments: a
+    snapshot taken before the first call is compared after the second.)"""
+    call()
+    poison_small_free_blocks()
+    return call()
+
+
 def _run_transform(case: _Case, transform: str) -> str:
     """Run one transform through pyjlad and the oracle; ``""`` on agreement, else the reason.
 
@@ -281,20 +298,20 @@ def _run_transform(case: _Case, transform: str) -> str:
     single = wrt[0] if len(wrt) == 1 else wrt
     if transform == "gradient":
         snapshot = _Snapshot({"argument": list(args)})
-        got = pyjlad.gradient(prog.numba, *args, wrt=single)
+        got = _on_a_poisoned_heap(lambda: pyjlad.gradient(prog.numba, *args, wrt=single))
         snapshot.verify(transform)
         ref = jax.grad(case.restricted(), argnums=tuple(range(len(wrt))))(*case.primals())
         return _compare(got, ref, rtol, atol)
     if transform == "jacobian":
         snapshot = _Snapshot({"argument": list(args)})
-        got = pyjlad.jacobian(prog.numba, *args, wrt=single, mode="reverse")
+        got = _on_a_poisoned_heap(lambda: pyjlad.jacobian(prog.numba, *args, wrt=single, mode="reverse"))
         snapshot.verify(transform)
         ref = jax.jacrev(case.restricted(), argnums=tuple(range(len(wrt))))(*case.primals())
         return _compare(got, ref, rtol, atol)
     if transform == "jvp":
         tangents = [(_random_like(case.rng, x) if i in wrt else None) for i, x in enumerate(args)]
         snapshot = _Snapshot({"argument": list(args), "tangent": [t for t in tangents if t is not None]})
-        value, tangent = pyjlad.jvp(prog.numba, tuple(args), tuple(tangents))
+        value, tangent = _on_a_poisoned_heap(lambda: pyjlad.jvp(prog.numba, tuple(args), tuple(tangents)))
         snapshot.verify(transform)
         ref_value, ref_tangent = jax.jvp(case.restricted(), tuple(case.primals()),
                                          tuple(_to_oracle(tangents[i]) for i in wrt))
@@ -311,7 +328,7 @@ def _run_transform(case: _Case, transform: str) -> str:
         else:
             cotangent = _random_like(case.rng, out if isinstance(out, np.float32) else float(out))
         snapshot = _Snapshot({"argument": list(args), "cotangent": cotangent})
-        value, cotangents = pyjlad.vjp(prog.numba, tuple(args), cotangent)
+        value, cotangents = _on_a_poisoned_heap(lambda: pyjlad.vjp(prog.numba, tuple(args), cotangent))
         snapshot.verify(transform)
         ref = pullback(jax.tree_util.tree_map(lambda c: jnp.asarray(np.asarray(c, dtype=np.float64)), cotangent))
         why = _compare(value, ref_value, rtol, atol)
@@ -321,7 +338,7 @@ def _run_transform(case: _Case, transform: str) -> str:
         x = args[index]
         v = _random_like(case.rng, x)
         snapshot = _Snapshot({"argument": list(args), "vector v": v})
-        got = pyjlad.hvp(prog.numba, tuple(args), v, wrt=index)
+        got = _on_a_poisoned_heap(lambda: pyjlad.hvp(prog.numba, tuple(args), v, wrt=index))
         snapshot.verify(transform)
         only = lambda y: prog.oracle(*[y if i == index else a for i, a in enumerate(case.oracle_args)])  # noqa: E731
         ref = jax.jvp(jax.grad(only), (case.oracle_args[index],), (_to_oracle(v),))[1]

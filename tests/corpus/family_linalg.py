@@ -185,6 +185,16 @@ def least_squares_normal(a, b):
 
 
 @njit
+def gram_solve(a, b):
+    return np.linalg.solve(a.T @ a, b)
+
+
+@njit
+def gram_quad_form(a, x):
+    return x @ (a @ a.T) @ x
+
+
+@njit
 def gaussian_nll(a, x):
     s = a @ a.T + np.eye(a.shape[0])
     return 0.5 * x @ np.linalg.solve(s, x) + 0.5 * np.log(np.linalg.det(s))
@@ -334,6 +344,17 @@ program(FAMILY, "matrix_power/2d", matrix_power, lambda a: jnp.linalg.matrix_pow
 program(FAMILY, "least_squares_normal/2d", least_squares_normal, lambda a, b: jnp.linalg.solve(a.T @ a, a.T @ b),
         args(normal(5, 3), normal(5)), wrt=(0, 1), transforms=ARRAY)
 program(FAMILY, "gaussian_nll/2d", gaussian_nll, _gaussian_nll, args(normal(3, 3), normal(3)), wrt=(0, 1))
+# The matrix held constant, the vector differentiated: the products of the matrix alone carry a tangent
+# (forward mode read it unset: NaN on a heap of NaN; Hessians were refused, "No augmented forward pass
+# found for cblas_dlascl").
+program(FAMILY, "least_squares_normal/2d-wrt-b", least_squares_normal,
+        lambda a, b: jnp.linalg.solve(a.T @ a, a.T @ b), args(normal(5, 3), normal(5)), wrt=(1,), transforms=ARRAY)
+program(FAMILY, "gram_solve/2d-wrt-b", gram_solve, lambda a, b: jnp.linalg.solve(a.T @ a, b),
+        args(normal(5, 3), normal(3)), wrt=(1,), transforms=ARRAY)
+program(FAMILY, "gram_quad_form/2d-wrt-x", gram_quad_form, lambda a, x: x @ (a @ a.T) @ x,
+        args(normal(3, 4), normal(3)), wrt=(1,), transforms=("gradient", "jvp", "hvp"))
+program(FAMILY, "gaussian_nll/2d-wrt-x", gaussian_nll, _gaussian_nll, args(normal(3, 3), normal(3)), wrt=(1,),
+        transforms=("gradient", "jvp", "hvp"))
 program(FAMILY, "eigvalsh_sum/2d", eigvalsh_sum, lambda a: jnp.sum(jnp.linalg.eigvalsh(a) ** 2), args(spd(3)),
         **_lapack("np.linalg.eigvalsh"))
 program(FAMILY, "svd_values/2d", svd_values, lambda a: jnp.sum(jnp.linalg.svd(a)[1]), args(normal(3, 2)),
