@@ -353,6 +353,8 @@ def check(seed: int, tol: float = 1e-5) -> tuple[str, str]:
     ``disagree``, ``pyjlad-error:<Type>``, ``invalid-program`` (Numba rejects it,
     or it is too ill-conditioned for finite differences to be an oracle: a value
     above 1e6, or central differences with steps 1e-5 and 1e-6 disagreeing)."""
+    from corpus.heap import poison_small_free_blocks
+
     import pyjlad
 
     try:
@@ -364,6 +366,8 @@ def check(seed: int, tol: float = 1e-5) -> tuple[str, str]:
     if not math.isfinite(value) or abs(value) > 1e6:
         return "invalid-program", f"value {value} is not finite or too large for finite differences"
     try:
+        pyjlad.gradient(program.func, x.copy(), a, k, wrt=(0, 1))  # built; the second call is the one checked,
+        poison_small_free_blocks()  # on a heap of NaN: a derivative reading memory it never wrote shows
         gx, ga = pyjlad.gradient(program.func, x, a, k, wrt=(0, 1))
     except Exception as exc:  # noqa: BLE001 - classified by type
         return f"pyjlad-error:{type(exc).__name__}", str(exc).splitlines()[0][:200]
