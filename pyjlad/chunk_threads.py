@@ -10,8 +10,8 @@ each thread with its own buffers (:func:`run_chunks`). A sweep is as wide as :fu
 wider than the directions need, and for such a function narrow enough that every thread gets a chunk
 (a Jacobian of 20 columns on 2 threads: two chunks of 16 directions, each thread one, instead of one
 chunk of 32 on one thread). On a first call the first chunk runs alone. A Hessian taken one
-Hessian-vector product per column runs its columns the same way, each product's loops on the thread
-running it (:func:`one_loop_thread`).
+Hessian-vector product per column runs its columns the same way, each product one of the function's serial
+copy (``Sweep.serial``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from . import config
 from .parallel_derivatives import PARALLEL_TWIN
 
-__all__ = ["chunk_threads", "one_loop_thread", "run_chunks", "sweep_width"]
+__all__ = ["chunk_threads", "one_loop_thread", "run_chunks", "runs_in_parallel", "sweep_width"]
 
 S = TypeVar("S")
 
@@ -40,12 +40,25 @@ def chunk_threads(f: Any) -> int:
     >>> chunk_threads(njit(lambda x: x))
     1
     """
-    parallel = getattr(f, "targetoptions", {}).get("parallel") or getattr(f, PARALLEL_TWIN, None)
-    if not parallel or not config.parallel_derivatives():
+    if not runs_in_parallel(f):
         return 1
     import numba
 
     return max(1, numba.get_num_threads())
+
+
+def runs_in_parallel(f: Any) -> bool:
+    """Whether ``f`` is a ``parallel=True`` Numba function (or the wrapper writing its results,
+    :mod:`pyjlad.outputs`) whose derivatives use Numba's threads: the setting ``PYJLAD_PARALLEL_DERIVATIVES`` on.
+
+    Examples
+    --------
+    >>> from numba import njit
+    >>> runs_in_parallel(njit(lambda x: x))
+    False
+    """
+    parallel = getattr(f, "targetoptions", {}).get("parallel") or getattr(f, PARALLEL_TWIN, None)
+    return bool(parallel) and config.parallel_derivatives()
 
 
 @contextlib.contextmanager

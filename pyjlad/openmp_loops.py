@@ -84,7 +84,7 @@ declare void @omp_set_num_threads(i32)
 declare i32 @omp_get_thread_num()
 declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)
 declare void @NRT_decref(ptr)
-"""
+""" + type_hint_declaration("__enzyme_integer") + "\n"
 
 _PRIVATE_DECLARATIONS = "\n".join(["", *declarations(), ""])
 
@@ -227,6 +227,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
       %pyjlad.omp.threads.0 = trunc i64 %n to i32
       call void @omp_set_num_threads(i32 %pyjlad.omp.threads.0)
       call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr @pyjlad.omp.task.0, ptr %a, ptr %d, ptr %s, ptr null)
+      call void @__enzyme_integer(ptr @pyjlad.omp.failed, i64 4)
       %pyjlad.omp.failed.13.7 = load atomic i32, ptr @pyjlad.omp.failed unordered, align 4
       %pyjlad.omp.status.13.7 = or i32 0, %pyjlad.omp.failed.13.7
       ret i32 %pyjlad.omp.status.13.7
@@ -356,7 +357,9 @@ def _report_failures(lines: list[str]) -> list[str] | None:
         for j, item in enumerate(edited):
             words = item.split(", !")[0].split()
             if words[:2] == ["ret", "i32"] and len(words) == 3:
-                edited[j] = (f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {FAILED_FLAG} unordered, align 4\n"
+                edited[j] = (f"  call void @__enzyme_integer(ptr {FAILED_FLAG}, i64 4)\n"  # (typed: else the `or`
+                             # below has no type for Enzyme, which failed on it and retried with loose types)
+                             f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {FAILED_FLAG} unordered, align 4\n"
                              f"  %pyjlad.omp.status.{k}.{j} = or i32 {words[2]}, %pyjlad.omp.failed.{k}.{j}\n"
                              f"  ret i32 %pyjlad.omp.status.{k}.{j}")
         out[start + 1:] = edited

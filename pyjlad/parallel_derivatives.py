@@ -235,7 +235,8 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     derivative); False with a :class:`~pyjlad.errors.ParallelFallbackWarning` where the setting is on (the
     default) but the parallel derivative is not available (a Hessian-vector product through custom rules, no
     runtime); False silently for a vector-mode sweep, whose chunks run on several threads instead
-    (:mod:`pyjlad.chunk_threads`).
+    (:mod:`pyjlad.chunk_threads`), and for a sweep asking for the serial copy (``sweep.serial``: a Hessian's
+    columns, also on several threads).
 
     Examples
     --------
@@ -246,8 +247,8 @@ def parallel_wanted(exported: Any, sweep: Any) -> bool:
     """
     if getattr(exported, "make_parallel_module", None) is None or not config.parallel_derivatives():
         return False
-    if sweep.width > 1:
-        return False  # the serial vector derivative, its chunks run on several threads (pyjlad.chunk_threads)
+    if sweep.width > 1 or sweep.serial:
+        return False  # the serial (vector) derivative, its sweeps or chunks on several threads (pyjlad.chunk_threads)
     if sweep.kind == "hvp" and calls_custom_rules(exported.module.external_functions):
         return _fallback(exported, "its Hessian-vector product goes through custom rules (forward over reverse), "
                          "whose forward sweep Enzyme cannot run over a parallel loop; reverse and forward mode run "

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .activity import Activity
-from .chunk_threads import chunk_threads, one_loop_thread, run_chunks
+from .chunk_threads import chunk_threads, one_loop_thread, run_chunks, runs_in_parallel
 from .engines import compiled_sweep
 from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function
@@ -348,6 +348,11 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     >>> pyjlad.hvp(lambda x: np.sum(x ** 3), (np.array([1.0, 2.0]),), np.array([1.0, 1.0])).tolist()
     [6.0, 12.0]
     """
+    return _hvp(f, primals, v, wrt, engine=engine, serial=False)
+
+
+def _hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int, *, engine: str | None, serial: bool) -> Any:
+    """:func:`hvp`; with ``serial``, of the serial copy of a ``parallel=True`` function (``Sweep.serial``)."""
     primals = as_tuple(primals, "primals", "hvp")
     refuse_containers(primals, "hvp")
     if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(primals):
@@ -355,7 +360,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if is_float_array(p)])
     x = primals[wrt]
     check_tangent(wrt, x, v, "vector v")
-    compiled = compiled_sweep(f, Sweep("hvp", "reverse", (), wrt), engine)
+    compiled = compiled_sweep(f, Sweep("hvp", "reverse", (), wrt, serial=serial), engine)
     if isinstance(x, np.ndarray):
         tangent, _ = shadow_like(x, np.asarray(v))
         gradient, _ = shadow_like(x)
@@ -403,12 +408,15 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: 
     columns = list(np.ndindex(x.shape))
 
     threads = chunk_threads(f)
+    # The columns of a parallel=True function on Numba's threads (pyjlad.chunk_threads), each one product of
+    # its serial copy: a parallel product's loops would run on its column's thread alone, and cost more there.
+    serial = runs_in_parallel(f)
 
-    def column(_: None, k: int) -> None:  # (on several threads for a parallel=True function: pyjlad.chunk_threads)
+    def column(_: None, k: int) -> None:
         idx = columns[k]
-        with one_loop_thread(threads):  # each column's hvp on one thread, the columns on all of them
-            hess[(Ellipsis, *idx)] = hvp(f, copy_arrays(args), unit_vector(x.shape, idx, x.dtype), wrt,
-                                         engine=engine)
+        with one_loop_thread(threads):  # (whatever runs in parallel in it stays on this thread)
+            hess[(Ellipsis, *idx)] = _hvp(f, copy_arrays(args), unit_vector(x.shape, idx, x.dtype), wrt,
+                                          engine=engine, serial=serial)
 
     run_chunks(range(len(columns)), threads, lambda: None, column)
     return hess

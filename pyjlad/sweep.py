@@ -55,6 +55,11 @@ class Sweep:
         (:func:`pyjlad.grad`) lets Enzyme leave out work that only computes it, such as a loop
         summing a loss whose terms the reverse sweep reads again: the returned value is then
         meaningless.
+    serial : bool
+        Differentiate the serial copy of a ``parallel=True`` function even with parallel derivatives on
+        (:mod:`pyjlad.parallel_derivatives`): for a caller that runs several sweeps on Numba's threads at
+        once, one per thread (a Hessian's columns, :mod:`pyjlad.chunk_threads`), where each sweep's own
+        parallel loops would run on one thread with nothing to gain.
 
     Examples
     --------
@@ -73,6 +78,7 @@ class Sweep:
     width: int = 1
     interleaved: tuple[int, ...] = ()
     value: bool = True
+    serial: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "activities", as_activities(self.activities))

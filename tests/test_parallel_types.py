@@ -1,0 +1,86 @@
+"""Parallel derivatives are built with the types Enzyme deduces, not with loose types.
+
+Every function whose loops the OpenMP rewrite forks reports a raise inside a loop through a flag the
+function's status ``or``s in (``pyjlad/openmp_loops.py``: ``@pyjlad.omp.failed``). Enzyme could not type
+that ``or`` (a load of an untyped global), stopped on it ("cannot handle unknown binary operator"), and
+pyjlad retried with ``-enzyme-loose-types``: every parallel reverse and forward derivative was built with
+loose types, which lose the adjoint through any float copy taken for integers (README, Limitations), and only
+a reverse-mode gradient's first call was checked against finite differences. The flag is typed now
+(``__enzyme_integer``), so these derivatives build on Enzyme's first attempt.
+
+Oracles: JAX (float64) grad and jvp, from copies taken before the call.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numba import njit
+from test_private_adjoints import cross  # (sum of sin(x[i] * y[j]): two arrays every row reads)
+
+import pyjlad
+from pyjlad.activity import Activity
+from pyjlad.engines import compiled_sweep
+from pyjlad.errors import ParallelFallbackWarning
+from pyjlad.export import numba_argtypes
+from pyjlad.sweep import Sweep
+
+jax.config.update("jax_enable_x64", True)
+
+
+def cross_jax(x, y):
+    return jnp.sum(jnp.sin(x[:, None] * y[None, :]))
+
+
+def _built(f, args, mode):
+    """The sweep pyjlad builds for ``args`` in ``mode`` (its Enzyme build), every argument differentiated."""
+    compiled = compiled_sweep(f, Sweep("ad", mode, (Activity.DUP,) * len(args)), None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)  # the parallel derivative, not the serial one
+        return compiled._build_once(numba_argtypes(args))
+
+
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_parallel_derivatives_need_no_loose_types(parallel_two_threads, mode) -> None:
+    fresh = njit(parallel=True)(cross.py_func)  # its own derivatives, built here
+    rng = np.random.default_rng(11)
+    x, y = rng.normal(size=60), rng.normal(size=45)
+    assert not _built(fresh, (x, y), mode).loose_types
+
+
+@pytest.mark.parametrize("kernel", ["classifier"])
+def test_benchmark_kernels_need_no_loose_types(parallel_two_threads, parallel_kernels, kernel) -> None:
+    rng = np.random.default_rng(12)
+    if kernel == "pairwise":
+        args = (rng.uniform(-2, 2, 80),)
+    else:
+        args = (rng.normal(size=(10, 32)), rng.normal(size=(50, 32)), rng.integers(0, 10, 50))
+    f = njit(parallel=True)(getattr(parallel_kernels, kernel).py_func)
+    compiled = compiled_sweep(f, Sweep("ad", "reverse", (Activity.DUP,)), None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        assert not compiled._build_once(numba_argtypes(args)).loose_types
+
+
+@pytest.mark.parametrize("wrt", [(1,), (0, 1)])
+def test_gradients_and_tangents_against_jax(parallel_two_threads, wrt) -> None:
+    rng = np.random.default_rng(13)
+    x, y = rng.normal(size=70), rng.normal(size=33)
+    x0, y0 = x.copy(), y.copy()
+    want = jax.grad(cross_jax, argnums=wrt)(jnp.asarray(x0), jnp.asarray(y0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        got = pyjlad.grad(cross, wrt=wrt)(x, y)
+        tx, ty = rng.normal(size=x.shape), rng.normal(size=y.shape)
+        _, tangent = pyjlad.jvp(cross, (x, y), (tx, ty))
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-12, atol=1e-12)
+    _, jax_tangent = jax.jvp(cross_jax, (jnp.asarray(x0), jnp.asarray(y0)), (jnp.asarray(tx), jnp.asarray(ty)))
+    np.testing.assert_allclose(tangent, float(jax_tangent), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(y, y0)
