@@ -84,13 +84,14 @@ declare void @omp_set_num_threads(i32)
 declare i32 @omp_get_thread_num()
 declare ptr @NRT_MemInfo_alloc_aligned(i64, i32)
 declare void @NRT_decref(ptr)
-""" + type_hint_declaration("__enzyme_integer") + "\n"
+"""
 
 _PRIVATE_DECLARATIONS = "\n".join(["", *declarations(), ""])
 
 _FORWARD_DECLARATIONS = f"""
 declare void @__enzyme_fwddiff_pyjlad_omp(...)
 {type_hint_declaration("__enzyme_pointer")}
+{type_hint_declaration("__enzyme_integer")}
 @enzyme_dup = external global i32
 @enzyme_const = external global i32
 """
@@ -227,9 +228,9 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
       %pyjlad.omp.threads.0 = trunc i64 %n to i32
       call void @omp_set_num_threads(i32 %pyjlad.omp.threads.0)
       call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @pyjlad.omp.loc, i32 4, ptr @pyjlad.omp.task.0, ptr %a, ptr %d, ptr %s, ptr null)
-      call void @__enzyme_integer(ptr @pyjlad.omp.failed, i64 4)
       %pyjlad.omp.failed.13.7 = load atomic i32, ptr @pyjlad.omp.failed unordered, align 4
-      %pyjlad.omp.status.13.7 = or i32 0, %pyjlad.omp.failed.13.7
+      %pyjlad.omp.raised.13.7 = icmp ne i32 %pyjlad.omp.failed.13.7, 0
+      %pyjlad.omp.status.13.7 = select i1 %pyjlad.omp.raised.13.7, i32 1, i32 0
       ret i32 %pyjlad.omp.status.13.7
     """
     if _CALL not in text:
@@ -266,6 +267,7 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
                 if forward:  # (a split loop's pack holds its parts too)
                     out.insert(entry_at, f"  %pyjlad.omp.pack.{len(tasks)} = alloca [{4 if halo is None else 5} x ptr], "
                                          "align 8")
+                    out.extend(_integer_arrays(out[entry_at - 1:], line))
                 if found is not None and any(a.element for a in found.arrays):  # Enzyme learns their types
                     args = _split_arguments(line[line.index(_CALL) + len(_CALL):line.rfind(")")])[1]
                     lines, used = typed_arguments(len(tasks), line[: len(line) - len(line.lstrip())], args,
@@ -304,6 +306,30 @@ def openmp_parallel_loops(text: str, forward: bool = False, layouts: Mapping[str
     return body.rstrip("\n") + "\n\n" + "\n".join([*tasks, *bodies, *helpers]) + "\n" + "\n".join(declared) + "\n"
 
 
+def _integer_arrays(function: list[str], line: str) -> list[str]:
+    """Lines telling Enzyme that the loop's shape and steps (the ``dims`` and ``steps`` operands of the
+    ``numba_parallel_for`` call ``line``), arrays of ``i64`` the caller ``function`` (its lines so far) allocates,
+    hold integers.
+
+    In forward mode, the fork's operands are packed behind one pointer whose shadow Enzyme builds
+    (:func:`pyjlad.openmp_tasks.forward_fork`), so it makes shadows of these arrays too; where LLVM merged
+    Numba's stores of zero steps into a ``memset``, Enzyme could not type that memset's shadow ("Cannot deduce
+    type of memset") in a Hessian-vector product (a reverse sweep over the forward derivative) and retried with
+    loose types. Operands not allocated so in ``function`` get no hint."""
+    operands = _split_arguments(line[line.index(_CALL) + len(_CALL):line.rfind(")")])[2:4]
+    indent = line[: len(line) - len(line.lstrip())]
+    hints = []
+    for operand in operands:
+        name = operand.split()[-1]
+        for item in function:
+            words = item.split(", align")[0].split()
+            if words[:3] == [name, "=", "alloca"] and len(words) == 6 and words[5] == "i64]" \
+                    and words[3].startswith("[") and words[3][1:].isdigit() and words[4] == "x":
+                hints.append(f"{indent}call void @__enzyme_integer(ptr {name}, i64 {8 * int(words[3][1:])})")
+                break
+    return hints
+
+
 def private_body(index: int) -> str:
     """The symbol of loop ``index``'s body copy its private rows run (see :mod:`pyjlad.private_bodies`)."""
     return f"@pyjlad.omp.body.{index}"
@@ -330,9 +356,14 @@ def _private_bodies(text: str, loops: Mapping[int, tuple[str, list[int]]]) -> li
 
 def _report_failures(lines: list[str]) -> list[str] | None:
     """``lines`` with each function that runs a parallel loop clearing the failure flag on entry and
-    returning its status or'ed with it (an exception raised in a loop's body, which Numba's gufunc
+    returning 1 where it was set, else its status (an exception raised in a loop's body, which Numba's gufunc
     wrapper raises in Python instead of returning, makes the status 1: pyjlad then calls the function
     itself for the exception). None if such a function does not return Numba's ``i32`` status.
+
+    The status is chosen with ``icmp`` and ``select``, not an ``or`` of the two: Enzyme's type analysis
+    cannot type an ``or`` of a value loaded from an untyped global ("cannot handle unknown binary operator")
+    and stopped on it, and pyjlad then built every parallel reverse, forward and Hessian-vector derivative
+    with loose types (tests/test_parallel_types.py).
 
     The flag is read and written with ``unordered`` atomics: threads only ever store 1 into it, and it is
     read after the fork has joined them, so no ordering is needed. A ``monotonic`` access would be worse
@@ -357,10 +388,9 @@ def _report_failures(lines: list[str]) -> list[str] | None:
         for j, item in enumerate(edited):
             words = item.split(", !")[0].split()
             if words[:2] == ["ret", "i32"] and len(words) == 3:
-                edited[j] = (f"  call void @__enzyme_integer(ptr {FAILED_FLAG}, i64 4)\n"  # (typed: else the `or`
-                             # below has no type for Enzyme, which failed on it and retried with loose types)
-                             f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {FAILED_FLAG} unordered, align 4\n"
-                             f"  %pyjlad.omp.status.{k}.{j} = or i32 {words[2]}, %pyjlad.omp.failed.{k}.{j}\n"
+                edited[j] = (f"  %pyjlad.omp.failed.{k}.{j} = load atomic i32, ptr {FAILED_FLAG} unordered, align 4\n"
+                             f"  %pyjlad.omp.raised.{k}.{j} = icmp ne i32 %pyjlad.omp.failed.{k}.{j}, 0\n"
+                             f"  %pyjlad.omp.status.{k}.{j} = select i1 %pyjlad.omp.raised.{k}.{j}, i32 1, i32 {words[2]}\n"
                              f"  ret i32 %pyjlad.omp.status.{k}.{j}")
         out[start + 1:] = edited
     return out

@@ -1,14 +1,16 @@
 """Parallel derivatives are built with the types Enzyme deduces, not with loose types.
 
-Every function whose loops the OpenMP rewrite forks reports a raise inside a loop through a flag the
-function's status ``or``s in (``pyjlad/openmp_loops.py``: ``@pyjlad.omp.failed``). Enzyme could not type
-that ``or`` (a load of an untyped global), stopped on it ("cannot handle unknown binary operator"), and
-pyjlad retried with ``-enzyme-loose-types``: every parallel reverse and forward derivative was built with
-loose types, which lose the adjoint through any float copy taken for integers (README, Limitations), and only
-a reverse-mode gradient's first call was checked against finite differences. The flag is typed now
-(``__enzyme_integer``), so these derivatives build on Enzyme's first attempt.
+Every function whose loops the OpenMP rewrite forks reports a raise inside a loop through a flag
+(``pyjlad/openmp_loops.py``: ``@pyjlad.omp.failed``) it combined with its status through an ``or``. Enzyme
+could not type that ``or`` (of a load of an untyped global), stopped on it ("cannot handle unknown binary
+operator"), and pyjlad retried with ``-enzyme-loose-types``: every parallel reverse and forward derivative was
+built with loose types, which lose the adjoint through any float copy taken for integers (README, Limitations),
+and only a reverse-mode gradient's first call was checked against finite differences. The status is chosen
+with ``icmp`` and ``select`` now. A Hessian-vector product (reverse over the forward derivative) also stopped
+on the shadow of the loop's steps (packed for the forward fork), which LLVM had zeroed with a ``memset``
+Enzyme could not type: the steps and shape are hinted as integers.
 
-Oracles: JAX (float64) grad and jvp, from copies taken before the call.
+Oracles: JAX (float64) grad, jvp and jvp of grad, from copies taken before the call.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ def cross_jax(x, y):
 
 
 def _built(f, args, mode):
-    """The sweep pyjlad builds for ``args`` in ``mode`` (its Enzyme build), every argument differentiated."""
-    compiled = compiled_sweep(f, Sweep("ad", mode, (Activity.DUP,) * len(args)), None)
+    """The sweep pyjlad builds for ``args`` in ``mode`` (its Enzyme build), every argument differentiated;
+    ``mode="hvp"``: the Hessian-vector product with respect to the first argument."""
+    sweep = Sweep("hvp", "reverse", (), 0) if mode == "hvp" else Sweep("ad", mode, (Activity.DUP,) * len(args))
+    compiled = compiled_sweep(f, sweep, None)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ParallelFallbackWarning)  # the parallel derivative, not the serial one
         return compiled._build_once(numba_argtypes(args))
@@ -84,3 +88,38 @@ def test_gradients_and_tangents_against_jax(parallel_two_threads, wrt) -> None:
     np.testing.assert_allclose(tangent, float(jax_tangent), rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(y, y0)
+
+
+def stencil_jax(u, k):
+    out = jnp.zeros_like(u).at[1:-1].set(u[1:-1] + k * (u[:-2] - 2.0 * u[1:-1] + u[2:]))
+    return jnp.sum(out * out)
+
+
+def pairwise_jax(x):
+    d = x[:, None] - x[None, :]
+    return jnp.sum(1.0 / (1.0 + d * d))
+
+
+@pytest.mark.parametrize("kernel", ["pairwise", "stencil"])
+def test_hessian_vector_products_need_no_loose_types(parallel_two_threads, parallel_kernels, kernel) -> None:
+    rng = np.random.default_rng(14)
+    args = (rng.uniform(-2, 2, 40),) if kernel == "pairwise" else (rng.normal(size=40), 0.3)
+    f = njit(parallel=True)(getattr(parallel_kernels, kernel).py_func)
+    assert not _built(f, args, "hvp").loose_types
+
+
+@pytest.mark.parametrize("kernel", ["pairwise", "stencil"])
+def test_hessian_vector_products_against_jax(parallel_two_threads, parallel_kernels, kernel) -> None:
+    rng = np.random.default_rng(15)
+    args = (rng.uniform(-2, 2, 64),) if kernel == "pairwise" else (rng.normal(size=64), 0.3)
+    v = rng.normal(size=64)
+    x0, v0 = args[0].copy(), v.copy()
+    oracle = pairwise_jax if kernel == "pairwise" else stencil_jax
+    rest = args[1:]
+    _, want = jax.jvp(lambda x: jax.grad(oracle)(x, *rest), (jnp.asarray(x0),), (jnp.asarray(v0),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        got = pyjlad.hvp(getattr(parallel_kernels, kernel), args, v)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-11, atol=1e-11)
+    np.testing.assert_array_equal(args[0], x0)
+    np.testing.assert_array_equal(v, v0)
