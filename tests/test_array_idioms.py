@@ -380,7 +380,9 @@ def column_sums(x):
 
 # Forward mode of functions storing integers into arrays they allocate (a vectorized np.arange, the
 # integer temporaries of a sum along an axis): Enzyme could not type those stores ("Cannot deduce type
-# of store") until pyjlad's last retry typed the module's integer accesses (pyjlad.ir.edit.tag_integer_accesses).
+# of store") until pyjlad's last retry typed the module's integer accesses (pyjlad.ir.edit.tag_integer_accesses);
+# that retry now comes before the scalarized one (on an AMD EPYC host, Enzyme ran past pyjlad's ten-minute limit
+# on the scalarized np.diff times np.arange).
 FORWARD_INTEGER_CASES = [
     _case("np.arange weights", arange_weights, lambda x: jnp.sum(x * x * jnp.arange(x.shape[0])), (SPREAD,)),
     _case("np.arange in a loop", arange_loop, lambda x: jnp.sum(x * x * jnp.arange(x.shape[0])), (SPREAD,)),

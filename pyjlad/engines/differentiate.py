@@ -264,6 +264,9 @@ def _integers_typed(module: str | bytes) -> str:
     return tag_integer_accesses(parse(text, strict=False)).render()
 
 
+#: Enzyme could not type a ``store`` (forward mode: what it writes into memory it may shadow; see
+#: :func:`_integers_typed`).
+_STORE_TYPE_FAILURE = "Cannot deduce type of store"
 #: Enzyme could not type a ``memcpy``/``memmove`` (see :func:`_copies_typed`).
 _COPY_TYPE_FAILURE = "Cannot deduce type of copy"
 #: Enzyme v0.0.289 reverse-differentiating its own forward-mode rule of a matrix product (a Hessian-vector product):
@@ -429,6 +432,18 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 module, untyped = untyped, None
                 continue
             untyped = None
+            if not typed and _LOOSE_TYPES in options and _SCALAR_MEMORY not in options \
+                    and _STORE_TYPE_FAILURE in exc.diagnostics:
+                # A store loose types did not type either (forward mode through the integers a vectorized
+                # loop stores into an array the function allocates, np.arange(n)): scalarized, the vector code
+                # would still store untyped integers (and Enzyme ran for over ten minutes on the scalarized
+                # np.diff(x) * np.arange(n - 1) on an AMD EPYC host): the integers typed first, every attempt again.
+                _log.debug("Enzyme could not type a store in %s: retrying with its integer accesses typed",
+                           exported.name)
+                module, typed = _integers_typed(module), True
+                dump(label, "enzyme.input-integers-typed", module)
+                passes, options = PASSES, base
+                continue
             attempt = _next_attempt(passes, options, exc.diagnostics)
             if attempt is not None and _LOOSE_TYPES in attempt[1] and not copies:
                 # Loose types take a copy Enzyme cannot type for integers, losing the adjoint through it; Enzyme
