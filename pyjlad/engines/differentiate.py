@@ -267,6 +267,24 @@ def _integers_typed(module: str | bytes) -> str:
 #: Enzyme could not type a ``store`` (forward mode: what it writes into memory it may shadow; see
 #: :func:`_integers_typed`).
 _STORE_TYPE_FAILURE = "Cannot deduce type of store"
+
+
+def _store_untyped_with_loose_types(options: tuple[str, ...], diagnostics: str) -> bool:
+    """Whether Enzyme, with loose types and before the scalarized retry, still could not type a store.
+
+    Forward mode through the integers a vectorized loop stores into an array the function allocates
+    (``np.arange(n)``): scalarized, the vector code still stores untyped integers, and Enzyme ran for over ten
+    minutes on the scalarized ``np.diff(x) * np.arange(n - 1)`` on an AMD EPYC host; its integer accesses typed
+    (:func:`_integers_typed`), it builds on the first attempt.
+
+    >>> _store_untyped_with_loose_types((_LOOSE_TYPES,), "Cannot deduce type of store   store i64 %3, ptr %p")
+    True
+    >>> _store_untyped_with_loose_types((), "Cannot deduce type of store   store i64 %3, ptr %p")
+    False
+    """
+    return _LOOSE_TYPES in options and _SCALAR_MEMORY not in options and _STORE_TYPE_FAILURE in diagnostics
+
+
 #: Enzyme could not type a ``memcpy``/``memmove`` (see :func:`_copies_typed`).
 _COPY_TYPE_FAILURE = "Cannot deduce type of copy"
 #: Enzyme v0.0.289 reverse-differentiating its own forward-mode rule of a matrix product (a Hessian-vector product):
@@ -432,19 +450,17 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 module, untyped = untyped, None
                 continue
             untyped = None
-            if not typed and _LOOSE_TYPES in options and _SCALAR_MEMORY not in options \
-                    and _STORE_TYPE_FAILURE in exc.diagnostics:
-                # A store loose types did not type either (forward mode through the integers a vectorized
-                # loop stores into an array the function allocates, np.arange(n)): scalarized, the vector code
-                # would still store untyped integers (and Enzyme ran for over ten minutes on the scalarized
-                # np.diff(x) * np.arange(n - 1) on an AMD EPYC host): the integers typed first, every attempt again.
-                _log.debug("Enzyme could not type a store in %s: retrying with its integer accesses typed",
+            attempt = _next_attempt(passes, options, exc.diagnostics)
+            if not typed and (_store_untyped_with_loose_types(options, exc.diagnostics) or (
+                    attempt is None and any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES))):
+                # Every attempt again, the integers in memory typed: the last resort for a type failure, and
+                # before the scalarized retry for a store loose types did not type either.
+                _log.debug("Enzyme could not type %s's memory: retrying with its integer accesses typed",
                            exported.name)
                 module, typed = _integers_typed(module), True
                 dump(label, "enzyme.input-integers-typed", module)
                 passes, options = PASSES, base
                 continue
-            attempt = _next_attempt(passes, options, exc.diagnostics)
             if attempt is not None and _LOOSE_TYPES in attempt[1] and not copies:
                 # Loose types take a copy Enzyme cannot type for integers, losing the adjoint through it; Enzyme
                 # stops at its first failure, which can be another (a phi of Numba's quicksort, before the copy
@@ -452,14 +468,6 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 _log.debug("retrying %s with loose types: float copies typed first", exported.name)
                 untyped, module, copies = module, _copies_typed(module), True
                 dump(label, "enzyme.input-copies-typed", module)
-            if attempt is None and not typed and any(m in exc.diagnostics for m in _TYPE_ANALYSIS_FAILURES):
-                # The last resort for a type failure: every attempt again, the integers in memory typed.
-                _log.debug("Enzyme could not type %s's memory: retrying with its integer accesses typed",
-                           exported.name)
-                module, typed = _integers_typed(module), True
-                dump(label, "enzyme.input-integers-typed", module)
-                passes, options = PASSES, base
-                continue
             if attempt is not None:
                 _log.debug("Enzyme failed on %s (%s); retrying with options %s", exported.name,
                            exc.diagnostics.strip().splitlines()[-1][:200] if exc.diagnostics.strip() else exc,
