@@ -32,6 +32,8 @@ from . import private_bodies
 from .errors import IRLookupError, IRParseError
 from .ir import Module, decode_name, parse
 from .ir.edit import type_hint_declaration
+from .ir.instructions import parse_instruction
+from .ir.lexer import split_top_level
 from .ir.rewrite import drop_debug_attachments
 from .openmp_tasks import EDGES, INTERIOR, forward_fork, split_definition, split_rows, task, typed_arguments
 from .private_adjoints import LoopLayout, declarations, private_copy, read_only_arguments
@@ -316,17 +318,18 @@ def _integer_arrays(function: list[str], line: str) -> list[str]:
     Numba's stores of zero steps into a ``memset``, Enzyme could not type that memset's shadow ("Cannot deduce
     type of memset") in a Hessian-vector product (a reverse sweep over the forward derivative) and retried with
     loose types. Operands not allocated so in ``function`` get no hint."""
+    allocated = {}  # the caller's allocas: their results and the type each allocates
+    for item in function:
+        instruction = parse_instruction(item) if " alloca " in item else None
+        if instruction is not None and instruction.opcode == "alloca" and instruction.result is not None:
+            allocated[instruction.result] = "".join(t.text for t in split_top_level(instruction.after_opcode())[0])
     operands = _split_arguments(line[line.index(_CALL) + len(_CALL):line.rfind(")")])[2:4]
     indent = line[: len(line) - len(line.lstrip())]
     hints = []
-    for operand in operands:
-        name = operand.split()[-1]
-        for item in function:
-            words = item.split(", align")[0].split()
-            if words[:3] == [name, "=", "alloca"] and len(words) == 6 and words[5] == "i64]" \
-                    and words[3].startswith("[") and words[3][1:].isdigit() and words[4] == "x":
-                hints.append(f"{indent}call void @__enzyme_integer(ptr {name}, i64 {8 * int(words[3][1:])})")
-                break
+    for name in (operand.split()[-1] for operand in operands):
+        shape = allocated.get(name, "").strip().removeprefix("[").removesuffix(" x i64]")
+        if shape.isdigit():
+            hints.append(f"{indent}call void @__enzyme_integer(ptr {name}, i64 {8 * int(shape)})")
     return hints
 
 
