@@ -26,14 +26,18 @@ the function instead of 4x (``benchmarks/fresh_temporaries.py``).
   nothing else: the caller holds a reference for the whole call, and the function's own increments and
   decrements of its arguments balance, so the count never reaches zero inside it. Such a call gets
   ``!alias.scope`` *reference counts*, and the loads and stores through parameters ``!noalias`` for it
-  (the function never reads or writes an argument's header itself: only these calls do).
+  (the function never reads or writes an argument's header itself: only these calls do);
+* a temporary's data is no reference count either (those are the first word of a header): its loads and
+  stores get ``!noalias`` *reference counts* too, and a temporary's ``NRT_decref`` is written out as a
+  decrement in that scope and a ``free`` (:mod:`pyjlad.temporary_decrefs`), so that a temporary read after
+  its last write is read again, not copied into the tape, when the decrement that frees it follows.
 
 "Comes from" is exact: a pointer is classed by following ``getelementptr`` (its base), casts,
 ``freeze``, ``phi`` and ``select`` back to a parameter, or to the data field (offset 24) of a
 ``MemInfo`` that an allocation in this function returned; a pointer that meets both, or anything else
 (a pointer loaded from memory, a global, a call's result), is not classed and its accesses are left as
 they were. Calls other than those named above, atomic and volatile accesses, and instructions that have
-scoped metadata already are never touched.
+scoped metadata already are never touched (a temporary's ``NRT_decref`` is replaced whatever it carries).
 
 Only the function Enzyme differentiates and its copies get the metadata, and only when none of them
 calls another: LLVM's inliner keeps a callee's scopes as they are, so two inlined calls of one tagged
@@ -51,8 +55,10 @@ import enum
 from collections.abc import Iterable
 
 from .ir import Function, Metadata, Module, parse
+from .ir.edit import declare
 from .ir.instructions import Instruction, parse_instruction
 from .ir.lexer import split_top_level, words
+from .temporary_decrefs import DECREF, inline_temporary_decrefs
 
 __all__ = ["ALLOCATIONS", "REFERENCE_COUNTS", "Origin", "pointer_origins", "scope_temporaries"]
 
@@ -210,28 +216,30 @@ class _Scopes:
 
 
 def _tag(instruction: Instruction, origins: dict[str, Origin], scopes: _Scopes,
-         runtime: frozenset[str]) -> tuple[str, str] | None:
-    """The metadata ``instruction`` gets, as ``(kind, node)``; ``None`` for none."""
+         runtime: frozenset[str]) -> str | None:
+    """``instruction``'s line with its metadata; ``None`` where it stays as it is."""
     if instruction.opcode in ("load", "store"):
         origin = origins.get(instruction.address() or "")
         if origin is Origin.ARGUMENT:
-            return "!noalias", scopes.neither
-        if origin in (Origin.TEMPORARY, Origin.HEADER):
-            return "!alias.scope", scopes.in_temporaries
+            return instruction.with_metadata("!noalias", scopes.neither)
+        if origin is Origin.TEMPORARY:
+            # A temporary's data is never a reference count (a header's first word), its own or an argument's.
+            return parse_instruction(instruction.with_metadata("!alias.scope", scopes.in_temporaries)
+                                     ).with_metadata("!noalias", scopes.in_counts)
+        if origin is Origin.HEADER:
+            return instruction.with_metadata("!alias.scope", scopes.in_temporaries)
         return None
     call = instruction.call()
-    if call is None:
-        return None
-    if call.callee not in runtime:
+    if call is None or call.callee not in runtime:
         return None
     if call.callee in ALLOCATIONS:
-        return "!alias.scope", scopes.in_temporaries
+        return instruction.with_metadata("!alias.scope", scopes.in_temporaries)
     if call.callee in REFERENCE_COUNTS and len(call.values) == 1:
         origin = origins.get(call.values[0])
         if origin is Origin.HEADER:
-            return "!alias.scope", scopes.in_temporaries
+            return instruction.with_metadata("!alias.scope", scopes.in_temporaries)
         if origin is Origin.ARGUMENT:
-            return "!alias.scope", scopes.in_counts
+            return instruction.with_metadata("!alias.scope", scopes.in_counts)
     return None
 
 
@@ -245,10 +253,14 @@ def _scope_function(function: Function, scopes: _Scopes, runtime: frozenset[str]
         if not any(word in line for word in ("load", "store", "call")) or any(kind in line for kind in _SCOPED):
             continue
         instruction = parse_instruction(line)
-        tag = _tag(instruction, origins, scopes, runtime) if instruction is not None else None
-        if tag is not None:
-            body[index] = instruction.with_metadata(*tag)
+        tagged_line = _tag(instruction, origins, scopes, runtime) if instruction is not None else None
+        if tagged_line is not None:
+            body[index] = tagged_line
             tagged = True
+    if DECREF in runtime:
+        inlined = inline_temporary_decrefs(body, lambda value: origins.get(value) is Origin.HEADER, scopes.in_counts)
+        tagged |= inlined is not body
+        body[:] = inlined
     return tagged
 
 
@@ -296,8 +308,17 @@ def scope_temporaries(module: Module | str, entry: str) -> str:
       %field = getelementptr i8, ptr %mi, i64 24
       %data = load ptr, ptr %field, align 8, !alias.scope !3
       %v = load double, ptr %x, align 8, !noalias !5
-      store double %v, ptr %data, align 8, !alias.scope !3
-      call void @NRT_decref(ptr %mi), !alias.scope !3
+      store double %v, ptr %data, align 8, !alias.scope !3, !noalias !4
+      %pyjlad.decref.0.null = icmp eq ptr %mi, null
+      br i1 %pyjlad.decref.0.null, label %pyjlad.decref.0.done, label %pyjlad.decref.0.dec
+    pyjlad.decref.0.dec:
+      %pyjlad.decref.0.old = atomicrmw sub ptr %mi, i64 1 monotonic, align 8, !alias.scope !4
+      %pyjlad.decref.0.last = icmp eq i64 %pyjlad.decref.0.old, 1
+      br i1 %pyjlad.decref.0.last, label %pyjlad.decref.0.free, label %pyjlad.decref.0.done
+    pyjlad.decref.0.free:
+      call void @free(ptr %mi)
+      br label %pyjlad.decref.0.done
+    pyjlad.decref.0.done:
       ret void
     }
     """
@@ -312,5 +333,7 @@ def scope_temporaries(module: Module | str, entry: str) -> str:
     for function in chosen:
         tagged |= _scope_function(function, scopes, (ALLOCATIONS | REFERENCE_COUNTS) & defined)
     if tagged:
+        if any(line.lstrip().startswith("call void @free(") for f in chosen for line in f.body or []):
+            declare(parsed, "declare void @free(ptr)")
         parsed.items += scopes.nodes()
     return parsed.render()

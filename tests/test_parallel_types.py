@@ -10,7 +10,9 @@ with ``icmp`` and ``select`` now. A Hessian-vector product (reverse over the for
 on the shadow of the loop's steps (packed for the forward fork), which LLVM had zeroed with a ``memset``
 Enzyme could not type: the steps and shape are hinted as integers.
 
-Oracles: JAX (float64) grad, jvp and jvp of grad, from copies taken before the call.
+Oracles: JAX (float64) grad, jvp and jvp of grad, from copies taken before the call; the Hessian-vector
+products of all five kernels of ``benchmarks/parallel_gradients.py`` (remote_stats, pairwise, stencil, heat2d,
+classifier), built in parallel, against ``jax.jvp`` of ``jax.grad``.
 """
 
 from __future__ import annotations
@@ -119,4 +121,37 @@ def test_hessian_vector_products_against_jax(parallel_two_threads, parallel_kern
         got = pyjlad.hvp(getattr(parallel_kernels, kernel), args, v)
     np.testing.assert_allclose(got, np.asarray(want), rtol=1e-11, atol=1e-11)
     np.testing.assert_array_equal(args[0], x0)
+    np.testing.assert_array_equal(v, v0)
+
+
+def _benchmark_case(kernel, rng):
+    """Small arguments for ``benchmarks/parallel_gradients.py``'s ``kernel``."""
+    if kernel == "heat2d":
+        return (rng.normal(size=(12, 11)), 0.1)
+    if kernel == "classifier":
+        return (rng.normal(size=(4, 6)) / 2, rng.normal(size=(30, 6)), rng.integers(0, 4, 30))
+    x = rng.normal(size=(40, 8))
+    return (rng.uniform(0.5, 1.5, 25), x.T @ x, rng.normal(size=(25, 8)))
+
+
+@pytest.mark.parametrize("kernel", ["heat2d", "classifier", "remote_stats"])
+def test_hessian_vector_products_of_the_other_benchmark_kernels_against_jax(parallel_two_threads, parallel_kernels,
+                                                                           kernel) -> None:
+    """The first argument's (the grid, the weights, remote_stats' ``mse``) Hessian times ``v``, built in
+    parallel, against ``jax.jvp`` of ``jax.grad`` of the benchmark's JAX twins."""
+    rng = np.random.default_rng(16)
+    args = _benchmark_case(kernel, rng)
+    v = rng.normal(size=args[0].shape)
+    copies, v0 = [np.copy(a) for a in args], v.copy()
+    _, twins = parallel_kernels._jax_twins()
+    oracle = twins[kernel][0]
+    rest = [jnp.asarray(a) for a in copies[1:]]
+    _, want = jax.jvp(lambda x: jax.grad(oracle)(x, *rest), (jnp.asarray(copies[0]),), (jnp.asarray(v0),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ParallelFallbackWarning)
+        f = parallel_kernels.remote_loss if kernel == "remote_stats" else getattr(parallel_kernels, kernel)
+        got = pyjlad.hvp(f, args, v)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-10, atol=1e-11)
+    for a, c in zip(args, copies):
+        np.testing.assert_array_equal(a, c)
     np.testing.assert_array_equal(v, v0)
