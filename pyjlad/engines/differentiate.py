@@ -373,8 +373,9 @@ def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
 
 def enzyme_input_key() -> str:
     """What, besides the modules, decides :func:`_enzyme_input`'s output (for cache keys): the
-    ``PYJLAD_SCOPE_TEMPORARIES`` setting."""
-    return "temporaries scoped" if config.scope_temporaries() else "temporaries not scoped"
+    ``PYJLAD_SCOPE_TEMPORARIES`` setting, and what scoping does (a temporary's ``NRT_decref`` written out
+    since 2026-12-02, :mod:`pyjlad.temporary_decrefs`: a derivative cached before that is not read)."""
+    return "temporaries scoped, their decrefs written out" if config.scope_temporaries() else "temporaries not scoped"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
