@@ -29,7 +29,8 @@ What the call did that this leaves out, and why that is sound here:
   temporary is held by the function's own thread, or by the threads of a parallel loop it forks, which
   are joined before the function goes on; the join orders their accesses before the decrement.
 
-A call in an entry block without a label (no name to branch back to) stays a call.
+A call in an entry block without a label (no name to branch back to) stays a call; an ``invoke`` (a
+terminator, which Numba does not emit) stays as it is.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ def inline_temporary_decrefs(body: list[str], is_temporary: Callable[[str], bool
             block = label if not label.startswith('"') else ""
             out.append(line)
             continue
-        call = parse_instruction(line).call() if DECREF in line and block else None
+        instruction = parse_instruction(line) if DECREF in line and block else None
+        call = instruction.call() if instruction is not None and instruction.opcode == "call" else None
         if call is None or call.callee != DECREF or len(call.values) != 1 or not is_temporary(call.values[0]):
             out.append(line)
             continue

@@ -211,3 +211,9 @@ entry:
 def test_a_decref_in_an_unnamed_entry_block_stays_a_call() -> None:
     body = ["  %mi = call ptr @alloc()", "  call void @NRT_decref(ptr %mi)", "  ret void"]
     assert inline_temporary_decrefs(body, lambda value: True, "!4") is body
+
+
+def test_an_invoke_and_a_comment_naming_the_decref_stay_as_they_are() -> None:
+    body = ["entry:", "  %mi = call ptr @alloc()", "  ; call void @NRT_decref(ptr %mi)",
+            "  invoke void @NRT_decref(ptr %mi) to label %ok unwind label %bad", "ok:", "  ret void"]
+    assert inline_temporary_decrefs(body, lambda value: True, "!4") is body
