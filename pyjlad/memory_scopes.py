@@ -301,7 +301,7 @@ def scope_temporaries(module: Module | str, entry: str) -> str:
     ...   ret void
     ... }
     ... '''
-    >>> print(scope_temporaries(text, "f").split("define ptr")[0], end="")
+    >>> print(scope_temporaries(text, "f").split("  %pyjlad.decref.0.null")[0], end="")
     define void @f(ptr %x, i64 %n) {
     entry:
       %mi = call ptr @NRT_MemInfo_alloc_aligned(i64 %n, i32 32), !alias.scope !3
@@ -309,18 +309,8 @@ def scope_temporaries(module: Module | str, entry: str) -> str:
       %data = load ptr, ptr %field, align 8, !alias.scope !3
       %v = load double, ptr %x, align 8, !noalias !5
       store double %v, ptr %data, align 8, !alias.scope !3, !noalias !4
-      %pyjlad.decref.0.null = icmp eq ptr %mi, null
-      br i1 %pyjlad.decref.0.null, label %pyjlad.decref.0.done, label %pyjlad.decref.0.dec
-    pyjlad.decref.0.dec:
-      %pyjlad.decref.0.old = atomicrmw sub ptr %mi, i64 1 monotonic, align 8, !alias.scope !4
-      %pyjlad.decref.0.last = icmp eq i64 %pyjlad.decref.0.old, 1
-      br i1 %pyjlad.decref.0.last, label %pyjlad.decref.0.free, label %pyjlad.decref.0.done
-    pyjlad.decref.0.free:
-      call void @free(ptr %mi)
-      br label %pyjlad.decref.0.done
-    pyjlad.decref.0.done:
-      ret void
-    }
+
+    (the ``NRT_decref`` follows, written out: :func:`pyjlad.temporary_decrefs.inline_temporary_decrefs`).
     """
     parsed = parse(module) if isinstance(module, str) else module
     defined = {f.symbol for f in parsed.definitions}
@@ -333,7 +323,7 @@ def scope_temporaries(module: Module | str, entry: str) -> str:
     for function in chosen:
         tagged |= _scope_function(function, scopes, (ALLOCATIONS | REFERENCE_COUNTS) & defined)
     if tagged:
-        if any(line.lstrip().startswith("call void @free(") for f in chosen for line in f.body or []):
+        if DECREF in defined:  # a written-out decref frees (a no-op where the runtime declares it already)
             declare(parsed, "declare void @free(ptr)")
         parsed.items += scopes.nodes()
     return parsed.render()
