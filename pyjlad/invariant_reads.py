@@ -21,18 +21,22 @@ value wherever it is read" (true for the call's duration; nothing of the call ou
 
 Which loads read such an array is traced exactly, not guessed:
 
-* in the entry, each ``__kmpc_fork_call`` passes arrays of pointers it allocated (``alloca``); a slot of one
-  holds such an array when its only store (every access to the array at a constant offset) stores a pointer
-  derived only from the array's data pointer parameter (:func:`pyjlad.private_callees.only_derived`), and the
-  array is used by nothing but ``getelementptr``, ``load``, those stores and the fork;
+* in the entry, each ``__kmpc_fork_call`` passes arrays of pointers it allocated (``alloca``), itself or, in the
+  module of a ``jvp`` or Hessian-vector product, through a pack its fork function and that function's registered
+  forward derivative unpack (:func:`pyjlad.forked_arrays.forked_arrays`); a slot of one holds such an array when
+  its only store (every access to the array at a constant offset) stores a pointer derived only from the array's
+  data pointer parameter (:func:`pyjlad.private_callees.only_derived`), and the array is used by nothing but
+  ``getelementptr``, ``load``, those stores, the fork and its store into the pack;
 * in the task the fork runs (called by the fork alone), the pointers it loads from such a slot, its own
   parameter for that array used only to load (never written, never passed on);
 * the task's private copies of such an array (:mod:`pyjlad.private_adjoints`: a ``malloc`` of the task's own that
   one ``llvm.memcpy`` fills from it before any row runs, the copy's only write): their reads in the body and
   its callees, which run after the copy is made and before it is freed (the copy of ``w`` per thread; before,
   Enzyme kept a copy of all of ``w``, 2.5 KB, per sample, in the reverse of ``w @ x[i]``);
-* from there, through direct calls of internal functions, the parameters that only ever receive pointers
-  derived from those (:func:`pyjlad.private_callees.owned_parameters`: the loop body's copy and what it calls,
+* from there, through direct calls of internal functions and requests for their forward derivative (the
+  forward task's ``__enzyme_fwddiff`` of the loop's body: its primal arguments), the parameters that only ever
+  receive pointers derived from those (:func:`pyjlad.private_callees.owned_parameters`: the loop body's copy and
+  what it calls,
   such as pyjlad's loop form of ``w @ x[i]``; a function that other code calls too gets a copy of its own for
   these calls, if it is Numba's compiled code or a BLAS loop form, only ever called directly; such a copy,
   internal and called once, is then inlined where :mod:`pyjlad.inline_callees` allows, as the serial
@@ -40,6 +44,11 @@ Which loads read such an array is traced exactly, not guessed:
 
 A function on that path that stores through such a pointer contradicts ``readonly``: then nothing is marked.
 Only the parallel module of a ``parallel=True`` function gets the mark (:func:`pyjlad.parallel_derivatives.parallel_module`).
+
+In a Hessian-vector product (Enzyme's reverse sweep over the forward derivative it builds of the function) the
+mark covers the loads of the values, not the loads of their tangents that Enzyme's forward derivative adds
+(it does not carry ``!invariant.load`` over): the reverse sweep still caches those, one copy per read. The
+softmax classifier's parallel product kept four copies of ``w`` (with ``x[i]``) per sample before, two now.
 """
 
 from __future__ import annotations
@@ -49,18 +58,16 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 
 from .errors import IRLookupError, IRParseError
+from .forked_arrays import FORK, HARMLESS_CALLS, constant_offsets, forked_arrays, stored_value
 from .ir import Function, Metadata, Module, parse
 from .ir.edit import renamed_line
 from .ir.instructions import Instruction, parse_instruction
-from .ir.lexer import decode_name, split_top_level, symbol_for, texts_of, words
+from .ir.lexer import decode_name, symbol_for, texts_of
 from .private_callees import only_derived, owned_parameters
 
 __all__ = ["COPY_SUFFIX", "invariant_reads"]
 
-FORK = "@__kmpc_fork_call"
 _MARK = "!invariant.load"
-#: Bytes of the types a constant ``getelementptr`` into an array of pointers or sizes steps over.
-_SIZES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8, "double": 8, "float": 4}
 #: Linkage, visibility and DLL words a function's internal copy drops.
 _VISIBILITY = frozenset({"private", "internal", "available_externally", "linkonce", "weak", "common", "appending",
                          "extern_weak", "linkonce_odr", "weak_odr", "external", "dso_local", "dso_preemptable",
@@ -72,8 +79,6 @@ COPY_SUFFIX = ".pyjlad.reads"
 _COPIED = ("@_ZN", "@numba_xx")
 #: At most this many functions copied (each copy is Enzyme's to differentiate too).
 _MOST_COPIES = 16
-#: Calls that touch no memory through a pointer they are given.
-_HARMLESS = ("@llvm.lifetime.", "@llvm.assume")
 
 
 def invariant_reads(text: str, entry: str, never_written: Collection[int]) -> str:
@@ -133,7 +138,7 @@ def invariant_reads(text: str, entry: str, never_written: Collection[int]) -> st
         return text
     functions = {f.symbol: f for f in module.definitions}
     params = [p.name for k, p in enumerate(function.parameters) if k in never_written and p.name]
-    roots, fills = _task_roots(text, function, functions, params)
+    roots, fills = _task_roots(module, function, functions, params)
     if not roots:
         return text
     owned = _owned_with_copies(module, {t: names | fills[t].keys() for t, names in roots.items()})
@@ -166,7 +171,7 @@ def _owned_with_copies(module: Module, roots: dict[str, set[str]]) -> dict[str, 
     while True:
         text = module.render()
         functions = {f.symbol: f for f in module.definitions}
-        owned = owned_parameters(text, functions, roots)
+        owned = owned_parameters(text, functions, roots, through_derivatives=True)
         wanted: dict[str, set[str]] = {}  # owning function -> callees to copy for its calls
         for symbol, names in owned.items():
             instructions = list(functions[symbol].instructions())
@@ -217,29 +222,26 @@ def _copy_function(module: Module, function: Function) -> str:
     return copy.symbol
 
 
-def _task_roots(text: str, entry: Function, functions: dict[str, Function],
+def _task_roots(module: Module, entry: Function, functions: dict[str, Function],
                 params: list[str]) -> tuple[dict[str, set[str]], dict[str, dict[str, str]]]:
-    """For each task the entry forks, the pointers it loads that point into a never-written array; and its private
-    copies of such arrays, each with the one instruction that fills it (:func:`_private_copies`)."""
+    """For each task the entry forks (directly or through a pack: :func:`pyjlad.forked_arrays.forked_arrays`), the
+    pointers it loads that point into a never-written array; and its private copies of such arrays, each with the
+    one instruction that fills it (:func:`_private_copies`)."""
     instructions = list(entry.instructions())
     arrays = only_derived(params, instructions)
-    allocas = {i.result for i in instructions if i.opcode == "alloca" and i.result}
-    forks = [(i, c) for i in instructions if (c := i.call()) is not None and c.callee == FORK]
+    forked = forked_arrays(module, entry)
     roots: dict[str, set[str]] = {}
-    for _, call in forks:
-        task = call.values[2] if len(call.values) > 2 else ""
-        target = functions.get(task)
-        if target is None or text.count(task) != 1 + sum(c.values[2:3] == [task] for _, c in forks):
-            continue  # a task used other than by the entry's forks: its arguments are not only these
+    for task, passed in forked.tasks.items():
+        target = functions[task]
         found: set[str] = set()
-        for position, value in enumerate(call.values[3:]):
-            if value not in allocas or 2 + position >= len(target.parameters):
+        for position, array in passed:
+            if position >= len(target.parameters):
                 continue
-            slots = _readonly_slots(instructions, value, arrays)
+            slots = _readonly_slots(instructions, array, arrays, forked.packed)
             if slots:
-                found |= _slot_loads(list(target.instructions()), target.parameters[2 + position].name, slots)
+                found |= _slot_loads(list(target.instructions()), target.parameters[position].name, slots)
         if found:
-            roots.setdefault(task, set()).update(found)
+            roots[task] = found
     return roots, {task: _private_copies(list(functions[task].instructions()), found) for task, found in roots.items()}
 
 
@@ -258,24 +260,25 @@ def _private_copies(instructions: list[Instruction], pointers: set[str]) -> dict
     return {copy: lines[0] for copy, lines in fills.items() if len(lines) == 1}
 
 
-def _readonly_slots(instructions: list[Instruction], array: str, pointers: set[str]) -> set[int]:
+def _readonly_slots(instructions: list[Instruction], array: str, pointers: set[str], packed: set[str]) -> set[int]:
     """The byte offsets of the slots of the entry's pointer array ``array`` whose one store stores one of
-    ``pointers``; none if the array is used other than by constant offsets, loads, stores into it and forks."""
-    offsets = _offsets(instructions, array)
+    ``pointers``; none if the array is used other than by constant offsets, loads, stores into it, forks and
+    the ``packed`` stores (its address put into a fork's pack)."""
+    offsets = constant_offsets(instructions, array)
     if offsets is None:
         return set()
     stored: dict[int, list[str]] = {}
     for ins in instructions:
-        if ins.result in offsets or not any(v in offsets for v in ins.operands()):
-            continue  # (an offset into it, or unrelated)
+        if ins.result in offsets or not any(v in offsets for v in ins.operands()) or ins.text in packed:
+            continue  # (an offset into it, unrelated, or its address put into a pack)
         if ins.opcode == "store":
-            value = _stored_value(ins)
+            value = stored_value(ins)
             if ins.address() not in offsets or value in offsets:
                 return set()  # (the array's own address stored somewhere: it escapes)
             stored.setdefault(offsets[ins.address() or ""], []).append(value or "")
         elif ins.opcode == "call":
             call = ins.call()
-            if call is None or not (call.callee == FORK or call.callee.startswith(_HARMLESS)):
+            if call is None or not (call.callee == FORK or call.callee.startswith(HARMLESS_CALLS)):
                 return set()
     return {offset for offset, values in stored.items() if len(values) == 1 and values[0] in pointers}
 
@@ -283,7 +286,7 @@ def _readonly_slots(instructions: list[Instruction], array: str, pointers: set[s
 def _slot_loads(instructions: list[Instruction], args: str | None, slots: set[int]) -> set[str]:
     """The pointers a task loads from ``slots`` of its parameter ``args``; none if ``args`` is used for
     anything but constant offsets and loads."""
-    offsets = _offsets(instructions, args or "")
+    offsets = constant_offsets(instructions, args or "")
     if not args or offsets is None:
         return set()
     found = set()
@@ -295,49 +298,6 @@ def _slot_loads(instructions: list[Instruction], args: str | None, slots: set[in
         if offsets[ins.address() or ""] in slots and ins.result:
             found.add(ins.result)
     return found
-
-
-def _offsets(instructions: list[Instruction], base: str) -> dict[str, int] | None:
-    """``base`` and the pointers ``getelementptr`` derives from it at constant byte offsets; ``None`` if one
-    derived pointer's offset is not a constant."""
-    offsets = {base: 0}
-    for ins in instructions:
-        if ins.opcode != "getelementptr" or not ins.result:
-            continue
-        operands = ins.operands()
-        if not operands or operands[0] not in offsets:
-            continue
-        step = _constant_step(ins)
-        if step is None:
-            return None
-        offsets[ins.result] = offsets[operands[0]] + step
-    return offsets
-
-
-def _constant_step(ins: Instruction) -> int | None:
-    """The byte offset a ``getelementptr`` with constant indices adds (one index over a scalar type, or
-    ``0, k`` into an array type ``[n x T]``); ``None`` for any other."""
-    parts = [words(part) for part in split_top_level(ins.after_opcode())]
-    if len(parts) < 3:
-        return None
-    type_words = [w for w in parts[0] if w not in ("inbounds", "nuw", "nusw")]
-    indices = []
-    for part in parts[2:]:
-        if len(part) != 2 or not part[1].lstrip("-").isdigit():
-            return None
-        indices.append(int(part[1]))
-    if len(type_words) == 1 and type_words[0] in _SIZES and len(indices) == 1:
-        return indices[0] * _SIZES[type_words[0]]
-    array = type_words[0].strip("[]").split() if len(type_words) == 1 else []
-    if len(array) == 3 and array[1] == "x" and array[2] in _SIZES and len(indices) == 2 and indices[0] == 0:
-        return indices[1] * _SIZES[array[2]]  # ([n x T], ptr %a, i64 0, i64 k)
-    return None
-
-
-def _stored_value(ins: Instruction) -> str | None:
-    """The value a plain ``store`` stores."""
-    parts = [words(part) for part in split_top_level(ins.after_opcode())]
-    return parts[0][-1] if parts and parts[0] else None
 
 
 def _writes_through(instructions: Iterable[Instruction], pointers: set[str], allowed: Collection[str] = ()) -> bool:

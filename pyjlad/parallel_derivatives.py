@@ -99,7 +99,7 @@ PARALLEL_TWIN = "pyjlad_parallel_twin"
 #: The modules whose code makes the parallel module Enzyme differentiates, chooses its options, or edits its output.
 _SOURCES = ("parallel_derivatives.py", "openmp_loops.py", "openmp_tasks.py", "private_adjoints.py", "private_bodies.py",
             "parfor_bodies.py", "openmp.py", "row_offsets.py", "openmp_fills.py", "blas_loops.py", "runtime/blas_loops.ll",
-            "shared_writes.py", "private_callees.py", "invariant_reads.py", "inline_callees.py",
+            "shared_writes.py", "private_callees.py", "invariant_reads.py", "forked_arrays.py", "inline_callees.py",
             "loop_caches.py")
 
 

@@ -28,12 +28,18 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from .ir import Function
-from .ir.instructions import Instruction
+from .ir.instructions import Call, Instruction
 from .ir.lexer import texts_of
 
-__all__ = ["only_derived", "owned_parameters"]
+__all__ = ["derivative_call", "only_derived", "owned_parameters"]
 
 _MOVES = ("getelementptr", "bitcast", "addrspacecast", "phi", "select")
+#: Enzyme's derivative requests (and pyjlad's named copies of them, such as ``__enzyme_fwddiff_pyjlad_omp``).
+_DERIVATIVE_REQUESTS = ("@__enzyme_fwddiff", "@__enzyme_autodiff")
+#: Activities of an argument followed by its shadow; of one alone; options that take no value.
+_SHADOWED = frozenset({"@enzyme_dup", "@enzyme_dupnoneed"})
+_UNSHADOWED = frozenset({"@enzyme_const", "@enzyme_out"})
+_OPTIONS = frozenset({"@enzyme_runtime_activity"})
 
 
 def only_derived(roots: Iterable[str], instructions: Iterable[Instruction]) -> set[str]:
@@ -72,7 +78,7 @@ def only_derived(roots: Iterable[str], instructions: Iterable[Instruction]) -> s
 
 
 def owned_parameters(text: str, functions: Mapping[str, Function],
-                     roots: Mapping[str, set[str]]) -> dict[str, set[str]]:
+                     roots: Mapping[str, set[str]], *, through_derivatives: bool = False) -> dict[str, set[str]]:
     """The owned pointer parameters of each function that has some (see the module docstring).
 
     Parameters
@@ -84,6 +90,9 @@ def owned_parameters(text: str, functions: Mapping[str, Function],
         The module's definitions by symbol (``@name``).
     roots : mapping of str to set of str
         The functions whose owned parameters are given (the body derivatives' private shadows).
+    through_derivatives : bool
+        Count a request for a function's derivative (``__enzyme_fwddiff(ptr @f, ...)``, before Enzyme runs) as a
+        call of it with the primal arguments (:func:`derivative_call`).
 
     Returns
     -------
@@ -122,6 +131,8 @@ def owned_parameters(text: str, functions: Mapping[str, Function],
     for caller, body in instructions.items():
         for ins in body:
             call = ins.call()
+            if call is not None and through_derivatives:
+                call = derivative_call(call) or call
             if call is not None and call.callee in functions:
                 sites.setdefault(call.callee, []).append((caller, call.values))
     uses = Counter(texts_of(text, "global"))
@@ -143,6 +154,35 @@ def owned_parameters(text: str, functions: Mapping[str, Function],
                 changed = True
         if not changed:
             return owned
+
+
+def derivative_call(call: Call) -> Call | None:
+    """A request for a function's derivative (``__enzyme_fwddiff``/``__enzyme_autodiff`` and pyjlad's named
+    variants) as the call of that function it differentiates, with the primal arguments; ``None`` for any other
+    call, or one whose arguments are not each named by an activity (``enzyme_dup``, ``enzyme_const``, ...).
+
+    >>> from pyjlad.ir.instructions import parse_instruction
+    >>> line = ("call void (...) @__enzyme_fwddiff(ptr @f, ptr @enzyme_runtime_activity, ptr @enzyme_dup, ptr %a, "
+    ...         "ptr %da, ptr @enzyme_const, i64 %n)")
+    >>> request = derivative_call(parse_instruction(line).call())
+    >>> request.callee, request.values
+    ('@f', ['%a', '%n'])
+    """
+    values = call.values
+    if not call.callee.startswith(_DERIVATIVE_REQUESTS) or not values:
+        return None
+    primal: list[str] = []
+    k = 1
+    while k < len(values):
+        if values[k] in _OPTIONS:
+            k += 1
+            continue
+        width = 3 if values[k] in _SHADOWED else 2 if values[k] in _UNSHADOWED else 0
+        if not width or k + width > len(values):
+            return None  # (an argument without an activity, or an option with a value such as a width)
+        primal.append(call.arguments[k + 1])
+        k += width
+    return Call(values[0], primal)
 
 
 def _internal(function: Function) -> bool:

@@ -137,6 +137,84 @@ def test_nothing_is_marked_without_never_written_arrays():
     assert _marked(invariant_reads(text, "f", {1})) == ["%w", "%t"]  # (the second array's reads, had it been)
 
 
+#: The form a Hessian-vector product's module takes (pyjlad.openmp_tasks.forward_fork): the entry packs its arrays of
+#: pointers and calls a fork function, whose registered forward derivative forks the task's forward form, which asks
+#: Enzyme for the forward derivative of the loop's body.
+_PACKED_ENTRY = """define i32 @f(ptr %x, ptr %out) {
+entry:
+  %args = alloca [2 x ptr], align 8
+  %pack = alloca [2 x ptr], align 8
+  store ptr %x, ptr %args, align 8
+  %slot = getelementptr inbounds [2 x ptr], ptr %args, i64 0, i64 1
+  store ptr %out, ptr %slot, align 8
+  store ptr %args, ptr %pack, align 8
+  %rest = getelementptr inbounds ptr, ptr %pack, i64 1
+  store ptr null, ptr %rest, align 8
+  call void @fork(ptr %pack)
+  ret i32 0
+}
+define internal void @fork(ptr %pack) noinline {
+entry:
+  %args = load ptr, ptr %pack, align 8
+  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @loc, i32 1, ptr @task, ptr %args)
+  ret void
+}
+define internal void @fork.fwd(ptr %pack, ptr %dpack) {
+entry:
+  %args = load ptr, ptr %pack, align 8
+  %dargs = load ptr, ptr %dpack, align 8
+  call void (ptr, i32, ptr, ...) @__kmpc_fork_call(ptr @loc, i32 2, ptr @task.fwd, ptr %args, ptr %dargs)
+  ret void
+}
+define internal void @task.fwd(ptr %gtid, ptr %btid, ptr %args, ptr %dargs) {
+entry:
+  %xp = load ptr, ptr %args, align 8
+  %dxp = load ptr, ptr %dargs, align 8
+  %at = getelementptr inbounds i8, ptr %args, i64 8
+  %op = load ptr, ptr %at, align 8
+  %dat = getelementptr inbounds i8, ptr %dargs, i64 8
+  %dop = load ptr, ptr %dat, align 8
+  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr @body, ptr @enzyme_runtime_activity, ptr @enzyme_dup, ptr %xp, ptr %dxp, ptr @enzyme_dup, ptr %op, ptr %dop)
+  ret void
+}
+@__enzyme_register_derivative_fork = weak_odr global [2 x ptr] [ptr @fork, ptr @fork.fwd]
+declare void @__enzyme_fwddiff_pyjlad_omp(...)"""
+
+
+#: The primal task without its call of the body: the body reached through the forward task's request alone.
+_IDLE_TASK = _TASK.replace("  call void @body(ptr %row, ptr %op)\n", "")
+
+
+def test_reads_are_marked_through_a_packed_fork_and_a_forward_derivative_request():
+    """(Before, a Hessian-vector product's parallel module had no mark: the task was found only where the entry
+    forks it itself; the classifier's HVP kept two copies of w and two of x[i] per sample.)"""
+    text = _module(_PACKED_ENTRY, _TASK, _BODY, _HELPER)
+    marked = invariant_reads(text, "f", {0})
+    assert _marked(marked) == ["%v", "%u"]  # x's reads in the body and its callee's copy; not out's (%w, %t)
+    assert "call void @_ZN6helper.pyjlad.reads(ptr %a, ptr %b)" in marked
+    assert _marked(invariant_reads(_module(_PACKED_ENTRY, _IDLE_TASK, _BODY, _HELPER), "f", {0})) == ["%v", "%u"]
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda t: t.replace("  call void @fork(ptr %pack)", "  call void @fork(ptr %pack)\n  call void @keep(ptr %pack)")
+     + "declare void @keep(ptr)\n", "the pack passed to another function"),
+    (lambda t: t.replace("  call void @fork(ptr %pack)", "  call void @fork(ptr %pack)\n  store ptr %out, ptr %pack"),
+     "x's array of pointers' slot in the pack stored twice"),
+    (lambda t: t + "define void @other(ptr %p) {\nentry:\n  call void @fork(ptr %p)\n  ret void\n}\n",
+     "the fork function called from elsewhere, with another pack"),
+    (lambda t: t.replace("  %args = load ptr, ptr %pack, align 8\n  %dargs",
+                         "  %args = load ptr, ptr %pack, align 8\n  store ptr null, ptr %pack, align 8\n  %dargs"),
+     "the fork's derivative writes the pack"),
+    (lambda t: t.replace("  %dargs = load ptr, ptr %dpack, align 8\n", "  %dargs = load ptr, ptr %dpack, align 8\n"
+                                                                      "  call void @keep(ptr %args)\n")
+     + "declare void @keep(ptr)\n", "the fork's derivative passes the array of pointers on"),
+    (lambda t: t.replace("ptr @enzyme_dup, ptr %xp, ptr %dxp", "ptr %xp"), "an argument without its activity"),
+])
+def test_nothing_is_marked_where_a_packed_fork_may_see_other_arrays(change, why):
+    text = change(_module(_PACKED_ENTRY, _IDLE_TASK, _BODY, _HELPER))
+    assert _marked(invariant_reads(text, "f", {0})) == [], why
+
+
 # --- end to end: parallel gradients against jax.grad (float64, from copies taken first) -------------------------
 
 @njit(parallel=True)
@@ -216,4 +294,31 @@ def test_gradients_against_jax(f, twin, marked, threads, parallel_on, tmp_path, 
             np.testing.assert_allclose(g, want, rtol=1e-11, atol=1e-12)
         assert ("!invariant.load" in enzyme_input) is marked
     for arg, copy in zip(args[:2], copies):  # (written_output writes its out, as a call of it does: README)
+        np.testing.assert_array_equal(arg, copy)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("form", ["loops", "product"])
+def test_hessian_vector_products_against_jax(form, threads, parallel_kernels, parallel_on, tmp_path, monkeypatch):
+    """The reads are marked in a Hessian-vector product's module too (a packed fork: before, none was), and the
+    product equals ``jax.jvp(jax.grad)``: the classifier in loops, and the benchmarks' with ``w @ x[i]`` (whose
+    product pyjlad's loop form reads, :mod:`pyjlad.blas_loops`)."""
+    f = looped_classifier if form == "loops" else parallel_kernels.classifier
+    rng = np.random.default_rng(29)
+    w, x, y = rng.normal(size=(6, 12)) * 0.3, rng.normal(size=(400, 12)), rng.integers(0, 6, 400)
+    v = rng.normal(size=w.shape)
+    copies = (w.copy(), x.copy(), y.copy(), v.copy())
+    expected = np.asarray(jax.jvp(lambda a: jax.grad(_jax_classifier)(a, copies[1], copies[2]),
+                                  (copies[0],), (copies[3],))[1])
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    monkeypatch.setenv("PYJLAD_DUMP_IR", str(tmp_path))
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    fresh = njit(parallel=True)(f.py_func)
+    for _ in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ParallelFallbackWarning)
+            got = pyjlad.hvp(fresh, (w, x, y), v)
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    assert "!invariant.load" in sorted(tmp_path.glob("*/*-enzyme.input.ll"))[-1].read_text()
+    for arg, copy in zip((w, x, y, v), copies):
         np.testing.assert_array_equal(arg, copy)

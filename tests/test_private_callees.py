@@ -71,6 +71,31 @@ entry:
     assert _owned(text, {"@root": {"%own"}}) == {"@root": {"%own"}}
 
 
+_REQUEST = """define internal void @root(ptr %own, ptr %down, ptr %other) {
+entry:
+  call void (...) @__enzyme_fwddiff_pyjlad_omp(ptr @leaf, ARGUMENTS)
+  ret void
+}
+declare void @__enzyme_fwddiff_pyjlad_omp(...)
+""" + _CALLEE
+
+
+@pytest.mark.parametrize(("arguments", "owned"), [
+    # a request for the callee's forward derivative counts as a call with its primal arguments, if asked
+    ("ptr @enzyme_runtime_activity, ptr @enzyme_dup, ptr %own, ptr %down, ptr @enzyme_const, ptr %other", {"%a"}),
+    ("ptr @enzyme_const, ptr %other, ptr @enzyme_dupnoneed, ptr %own, ptr %down", {"%b"}),
+    # an argument without its activity, or an option with a value: the request is not read
+    ("ptr %own, ptr @enzyme_const, ptr %other", None),
+    ("ptr @enzyme_width, i64 2, ptr @enzyme_dup, ptr %own, ptr %down, ptr @enzyme_const, ptr %other", None),
+])
+def test_a_request_for_a_derivative_is_a_call_where_asked(arguments, owned):
+    text = _REQUEST.replace("ARGUMENTS", arguments)
+    assert _owned(text, {"@root": {"%own", "%down"}}) == {"@root": {"%own", "%down"}}  # (not asked)
+    functions = {f.symbol: f for f in parse(text).definitions}
+    found = owned_parameters(text, functions, {"@root": {"%own", "%down"}}, through_derivatives=True)
+    assert found.get("@leaf") == owned
+
+
 def test_a_visible_callee_owns_nothing():
     text = """define internal void @root(ptr %own) {
 entry:
