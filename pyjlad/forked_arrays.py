@@ -101,13 +101,13 @@ def forked_arrays(module: Module, function: Function) -> ForkedArrays:
             sites.append((call.values[2], [(2 + p, v) for p, v in enumerate(call.values[3:])]))
         elif call.callee in functions and call.values[:1] and call.values[0] in allocas:
             pack = _pack(instructions, call.values[0], call.callee)
-            forks = [call.callee, *_registered(module, call.callee)]
+            derivatives = _registered(module, call.callee)
             calls = sum(c.callee == call.callee for c in function.calls())
-            if pack is None or uses[call.callee] != 1 + calls + len(forks) - 1 or not _internal(
-                    functions[call.callee]):
+            if pack is None or not functions[call.callee].is_internal or (
+                    uses[call.callee] != 1 + calls + len(derivatives)):  # (its definition, these calls, registrations)
                 continue  # (a fork function some other code calls too: its pack may hold anything there)
             stored, stores = pack
-            for fork in forks:
+            for fork in (call.callee, *derivatives):
                 site = _unpacked_fork(functions.get(fork), stored)
                 if site is not None:
                     sites.append(site)
@@ -143,8 +143,9 @@ def _pack(instructions: list[Instruction], pack: str, callee: str) -> tuple[dict
         if ins.result in offsets or not any(v in offsets for v in ins.operands()):
             continue  # (an offset into it, or unrelated)
         call = ins.call()
-        if ins.opcode == "store" and ins.address() in offsets and stored_value(ins) not in offsets:
-            stored.setdefault(offsets[ins.address() or ""], []).append(stored_value(ins) or "")
+        value = stored_value(ins) if ins.opcode == "store" else None
+        if value is not None and ins.address() in offsets and value not in offsets:
+            stored.setdefault(offsets[ins.address() or ""], []).append(value)
             stores.add(ins.text)
         elif not (call is not None and ((call.callee == callee and call.values == [pack])
                                         or call.callee.startswith(HARMLESS_CALLS))):
@@ -221,8 +222,3 @@ def stored_value(ins: Instruction) -> str | None:
     """The value a plain ``store`` stores."""
     parts = [words(part) for part in split_top_level(ins.after_opcode())]
     return parts[0][-1] if parts and parts[0] else None
-
-
-def _internal(function: Function) -> bool:
-    """Whether ``function`` is invisible outside its module (so the module holds every call of it)."""
-    return any(word in ("internal", "private") for word in function.linkage)

@@ -137,7 +137,7 @@ def owned_parameters(text: str, functions: Mapping[str, Function],
                 sites.setdefault(call.callee, []).append((caller, call.values))
     uses = Counter(texts_of(text, "global"))
     candidates = [symbol for symbol, calls in sites.items()
-                  if symbol not in roots and _internal(functions[symbol]) and uses[symbol] == 1 + len(calls)]
+                  if symbol not in roots and functions[symbol].is_internal and uses[symbol] == 1 + len(calls)]
     owned = {symbol: set(names) for symbol, names in roots.items()}
     while True:  # grows: each round's derived pointers include the last round's
         derived = {symbol: only_derived(names, instructions[symbol]) for symbol, names in owned.items()}
@@ -183,8 +183,3 @@ def derivative_call(call: Call) -> Call | None:
         primal.append(call.arguments[k + 1])
         k += width
     return Call(values[0], primal)
-
-
-def _internal(function: Function) -> bool:
-    """Whether ``function`` is invisible outside its module (so the module holds every call of it)."""
-    return any(word in ("internal", "private") for word in function.linkage)

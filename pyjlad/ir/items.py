@@ -106,6 +106,12 @@ class Function:
         return self.body is None
 
     @property
+    def is_internal(self) -> bool:
+        """Whether the function is invisible outside its module (``internal``/``private``: the module holds every
+        call of it)."""
+        return any(word in ("internal", "private") for word in self.linkage)
+
+    @property
     def attribute_group_refs(self) -> list[str]:
         """The ``#N`` attribute groups the header names."""
         return [a for a in self.attributes if a.startswith("#") and a[1:].isdigit()]
