@@ -49,6 +49,10 @@ In a Hessian-vector product (Enzyme's reverse sweep over the forward derivative 
 mark covers the loads of the values, not the loads of their tangents that Enzyme's forward derivative adds
 (it does not carry ``!invariant.load`` over): the reverse sweep still caches those, one copy per read. The
 softmax classifier's parallel product kept four copies of ``w`` (with ``x[i]``) per sample before, two now.
+A loop's body is differentiated with runtime activity over the row's array of pointers (any of them may be
+active), so the reverse sweep needs the tangent of every factor of a product, even of an array the function
+holds constant (read as zero): the loop form of the classifier keeps four tangents per sample, row and
+column (256 MiB at 20,000 samples), where the serial product keeps none.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from ..activity import MODES, Activity, as_activities
 from ..errors import ArgumentError
 from ..ir import parse
 from ..ir.edit import FLOAT_TYPE_HINTS, drop_attributes, type_hint_declaration
-from .entry_status import STATUS_ENTRY_SUFFIX, status_by_pointer
+from .entry_status import STATUS_ENTRY_SUFFIX, result_by_value, status_by_pointer
 
 #: The LLVM 15 attributes saying a function accesses memory only through its pointer arguments.
 ARGUMENT_MEMORY_ONLY = frozenset({"argmemonly", "inaccessiblemem_or_argmemonly"})
@@ -78,6 +78,9 @@ class Driver:
     shadow_args: tuple[int, ...]
     #: The entry the wrapper calls reports its status through a pointer (see :func:`status_by_pointer`).
     entry: str = ""
+    #: The type of the result the entry's copy returns instead (see :func:`result_by_value`); ``""``: the copy
+    #: stores it through Numba's result pointer and its status (:func:`status_by_pointer`).
+    returned_result: str = ""
     #: Vector mode: shadows reach Enzyme's derivatives as ``[W x ptr]`` aggregates. Enzyme v0.0.289 gives a
     #: derivative its primal's ``argmemonly``, and LLVM then assumes the derivative reads no memory reached
     #: through an aggregate: it deleted a caller's zeroing of such shadow memory (a Hessian's columns came
@@ -88,9 +91,14 @@ class Driver:
         """The module Enzyme differentiates: ``module_text`` (holding the entry) with this driver.
 
         With ``entry`` set, ``module_text`` gains the copy of the entry that
-        stores its status through a pointer, which the driver's wrapper calls.
+        stores its status through a pointer, which the driver's wrapper calls
+        (with ``returned_result`` also set, the copy that returns the result).
         """
-        if self.entry:
+        if self.entry and self.returned_result:
+            hint = _TYPE_HINT.get(self.returned_result)  # the slot typed, as the status wrapper types %retptr
+            module_text = result_by_value(module_text, self.entry, self.returned_result,
+                                          f"call void @{hint[0]}(ptr %retptr, i64 {hint[1]})" if hint else "")
+        elif self.entry:
             module_text = status_by_pointer(module_text, self.entry)
         if self.aggregate_shadows:
             module_text = drop_attributes(parse(module_text), ARGUMENT_MEMORY_ONLY).render()
@@ -125,8 +133,8 @@ _TYPE_HINT = FLOAT_TYPE_HINTS
 _TYPE_HINT_DECLS = [type_hint_declaration(fn) for fn, _ in _TYPE_HINT.values()]
 
 
-def _type_hints(abi: FunctionABI, params, names) -> list[str]:
-    """Calls telling Enzyme's type analysis what the result slot and the float arrays hold.
+def _type_hints(abi: FunctionABI, params, names, result_slot: bool = True) -> list[str]:
+    """Calls telling Enzyme's type analysis what the result slot (``%retptr``) and the float arrays hold.
 
     Without them a value that is only loaded, compared and selected (a running
     maximum, ``np.max``, ``np.sort(x)[k]``) and then stored to the result has no
@@ -134,7 +142,7 @@ def _type_hints(abi: FunctionABI, params, names) -> list[str]:
     integer and give a zero gradient. The slot's type is pyjlad's to state.
     """
     hints = []
-    if abi.result.llvm_type in _TYPE_HINT:
+    if result_slot and abi.result.llvm_type in _TYPE_HINT:
         fn, size = _TYPE_HINT[abi.result.llvm_type]
         hints.append(f"  call void @{fn}(ptr %retptr, i64 {size})")
     for (index, role, _), name in zip(params, names):

@@ -8,10 +8,12 @@ from __future__ import annotations
 from ..errors import IRError
 from ..ir.module import Function, Module, parse, parse_instruction
 
-__all__ = ["STATUS_ENTRY_SUFFIX", "status_by_pointer"]
+__all__ = ["STATUS_ENTRY_SUFFIX", "VALUE_ENTRY_SUFFIX", "result_by_value", "status_by_pointer"]
 
 #: Suffix of the entry's copy that stores its status through a pointer (:func:`status_by_pointer`).
 STATUS_ENTRY_SUFFIX = ".pyjlad.status"
+#: Suffix of the entry's copy that returns its result and stores its status (:func:`result_by_value`).
+VALUE_ENTRY_SUFFIX = ".pyjlad.value"
 _READS_ONLY = frozenset({"readnone", "readonly"})
 
 
@@ -42,6 +44,63 @@ def status_by_pointer(module_text: str, entry: str) -> str:
             f"ptr noalias nocapture writeonly %pyjlad.status){attrs}{{"]
     for line in function.body or ():
         copy += _status_stored(line) or [line]
+    copy.append("}")
+    return module_text + "\n" + "\n".join(copy) + "\n"
+
+
+def result_by_value(module_text: str, entry: str, result_type: str, slot_hint: str = "") -> str:
+    r"""``module_text`` with an internal copy of ``entry`` that returns its result and stores its status.
+
+    The copy, ``<result_type> @<entry>.pyjlad.value(<entry's parameters but the first>, ptr %pyjlad.status)``,
+    writes the result to a slot of its own (Numba's ``%retptr``, now an ``alloca``) and returns what the slot
+    holds where the entry returned its status, which it stores as :func:`status_by_pointer`'s copy does.
+    ``slot_hint``, an instruction naming ``%retptr``, follows the slot's ``alloca``: Enzyme's type analysis
+    needs the slot typed as the status wrapper types Numba's pointer (without it, a parallel loop's
+    reduction, zeroed by a ``memset`` and summed into the result, could not be typed).
+
+    For the forward sweep a Hessian-vector product differentiates in reverse
+    (:func:`pyjlad.engines.hvp_driver.hvp_driver`): Enzyme's forward derivative of the entry stores the
+    result's tangent through the shadow of ``%retptr``, a parameter it gives no ``noalias``, after every read
+    of the inputs, so the reverse sweep could not tell it from the inputs and kept a copy of every value read.
+    The shadow of a slot of the function's own is one too, which no input can be.
+
+    Examples
+    --------
+    >>> text = "\n".join(["define i32 @f(ptr noalias %retptr, ptr %excinfo, double %x) {",
+    ...                   "entry:", "  store double %x, ptr %retptr, align 8", "  ret i32 0", "}"])
+    >>> print(result_by_value(text, "f", "double")[len(text):])  # doctest: +NORMALIZE_WHITESPACE
+    define internal double @f.pyjlad.value(ptr %excinfo, double %x, ptr noalias nocapture writeonly %pyjlad.status) {
+    entry:
+      %retptr = alloca double, align 8
+      store double 0.000000e+00, ptr %retptr, align 8
+      store double %x, ptr %retptr, align 8
+      store i32 0, ptr %pyjlad.status, align 4
+      %pyjlad.result.0 = load double, ptr %retptr, align 8
+      ret double %pyjlad.result.0
+    }
+    """
+    module = parse(module_text, strict=False)
+    function = _definition(module, entry)
+    slot, *rest = function.parameters
+    if slot.name != "%retptr" or slot.type != "ptr" or function.body is None:
+        raise IRError(f"{entry} does not take Numba's result pointer %retptr first")
+    params = ", ".join([*(p.render() for p in rest), *(["..."] if function.varargs else [])])
+    copy = [f"define internal {result_type} @{entry}{VALUE_ENTRY_SUFFIX}({params}{', ' if params else ''}"
+            "ptr noalias nocapture writeonly %pyjlad.status) {"]
+    first = next(k for k, line in enumerate(function.body) if parse_instruction(line) is not None)
+    copy += function.body[:first]
+    copy += [f"  %retptr = alloca {result_type}, align 8", *([f"  {slot_hint}"] if slot_hint else []),
+             f"  store {result_type} 0.000000e+00, ptr %retptr, align 8"]
+    returns = 0
+    for line in function.body[first:]:
+        stored = _status_stored(line)
+        if stored is None:
+            copy.append(line)
+            continue
+        *status, _ = stored
+        result = f"%pyjlad.result.{returns}"
+        returns += 1
+        copy += [*status, f"  {result} = load {result_type}, ptr %retptr, align 8", f"  ret {result_type} {result}"]
     copy.append("}")
     return module_text + "\n" + "\n".join(copy) + "\n"
 

@@ -15,10 +15,13 @@ from .driver import (
     _guard_out_of_memory,
     _joined,
     _names,
+    _param_attributes,
     _status_wrapper,
+    _type_hints,
     _zero_buffers,
     _zero_shadowed,
 )
+from .entry_status import VALUE_ENTRY_SUFFIX
 
 __all__ = ["hvp_driver"]
 
@@ -28,7 +31,10 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     """Reverse-over-forward driver: Hessian-vector product with respect to argument ``wrt``.
 
     An inner function computes the directional derivative ``f'(x) v`` with
-    ``__enzyme_fwddiff`` (tangent ``v`` on ``wrt``) into a slot;
+    ``__enzyme_fwddiff`` (tangent ``v`` on ``wrt``) of the entry's copy that
+    returns its result (:func:`~pyjlad.engines.entry_status.result_by_value`:
+    the tangent comes back as a value, not through a pointer that Enzyme's
+    reverse sweep cannot tell from the inputs) into a slot;
     ``__enzyme_autodiff`` of that inner function, seeded 1 on the slot, gives
     its gradient with respect to ``wrt``: ``H @ v`` (``H`` is symmetric).
     Shadows (``shadow_args == (wrt, wrt, wrt)``): the tangent ``v`` (pointer
@@ -53,7 +59,6 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     params, names = _names(abi)
     tag = _digest(abi.to_dict(), "hvp-rof", wrt, salt)
     symbol = f"{abi.entry}_hvp_{tag}"
-    primal = f"{abi.entry}_status_{tag}"
     inner = f"{abi.entry}_jvp_{tag}"
     res_ty = abi.result.llvm_type
     arg = abi.args[wrt]
@@ -68,17 +73,18 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     inner_markers = _arg_markers(abi, params, names, inner_activities, "forward", lambda i: "%v")
     inner_markers = [m.replace("%zero", "%ztangent") for m in inner_markers]
     ztangent_params = _joined([f"ptr %ztangent{i}" for i in zeroed])
+    # The forward sweep differentiates the entry's copy that returns its result (%d is its tangent): through
+    # Numba's result pointer, the tangent's store at the end of the forward sweep, through a pointer the outer
+    # sweep could not tell from the inputs, made Enzyme keep a copy of every value read for the reverse sweep
+    # (the softmax classifier's product kept 133 MiB, a copy of x[i] per row of weights per sample).
+    valued = f"{abi.entry}_value_{tag}"
     inner_lines = [
-        f"define internal void @{inner}(ptr %excinfo, ptr %status{typed_params}, {w_ty} %v, ptr %dslot"
-        f"{ztangent_params}) {{",
+        *_value_wrapper(abi, valued, params, names),
+        f"define internal void @{inner}(ptr %excinfo, ptr %status{typed_params}, {w_ty} %v, ptr noalias nocapture "
+        f"%dslot{ztangent_params}) {{",
         "entry:",
-        f"  %ret = alloca {res_ty}, align 8",
-        f"  %tangent = alloca {res_ty}, align 8",
-        f"  store {res_ty} 0.000000e+00, ptr %ret, align 8",
-        f"  store {res_ty} 0.000000e+00, ptr %tangent, align 8",
-        f"  call void (...) @__enzyme_fwddiff(ptr @{primal}, ptr @enzyme_dup, ptr %ret, ptr %tangent, "
-        f"ptr @enzyme_const, ptr %status, ptr @enzyme_const, ptr %excinfo, {', '.join(inner_markers)})",
-        f"  %d = load {res_ty}, ptr %tangent, align 8",
+        f"  %d = call {res_ty} (...) @__enzyme_fwddiff(ptr @{valued}, ptr @enzyme_const, ptr %status, "
+        f"ptr @enzyme_const, ptr %excinfo, {', '.join(inner_markers)})",
         f"  store {res_ty} %d, ptr %dslot, align 8",
         "  ret void",
         "}",
@@ -110,15 +116,15 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     ]
     body = [f"  {call}" if is_array else f"  %g = {call}",
             *([] if is_array else [f"  store {g_ret} %g, ptr %hv, align 8"])]
-    return _hvp_driver_of(abi, wrt, symbol, g_ret, [*_status_wrapper(abi, primal, params, names, noalias),
-                                                    *inner_lines], setup, body, buffers,
-                          oom_guard=oom_guard, entry=abi.entry)
+    return _hvp_driver_of(abi, wrt, symbol, g_ret, inner_lines, setup, body, buffers, oom_guard=oom_guard,
+                          entry=abi.entry, returned_result=res_ty)
 
 
 def _hvp_driver_of(abi: FunctionABI, wrt: int, symbol: str, g_ret: str, definitions: list[str],
-                   setup: list[str], body: list[str], buffers, *, oom_guard: bool, entry: str) -> Driver:
-    """The Hessian-vector product driver ``symbol`` around ``definitions`` (the status wrapper
-    and the inner sweep): its entry allocates the status, runs ``setup``, allocates the zeroed
+                   setup: list[str], body: list[str], buffers, *, oom_guard: bool, entry: str,
+                   returned_result: str = "") -> Driver:
+    """The Hessian-vector product driver ``symbol`` around ``definitions`` (the wrapper of the
+    entry's copy and the inner sweep): its entry allocates the status, runs ``setup``, allocates the zeroed
     shadow ``buffers``, runs ``body`` (the outer Enzyme call) and returns the status."""
     params, names = _names(abi)
     typed_params = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
@@ -145,7 +151,24 @@ def _hvp_driver_of(abi: FunctionABI, wrt: int, symbol: str, g_ret: str, definiti
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
     return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=(), shadow_args=(wrt, wrt, wrt),
-                  entry=entry)
+                  entry=entry, returned_result=returned_result)
+
+
+def _value_wrapper(abi: FunctionABI, name: str, params, names) -> list[str]:
+    """``<result> @name(ptr %status, ptr %excinfo, <the entry's arguments>)``: the result of the entry's copy
+    that returns it (:func:`~pyjlad.engines.entry_status.result_by_value`), the status stored in ``%status``."""
+    res_ty = abi.result.llvm_type
+    typed = _joined([f"{ty} {_param_attributes(abi, i, role)}{n}" for (i, role, ty), n in zip(params, names)])
+    args = _joined([f"{ty} {n}" for (_, _, ty), n in zip(params, names)])
+    return [
+        f"define internal {res_ty} @{name}(ptr noalias nocapture %status, ptr noalias nocapture %excinfo{typed}) {{",
+        "entry:",
+        *_type_hints(abi, params, names, result_slot=False),
+        f"  %r = call {res_ty} @{abi.entry}{VALUE_ENTRY_SUFFIX}(ptr %excinfo{args}, ptr %status)",
+        f"  ret {res_ty} %r",
+        "}",
+        "",
+    ]
 
 
 def _forward_over_reverse(abi: FunctionABI, wrt: int, *, noalias: bool, salt: str, oom_guard: bool) -> Driver:
