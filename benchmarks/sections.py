@@ -48,6 +48,9 @@ SECTIONS: dict[str, list[list[str]]] = {
         ["stencil_adjoint.py"],
         ["temporaries.py"],
     ],
+    "hvp-tapes": [
+        ["hvp_tapes.py", "--n", "20000"],
+    ],
     "host-target": [
         ["host_target.py", "--repeats", "7"],
     ],
