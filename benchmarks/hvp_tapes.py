@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -26,9 +26,10 @@ sys.path.insert(0, str(HERE))
 
 @njit
 def classifier(w, x, y):
-    """Softmax cross-entropy, ``w @ x[i]`` written as loops (twice: the row maximum, then the sum)."""
+    """Softmax cross-entropy, ``w @ x[i]`` written as loops (twice: the row maximum, then the sum). ``prange``
+    is ``range`` here; ``njit(parallel=True)`` of it is tests/test_invariant_reads.py's parallel classifier."""
     loss = 0.0
-    for i in range(x.shape[0]):
+    for i in prange(x.shape[0]):
         m = -1e300
         for r in range(w.shape[0]):
             acc = 0.0

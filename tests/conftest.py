@@ -62,14 +62,9 @@ def parallel_two_threads(parallel_on, monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture(scope="session")
 def parallel_kernels():
     """benchmarks/parallel_gradients.py as a module: the kernels it measures, which the tests share."""
-    import importlib.util
-    from pathlib import Path
+    from benchmark_modules import load
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_gradients.py"
-    spec = importlib.util.spec_from_file_location("parallel_gradients_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("parallel_gradients.py")
 
 
 @pytest.fixture

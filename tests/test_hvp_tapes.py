@@ -16,11 +16,9 @@ several before. The kernels are benchmarks/hvp_tapes.py's (section ``hvp-tapes``
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from benchmark_modules import load
 
 import pyjlad
 
@@ -31,16 +29,7 @@ jax.config.update("jax_enable_x64", True)
 RNG = np.random.default_rng(2026_12_02)
 
 
-def _benchmark_module():
-    """benchmarks/hvp_tapes.py, whose kernels and JAX twins these tests check."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "hvp_tapes.py"
-    spec = importlib.util.spec_from_file_location("hvp_tapes_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-KERNELS = _benchmark_module()
+KERNELS = load("hvp_tapes.py")
 TWINS = KERNELS.jax_twins(jnp, jax.nn)
 CASES = list(TWINS)
 #: The most each product may keep, as a fraction of the constant data it reads (8192 rows of 32 doubles, 2 MiB).

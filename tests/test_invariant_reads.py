@@ -11,6 +11,7 @@ import warnings
 import numba
 import numpy as np
 import pytest
+from benchmark_modules import load
 from numba import njit, prange
 
 import pyjlad
@@ -217,33 +218,9 @@ def test_nothing_is_marked_where_a_packed_fork_may_see_other_arrays(change, why)
 
 # --- end to end: parallel gradients against jax.grad (float64, from copies taken first) -------------------------
 
-@njit(parallel=True)
-def looped_classifier(w, x, y):
-    """The softmax classifier with ``w @ x[i]`` written as loops: every read of x in the body itself."""
-    loss = 0.0
-    for i in prange(x.shape[0]):
-        m = -1e300
-        for r in range(w.shape[0]):
-            acc = 0.0
-            for c in range(w.shape[1]):
-                acc += w[r, c] * x[i, c]
-            m = max(m, acc)
-        s = 0.0
-        zy = 0.0
-        for r in range(w.shape[0]):
-            acc = 0.0
-            for c in range(w.shape[1]):
-                acc += w[r, c] * x[i, c]
-            s += np.exp(acc - m)
-            if r == y[i]:
-                zy = acc
-        loss += m + np.log(s) - zy
-    return loss / x.shape[0]
-
-
-def _jax_classifier(w, x, y):
-    z = x @ w.T
-    return jnp.mean(jax.nn.logsumexp(z, axis=1) - z[jnp.arange(x.shape[0]), y])
+#: The softmax classifier with ``w @ x[i]`` written as loops (every read of x in the body itself), in parallel.
+looped_classifier = njit(parallel=True)(load("hvp_tapes.py").classifier.py_func)
+_jax_classifier = load("hvp_tapes.py").jax_twins(jnp, jax.nn)["classifier"]
 
 
 @njit(parallel=True)
