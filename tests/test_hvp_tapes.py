@@ -4,14 +4,14 @@ A Hessian-vector product is Enzyme's reverse sweep over the forward derivative i
 (:func:`pyjlad.engines.hvp_driver.hvp_driver`). That forward derivative used to write the result's tangent
 through the shadow of Numba's result pointer, a parameter Enzyme gives no ``noalias``, after every read of
 the inputs; the reverse sweep could then not tell that store from the inputs and kept a copy of every value
-it read: the softmax classifier's product over 20,000 samples kept 133 MiB (a copy of ``x[i]`` per row of
-weights, twice), 27 times the data. The entry's copy the products differentiate now returns its result
+it read: the softmax classifier's product over 20,000 samples kept 136.75 MiB (a copy of ``x[i]`` per row of
+weights, twice), 28 times the data. The entry's copy the products differentiate now returns its result
 (:func:`pyjlad.engines.entry_status.result_by_value`), and nothing is kept per element read.
 
 Each product is checked against ``jax.jvp(jax.grad(f))`` in float64 (from copies taken before the call),
 its arguments unchanged, and its tape measured as the benchmark suite measures it (the block pool keeps the
-blocks of 64 KiB or more one warmed call allocates): under one copy of the constant data, where it was
-several before. The kernels are benchmarks/hvp_tapes.py's (section ``hvp-tapes`` of RESULTS.md).
+blocks of 64 KiB or more one warmed call allocates): under half a copy of the constant data (two copies for
+the classifier, which keeps its dot products per sample), a bound each product broke before. The kernels are benchmarks/hvp_tapes.py's (section ``hvp-tapes`` of RESULTS.md).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     # The forward sweep differentiates the entry's copy that returns its result (%d is its tangent): through
     # Numba's result pointer, the tangent's store at the end of the forward sweep, through a pointer the outer
     # sweep could not tell from the inputs, made Enzyme keep a copy of every value read for the reverse sweep
-    # (the softmax classifier's product kept 133 MiB, a copy of x[i] per row of weights per sample).
+    # (the softmax classifier's product kept 136.75 MiB, a copy of x[i] per row of weights per sample).
     valued = f"{abi.entry}_value_{tag}"
     inner_lines = [
         *_value_wrapper(abi, valued, params, names),
