@@ -21,7 +21,6 @@ import numpy as np
 from numba import njit, prange
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 @njit
@@ -113,6 +112,8 @@ def _jax_product(jax, twin):
 def main() -> None:
     import jax
     import numba
+
+    sys.path.insert(0, str(HERE))  # when run as a script; importing the kernels (the tests) leaves the path alone
     from machine import describe  # beside this script
     from tape_bytes import best_time
 

@@ -95,9 +95,9 @@ class Driver:
         (with ``returned_result`` also set, the copy that returns the result).
         """
         if self.entry and self.returned_result:
-            hint = _TYPE_HINT.get(self.returned_result)  # the slot typed, as the status wrapper types %retptr
+            # the slot typed, as the status wrapper types %retptr
             module_text = result_by_value(module_text, self.entry, self.returned_result,
-                                          f"call void @{hint[0]}(ptr %retptr, i64 {hint[1]})" if hint else "")
+                                          _result_slot_hint(self.returned_result))
         elif self.entry:
             module_text = status_by_pointer(module_text, self.entry)
         if self.aggregate_shadows:
@@ -133,6 +133,14 @@ _TYPE_HINT = FLOAT_TYPE_HINTS
 _TYPE_HINT_DECLS = [type_hint_declaration(fn) for fn, _ in _TYPE_HINT.values()]
 
 
+def _result_slot_hint(result_type: str) -> str:
+    """The call typing Numba's result slot ``%retptr`` as holding one ``result_type`` (``""`` for other types)."""
+    if result_type not in _TYPE_HINT:
+        return ""
+    fn, size = _TYPE_HINT[result_type]
+    return f"call void @{fn}(ptr %retptr, i64 {size})"
+
+
 def _type_hints(abi: FunctionABI, params, names, result_slot: bool = True) -> list[str]:
     """Calls telling Enzyme's type analysis what the result slot (``%retptr``) and the float arrays hold.
 
@@ -143,8 +151,7 @@ def _type_hints(abi: FunctionABI, params, names, result_slot: bool = True) -> li
     """
     hints = []
     if result_slot and abi.result.llvm_type in _TYPE_HINT:
-        fn, size = _TYPE_HINT[abi.result.llvm_type]
-        hints.append(f"  call void @{fn}(ptr %retptr, i64 {size})")
+        hints.append(f"  {_result_slot_hint(abi.result.llvm_type)}")
     for (index, role, _), name in zip(params, names):
         arg = abi.args[index]
         if role == "data" and isinstance(arg, ArrayArg) and arg.llvm_element in _TYPE_HINT:
