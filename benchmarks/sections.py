@@ -51,6 +51,9 @@ SECTIONS: dict[str, list[list[str]]] = {
     "hvp-tapes": [
         ["hvp_tapes.py", "--n", "20000"],
     ],
+    "build-time": [
+        ["build_time.py", "--repeat", "2"],
+    ],
     "host-target": [
         ["host_target.py", "--repeats", "7"],
     ],

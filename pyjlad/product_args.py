@@ -68,8 +68,12 @@ def refuse_containers(args: tuple[Any, ...], transform: str) -> None:
 
 
 def check_real(value: Any, what: str) -> None:
-    """Refuse a complex tangent or cotangent (``what`` names it)."""
-    if np.iscomplexobj(value):
+    """Refuse a complex tangent or cotangent (``what`` names it), or one that is not numbers."""
+    try:
+        is_complex = np.iscomplexobj(value)
+    except (TypeError, ValueError) as exc:  # ragged nesting, or objects NumPy cannot make an array of
+        raise ArgumentTypeError(f"the {what} is not a float or an array of floats: {exc}") from None
+    if is_complex:
         raise ArgumentTypeError(
             f"the {what} is complex, but pyjlad differentiates real functions (its imaginary part "
             "would be dropped): pass real and imaginary parts as separate real arrays"

@@ -359,6 +359,11 @@ def _hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int, *, engine: str | None
         raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if is_float_array(p)])
     x = primals[wrt]
+    if isinstance(v, (tuple, list)):
+        raise ArgumentTypeError(
+            f"hvp: v is a {type(v).__name__}, but it is the one vector of argument {wrt} (wrt), shaped like it, "
+            "not one entry per argument: pass an array (or a float for a float argument)"
+        )
     check_tangent(wrt, x, v, "vector v")
     compiled = compiled_sweep(f, Sweep("hvp", "reverse", (), wrt, serial=serial), engine)
     if isinstance(x, np.ndarray):

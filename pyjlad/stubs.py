@@ -41,18 +41,27 @@ _ZERO = {"ptr": "null", "void": "", "float": "0.0", "double": "0.0"}
 EXCINFO_UNWRAP = "@__excinfo_unwrap_args"
 
 #: Numba's string implementations (numba.cpython.unicode, unicode_support, charseq): reached
-#: from the messages of exceptions raised with run-time values (np.sum's axis check). Text
-#: carries no derivative, and Enzyme's type analysis cannot type their byte arithmetic.
+#: from the messages of exceptions raised with run-time values (np.sum's axis check, the shape
+#: check of a slice assignment). Text carries no derivative, and Enzyme's type analysis cannot
+#: type their byte arithmetic.
 STRING_CODE = ("@_ZN5numba7cpython7unicode", "@_ZN5numba7cpython15unicode_support", "@_ZN5numba7cpython7charseq")
 
 _INACTIVE = '"enzyme_inactive"'
+#: Enzyme's type analysis does not look into the function's body (it still analyzes the caller).
+_NOT_ANALYZED = '"enzyme_ta_norecur"'
 
 
 def inactive_definition(function: Function) -> Function:
-    """``function`` (a definition) with the ``"enzyme_inactive"`` function attribute."""
-    if any("enzyme_inactive" in a for a in function.attributes):
-        return function
-    return dataclasses.replace(function, attributes=[*function.attributes, _INACTIVE])
+    """``function`` (a definition of :data:`STRING_CODE`) that Enzyme neither differentiates
+    (``"enzyme_inactive"``) nor analyzes (``"enzyme_ta_norecur"``).
+
+    Without the second, Enzyme's type analysis walked the string code of every error message the
+    function can raise, for each call of it: most of Enzyme's time on a slice assignment
+    (``y[1:-1] = x``, whose shape check formats its message with ``unicode_concat``) or a reduction
+    along an axis (``benchmarks/build_time.py`` times their first derivatives).
+    """
+    missing = [a for a in (_INACTIVE, _NOT_ANALYZED) if a.strip('"') not in " ".join(function.attributes)]
+    return dataclasses.replace(function, attributes=[*function.attributes, *missing]) if missing else function
 
 
 def excinfo_unwrap_stub(symbol: str) -> str:

@@ -418,6 +418,17 @@ def test_jacobian_hessian_and_hvp_refuse_tuple_arguments_with_what_to_do() -> No
             call()
 
 
+def test_hvp_refuses_a_vector_given_per_argument() -> None:
+    """``v`` is the vector of argument ``wrt`` alone; a tuple of one entry per argument (as ``jvp`` takes)
+    used to end in NumPy's "inhomogeneous shape" ValueError."""
+    f = njit(lambda x, n: np.sum(x ** 3) * n)
+    x = np.ones(3)
+    with pytest.raises(pyjlad.ArgumentTypeError, match=r"v is a tuple.*one vector of argument 0"):
+        pyjlad.hvp(f, (x, 2), (np.ones(3), None))
+    with pytest.raises(pyjlad.ArgumentTypeError, match=r"tangent of argument 0 is not a float or an array"):
+        pyjlad.jvp(f, (x, 2), ([np.ones(3), np.ones(2)], None))  # ragged
+
+
 @njit
 def layer_outputs(layer, x):
     p = layer.params

@@ -211,18 +211,24 @@ def test_solve_gradient(dtype, rtol, b_shape) -> None:
 @pytest.mark.parametrize("b_shape", [(4,), (4, 3)], ids=["vector", "matrix"])
 def test_solve_forward_mode(b_shape) -> None:
     a, b, ga, gb = _solve_problem(np.float64, b_shape)
+    a0, b0 = a.copy(), b.copy()
+    # Hand-derived, X = A^-1 B: d X / d B = A^-1 per right-hand side, and dX = -A^-1 dA X, so
+    # d X[i, j] / d A[k, l] = -A^-1[i, k] X[l, j].
+    a_inv, x = np.linalg.inv(a0), np.linalg.solve(a0, b0)
+    db_expected = a_inv if b.ndim == 1 else np.einsum("ik,jl->ijkl", a_inv, np.eye(3))
+    da_expected = -np.einsum("ik,l...->i...kl", a_inv, x)
     ta, tb = rng.normal(size=a.shape), rng.normal(size=b.shape)
     value, tangent = pyjlad.jvp(solve_loss, (a, b), (ta, tb))
     assert value == pytest.approx(float(np.sum(np.linalg.solve(a, b) ** 2)), rel=1e-12)
     assert tangent == pytest.approx(float(np.sum(ga * ta) + np.sum(gb * tb)), rel=1e-10)
-    # A constant: d solve(A, b) / db = A^-1 (per right-hand side).
-    jac = pyjlad.jacobian(solve_values, a, b, wrt=1, mode="forward")
-    expected = np.linalg.inv(a) if b.ndim == 1 else np.einsum("ik,jl->ijkl", np.linalg.inv(a), np.eye(3))
-    np.testing.assert_allclose(jac, expected, rtol=1e-10, atol=1e-14)
-    np.testing.assert_allclose(jac, pyjlad.jacobian(solve_values, a, b, wrt=1), rtol=1e-10, atol=1e-14)
+    for mode in ("forward", "reverse"):
+        jb = pyjlad.jacobian(solve_values, a, b, wrt=1, mode=mode)
+        np.testing.assert_allclose(jb, db_expected, rtol=1e-10, atol=1e-14, err_msg=mode)
     if b.ndim == 2:
-        ja_fwd = pyjlad.jacobian(solve_values, a, b, wrt=0, mode="forward")
-        np.testing.assert_allclose(ja_fwd, pyjlad.jacobian(solve_values, a, b, wrt=0), rtol=1e-10, atol=1e-14)
+        ja = pyjlad.jacobian(solve_values, a, b, wrt=0, mode="forward")
+        np.testing.assert_allclose(ja, da_expected, rtol=1e-10, atol=1e-14)
+    np.testing.assert_array_equal(a, a0)
+    np.testing.assert_array_equal(b, b0)
 
 
 def test_solve_vector_b_held_constant() -> None:

@@ -21,8 +21,10 @@ def test_inactive_helpers_and_string_code_are_marked_once() -> None:
     assert stubs.mark_inactive(marked) is marked and helper.render().endswith("(i64, ptr)")  # the original is kept
     assert stubs.mark_inactive(items_of("declare double @exp(double)")[0]).attributes == []
     code = items_of("define i64 @_ZN5numba7cpython7unicode3lenE(ptr %s) #0 {\nentry:\n  ret i64 0\n}")[0]
-    assert stubs.inactive_definition(code).render().startswith('define i64 @_ZN5numba7cpython7unicode3lenE(ptr %s) '
-                                                               '#0 "enzyme_inactive" {')
+    marked = stubs.inactive_definition(code)
+    assert marked.render().startswith('define i64 @_ZN5numba7cpython7unicode3lenE(ptr %s) '
+                                      '#0 "enzyme_inactive" "enzyme_ta_norecur" {')
+    assert stubs.inactive_definition(marked) is marked
 
 
 def test_libm_declaration_inlines_its_group_without_readonly() -> None:
