@@ -221,10 +221,18 @@ def _rule_ir(rule: _Rule) -> str:
         f"  %g = fmul {T} %dret, %d",
         f"  ret {T} %g",
         "}",
-        # forward: (value, tangent) from the argument and its tangent.
+        # forward: (value, tangent) from the argument and its tangent. The value is the wrapper's result plus
+        # 0.0, not the call itself: in a Hessian-vector product (Enzyme's reverse sweep over this rule), a value
+        # that was the call made Enzyme want a shadow of the call (an assertion, "cannot find deal with ptr that
+        # isnt arg", where the function returned the value, as `lgamma(t[0])` does) or, where the forward sweep
+        # returned the tangent alone (Enzyme then wraps the rule in one returning the tangent), build the reverse
+        # sweep with no adjoint for the rule (a second derivative of zero). An fadd of 0.0, which LLVM
+        # may not fold away (x - 0.0 would be exact but foldable): x + 0.0 is x except that -0.0 becomes +0.0
+        # (lgamma never returns -0.0; gamma only by underflow, below -170).
         f"define linkonce_odr {{ {T}, {T} }} @{name}.fwd({T} %x, {T} %dx) {{",
         "entry:",
-        f"  %v = call {T} @{name}({T} %x)",
+        f"  %v0 = call {T} @{name}({T} %x)",
+        f"  %v = fadd {T} %v0, 0.0",
         *_derivative_lines(rule, "x", "d"),
         f"  %t = fmul {T} %dx, %d",
         f"  %o0 = insertvalue {{ {T}, {T} }} undef, {T} %v, 0",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 import numba
 import numpy as np
 import pytest
@@ -146,6 +147,38 @@ def test_second_derivative(name: str) -> None:
         second = jax.vmap(jax.grad(jax.grad(spec.oracle)))(jnp.asarray(x))
         expected = np.diag(np.asarray(second))
     np.testing.assert_allclose(hessian, expected, rtol=1e-10, atol=1e-12 * max(1.0, np.max(np.abs(expected))))
+
+
+@numba.njit
+def _lgamma_alone(t):
+    return math.lgamma(t[0])
+
+
+@numba.njit
+def _gamma_alone(t):
+    return math.gamma(t[0])
+
+
+@numba.njit
+def _lgamma_of_exp(t):
+    return math.lgamma(math.exp(t[0]))
+
+
+@pytest.mark.parametrize("f, oracle", [
+    (_lgamma_alone, lambda t: jsp.gammaln(t[0])),
+    (_gamma_alone, lambda t: jnp.exp(jsp.gammaln(t[0]))),  # gamma > 0 at the points below
+    (_lgamma_of_exp, lambda t: jsp.gammaln(jnp.exp(t[0]))),
+], ids=["lgamma(t[0])", "gamma(t[0])", "lgamma(exp(t[0]))"])
+def test_product_of_the_value_alone(f, oracle) -> None:
+    """A function returning the special function's value itself: Enzyme's reverse sweep over the forward
+    derivative pyjlad registers aborted on these ("cannot find deal with ptr that isnt arg"); against
+    ``jax.jvp(jax.grad)`` in float64, from copies."""
+    t, v = np.array([1.7, 0.3]), np.array([1.0, 0.5])
+    t0, v0 = t.copy(), v.copy()
+    expected = jax.jvp(jax.grad(oracle), (jnp.asarray(t0),), (jnp.asarray(v0),))[1]
+    np.testing.assert_allclose(pyjlad.hvp(f, (t,), v), np.asarray(expected), rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(t, t0)
+    np.testing.assert_array_equal(v, v0)
 
 
 def test_the_list_is_numbas() -> None:

@@ -49,7 +49,6 @@ from ..nested import NestedSweep, cache_key_parts, remember
 from ..parallel_derivatives import cache_tag, with_parallel_fallback, with_runtime_activity
 from ..portable import RUNTIME_CALL_DTOR, PortableModule, has_recursion
 from ..rules import calls_custom_rules
-from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..toolchain import locate, opt_route
 from . import native
 from .base import (  # noqa: F401 - the contract, also importable from here
@@ -140,8 +139,7 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     if sweep.width > 1:  # vector mode (pyjlad.engines.vector_driver)
         driver, nested = vector_sweep_driver(exported, sweep, activities, noalias), None
     elif sweep.kind == "hvp":
-        driver, nested = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text,
-                                    by_value=not SPECIAL_FUNCTIONS & set(exported.module.external_functions)), None
+        driver, nested = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text), None
     else:
         driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
                            oom_guard=oom_guard, value=sweep.value)

@@ -27,7 +27,7 @@ __all__ = ["hvp_driver"]
 
 
 def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = "",
-               oom_guard: bool = True, by_value: bool = True) -> Driver:
+               oom_guard: bool = True) -> Driver:
     """Reverse-over-forward driver: Hessian-vector product with respect to argument ``wrt``.
 
     An inner function computes the directional derivative ``f'(x) v`` with
@@ -54,20 +54,14 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     a reverse derivative, and the Hessian is that of the rule, so those keep
     forward over reverse, which differentiates the reverse sweep.
 
-    ``by_value=False`` (modules calling a special function, whose forward
-    derivative :mod:`pyjlad.special` registers): the forward sweep
-    differentiates the status wrapper, the result and its tangent written
-    through Numba's pointer. With the tangent returned alone, Enzyme wraps
-    such a registered derivative in one returning the tangent alone, and its
-    reverse sweep gave that wrapper's ``{value, tangent}`` call no adjoint:
-    the second derivative of ``lgamma`` in a Student-t log-likelihood's
-    product came out as zero (the corpus's ``statistics/student-t-loglik-hvp``).
-    Those products keep the copies of every value read described above.
+    Modules calling a special function of :mod:`pyjlad.special` take this
+    form too: the forward derivative registered for it returns a value that
+    Enzyme's reverse sweep differentiates (see the comment in its ``_rule_ir``).
     """
     if not noalias:
         return _forward_over_reverse(abi, wrt, noalias=noalias, salt=salt, oom_guard=oom_guard)
     params, names = _names(abi)
-    tag = _digest(abi.to_dict(), "hvp-rof", wrt, *([] if by_value else ["status"]), salt)
+    tag = _digest(abi.to_dict(), "hvp-rof", wrt, salt)
     symbol = f"{abi.entry}_hvp_{tag}"
     inner = f"{abi.entry}_jvp_{tag}"
     res_ty = abi.result.llvm_type
@@ -87,26 +81,14 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     # Numba's result pointer, the tangent's store at the end of the forward sweep, through a pointer the outer
     # sweep could not tell from the inputs, made Enzyme keep a copy of every value read for the reverse sweep
     # (the softmax classifier's product kept 136.75 MiB, a copy of x[i] per row of weights per sample).
-    valued, primal = f"{abi.entry}_value_{tag}", f"{abi.entry}_status_{tag}"
-    tangent = [  # %d: the tangent of the result
-        f"  %d = call {res_ty} (...) @__enzyme_fwddiff(ptr @{valued}, ptr @enzyme_const, ptr %status, "
-        f"ptr @enzyme_const, ptr %excinfo, {', '.join(inner_markers)})",
-    ] if by_value else [
-        f"  %ret = alloca {res_ty}, align 8",
-        f"  %tangent = alloca {res_ty}, align 8",
-        f"  store {res_ty} 0.000000e+00, ptr %ret, align 8",
-        f"  store {res_ty} 0.000000e+00, ptr %tangent, align 8",
-        f"  call void (...) @__enzyme_fwddiff(ptr @{primal}, ptr @enzyme_dup, ptr %ret, ptr %tangent, "
-        f"ptr @enzyme_const, ptr %status, ptr @enzyme_const, ptr %excinfo, {', '.join(inner_markers)})",
-        f"  %d = load {res_ty}, ptr %tangent, align 8",
-    ]
+    valued = f"{abi.entry}_value_{tag}"
     inner_lines = [
-        *(_value_wrapper(abi, valued, params, names) if by_value else
-          _status_wrapper(abi, primal, params, names, noalias)),
+        *_value_wrapper(abi, valued, params, names),
         f"define internal void @{inner}(ptr %excinfo, ptr %status{typed_params}, {w_ty} %v, ptr noalias nocapture "
         f"%dslot{ztangent_params}) {{",
         "entry:",
-        *tangent,
+        f"  %d = call {res_ty} (...) @__enzyme_fwddiff(ptr @{valued}, ptr @enzyme_const, ptr %status, "
+        f"ptr @enzyme_const, ptr %excinfo, {', '.join(inner_markers)})",
         f"  store {res_ty} %d, ptr %dslot, align 8",
         "  ret void",
         "}",
@@ -139,7 +121,7 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     body = [f"  {call}" if is_array else f"  %g = {call}",
             *([] if is_array else [f"  store {g_ret} %g, ptr %hv, align 8"])]
     return _hvp_driver_of(abi, wrt, symbol, g_ret, inner_lines, setup, body, buffers, oom_guard=oom_guard,
-                          entry=abi.entry, returned_result=res_ty if by_value else "")
+                          entry=abi.entry, returned_result=res_ty)
 
 
 def _hvp_driver_of(abi: FunctionABI, wrt: int, symbol: str, g_ret: str, definitions: list[str],
