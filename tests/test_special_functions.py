@@ -164,15 +164,29 @@ def _lgamma_of_exp(t):
     return math.lgamma(math.exp(t[0]))
 
 
+@numba.njit
+def _ldexp_squared(t):
+    return math.ldexp(t[0], 3) ** 2
+
+
+@numba.njit
+def _mantissa_squared(t):
+    m, _ = math.frexp(t[0])
+    return m * m
+
+
 @pytest.mark.parametrize("f, oracle", [
     (_lgamma_alone, lambda t: jsp.gammaln(t[0])),
     (_gamma_alone, lambda t: jnp.exp(jsp.gammaln(t[0]))),  # gamma > 0 at the points below
     (_lgamma_of_exp, lambda t: jsp.gammaln(jnp.exp(t[0]))),
-], ids=["lgamma(t[0])", "gamma(t[0])", "lgamma(exp(t[0]))"])
+    (_ldexp_squared, lambda t: (8.0 * t[0]) ** 2),
+    (_mantissa_squared, lambda t: (t[0] / 2.0) ** 2),  # frexp(1.7) = (0.85, 1): the exponent is 1 near 1.7
+], ids=["lgamma(t[0])", "gamma(t[0])", "lgamma(exp(t[0]))", "ldexp(t[0], 3)**2", "frexp(t[0])[0]**2"])
 def test_product_of_the_value_alone(f, oracle) -> None:
     """A function returning the special function's value itself: Enzyme's reverse sweep over the forward
-    derivative pyjlad registers aborted on these ("cannot find deal with ptr that isnt arg"); against
-    ``jax.jvp(jax.grad)`` in float64, from copies."""
+    derivative pyjlad registers aborted on these ("cannot find deal with ptr that isnt arg"). ``ldexp`` and
+    ``frexp`` (Enzyme's own rules around pyjlad's IR) passed before; their products took the same old form.
+    Against ``jax.jvp(jax.grad)`` in float64 of the equivalent function near the point, from copies."""
     t, v = np.array([1.7, 0.3]), np.array([1.0, 0.5])
     t0, v0 = t.copy(), v.copy()
     expected = jax.jvp(jax.grad(oracle), (jnp.asarray(t0),), (jnp.asarray(v0),))[1]
