@@ -20,7 +20,14 @@ runs, with a warning):
   the schedule's integers and, at every offset, the elements of each float or integer array (``"enzyme_type"``);
 * a ``freeze`` of an integer (LLVM's, on the remainder of ``i % m`` it branches on), which Enzyme's
   parallel reverse takes for a value with an adjoint: assertion ``addingType->isFPOrFPVectorTy()``
-  (:func:`pyjlad.ir.rewrite.drop_integer_freezes`).
+  (:func:`pyjlad.ir.rewrite.drop_integer_freezes`);
+* the wrapper's path that turns an exception of the body into a Python exception. Once the body has raised,
+  the wrapper sets pyjlad's failure flag (:func:`pyjlad.openmp_loops.openmp_parallel_loops`; pyjlad then
+  calls the function itself for the exception), but went on to build the exception with Python's C API, on
+  an OpenMP thread without the GIL, and, where the message formats run-time values (the shape check of
+  ``ts[i, :] = b[i, :] / t`` with ``t`` an array), through a call of the body's argument builder by pointer,
+  which Enzyme cannot differentiate ("No create nofree of unknown value"): an everyday ``prange`` loop ran
+  serially. :func:`returning_error_paths` makes the wrapper return right after setting the flag.
 
 Examples
 --------
@@ -40,10 +47,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .ir import Module, parse
+from .ir.cfg import ControlFlow, blocks
+from .ir.instructions import parse_instruction
+from .ir.lexer import split_top_level, words
 from .ir.rewrite import drop_integer_freezes
+from .openmp_loops import FAILED_FLAG
 from .private_adjoints import LoopLayout
+from .private_bodies import BODY_PREFIX
 
-__all__ = ["prepared_loop_bodies", "typed_body_integers", "typed_loop_arguments"]
+__all__ = ["prepared_loop_bodies", "returning_error_paths", "typed_body_integers", "typed_loop_arguments"]
 
 #: In the name of a parfor body's function (the gufunc's wrapper is ``__gufunc__.`` followed by it).
 _BODY = "__numba_parfor_gufunc"
@@ -96,6 +108,75 @@ def typed_loop_arguments(text: str, layouts: Mapping[str, LoopLayout]) -> str:
     return module.render()
 
 
+def returning_error_paths(module: Module) -> Module:
+    """``module`` (edited in place) with each gufunc wrapper, and each copy of one that private rows run
+    (:mod:`pyjlad.private_bodies`), returning as soon as it has set the failure flag.
+
+    The rest of the block that sets it is replaced by ``ret void``; the blocks no longer reachable go, and
+    so do the ``phi`` entries of the blocks they (or the cut block) branched to.
+
+    Examples
+    --------
+    >>> module = parse("define void @__gufunc__.k(i1 %raised) {\\nentry:\\n  br i1 %raised, label %err, label %ok\\n"
+    ...                "err:\\n  store atomic i32 1, ptr @pyjlad.omp.failed unordered, align 4\\n"
+    ...                "  %p = call ptr %builder()\\n  br label %ok\\n"
+    ...                "ok:\\n  %x = phi i32 [ 0, %entry ], [ 1, %err ]\\n  ret void\\n}\\n", strict=False)
+    >>> print(returning_error_paths(module).render(), end="")
+    define void @__gufunc__.k(i1 %raised) {
+    entry:
+      br i1 %raised, label %err, label %ok
+    err:
+      store atomic i32 1, ptr @pyjlad.omp.failed unordered, align 4
+      ret void
+    ok:
+      %x = phi i32 [ 0, %entry ]
+      ret void
+    }
+    """
+    for function in module.definitions:
+        wrapper = function.name.startswith((_WRAPPER, BODY_PREFIX.lstrip("@")))
+        if wrapper and function.body is not None and function.return_type == "void":
+            function.body = _returning_at_flag(function.body)
+    return module
+
+
+def _sets_failure_flag(line: str) -> bool:
+    instruction = parse_instruction(line)
+    if instruction is None or instruction.opcode != "store":
+        return False
+    value, *pointer = split_top_level(instruction.after_opcode())
+    return bool(pointer) and FAILED_FLAG in words(pointer[0]) and words(value)[-1:] != ["0"]
+
+
+def _returning_at_flag(body: list[str]) -> list[str]:
+    """``body`` (a gufunc wrapper's) cut after each store of the failure flag, its dead blocks dropped."""
+    found = blocks(body)
+    cut = []
+    for name, lines in found:
+        at = next((k for k, line in enumerate(lines) if _sets_failure_flag(line)), None)
+        cut.append((name, lines if at is None else [*lines[:at + 1], "  ret void"]))
+    if cut == found:
+        return body
+    graph = ControlFlow.of([line for _, lines in cut for line in lines])
+    live = graph.reverse_post_order()
+    preds = {name: {p for p in live if name in graph.succ[p]} for name in live}
+    return [_phi_from(line, preds[name]) for name, lines in cut if name in preds for line in lines]
+
+
+def _phi_from(line: str, preds: set[str]) -> str:
+    """``line``, a ``phi`` without its entries from blocks not in ``preds``; other lines unchanged."""
+    instruction = parse_instruction(line)
+    if instruction is None or instruction.opcode != "phi":
+        return line
+    incoming = instruction.phi_incoming()
+    kept = [(value, block) for value, block in incoming if block.lstrip("%") in preds]
+    if len(kept) == len(incoming):
+        return line
+    head = line[:line.index("[")].rstrip()
+    return head + " " + ", ".join(f"[ {value}, {block} ]" for value, block in kept)
+
+
 def prepared_loop_bodies(text: str) -> str:
-    """``text`` (a parallel module) with its loop bodies' integers typed and their integer freezes dropped."""
-    return typed_body_integers(drop_integer_freezes(parse(text, strict=False))).render()
+    """``text`` (a parallel module) with its loop bodies' integers typed, their integer freezes dropped and
+    their wrappers returning once the body has raised (:func:`returning_error_paths`)."""
+    return typed_body_integers(returning_error_paths(drop_integer_freezes(parse(text, strict=False)))).render()

@@ -6,6 +6,12 @@ each fell back to the serial derivative ("Assertion `addingType->isFPOrFPVectorT
 adding type (cast)"). Now each must run in parallel (a fallback warning is an error here) and match
 JAX float64 (float32 for the float32 kernel), computed from copies taken before the call, at 2 threads,
 equal to rounding run to run, the caller's arrays unchanged.
+
+The row kernels write each iteration's row of an array from a temporary array the iteration computes from a
+shared input: the shape check of that write formats run-time values into its message, and the gufunc
+wrapper's path turning such an exception into a Python one called the message's argument builder through a
+pointer, which Enzyme refused ("No create nofree of unknown value"): the serial derivative ran instead,
+with a warning (:func:`pyjlad.parfor_bodies.returning_error_paths`).
 """
 
 from __future__ import annotations
@@ -76,6 +82,56 @@ def loops_in_sequence(x, w):
     return s
 
 
+@njit(parallel=True)
+def scaled_rows(m, w, b):
+    n, k = b.shape
+    ts = np.zeros((n, k))
+    for i in prange(n):
+        t = m[i] * w[0]  # a row of the shared w, scaled: a temporary array per iteration
+        ts[i, :] = b[i, :] / t
+    return np.sum(ts ** 2)
+
+
+@njit(parallel=True)
+def scaled_rows_2d(m, w, b):
+    n, k = b.shape
+    ts = np.zeros((n, k))
+    for i in prange(n):
+        t = m[i] * w
+        ts[i, :] = b[i, :] / t[0]
+    return np.sum(ts ** 2)
+
+
+@njit(parallel=True)
+def scaled_elements(m, w, b):
+    n, k = b.shape
+    ts = np.zeros((n, k))
+    for i in prange(n):
+        t = m[i] * w[0]
+        for j in range(k):
+            ts[i, j] = b[i, j] / t[j]
+    return np.sum(ts ** 2)
+
+
+@njit(parallel=True)
+def standardized(mse, vinv, b):  # seed 003's remote_stats with the inverse given
+    n, k = b.shape
+    ts = np.zeros((n, k))
+    for voxel in prange(n):
+        var = mse[voxel] * vinv.copy()
+        se = np.sqrt(np.diag(var))
+        ts[voxel, :] = b[voxel, :] / se
+    return np.sum(ts ** 2)
+
+
+ROW_KERNELS = {
+    "scaled_rows": (scaled_rows, lambda m, w, b: jnp.sum((b / (m[:, None] * w[0])) ** 2)),
+    "scaled_rows_2d": (scaled_rows_2d, lambda m, w, b: jnp.sum((b / (m[:, None] * w[0])) ** 2)),
+    "scaled_elements": (scaled_elements, lambda m, w, b: jnp.sum((b / (m[:, None] * w[0])) ** 2)),
+    "standardized": (standardized, lambda m, w, b: jnp.sum(b ** 2 / (m[:, None] * jnp.diag(w)))),
+}
+
+
 def _strict(call):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ParallelFallbackWarning)
@@ -138,3 +194,26 @@ def test_loops_in_sequence_reading_a_neighbour_of_the_first_ones_result():
 
     want = jax.grad(twin, argnums=(0, 1))(x0, w0)
     _check(lambda: pyjlad.grad(loops_in_sequence, wrt=(0, 1))(x, w), (x, w), want, 1e-12)
+
+
+@pytest.mark.parametrize("name", list(ROW_KERNELS))
+def test_row_written_from_a_temporary_array(name):
+    kernel, twin = ROW_KERNELS[name]
+    rng = np.random.default_rng(5)
+    m, w, b = rng.uniform(1.0, 2.0, 60), rng.uniform(1.0, 2.0, (4, 4)), rng.normal(size=(60, 4))
+    copies = (m.copy(), w.copy(), b.copy())
+    want = jax.grad(twin, argnums=(0, 1, 2))(*copies)
+    _check(lambda: pyjlad.grad(kernel, wrt=(0, 1, 2))(m, w, b), (m, w, b), want, 1e-12)
+
+
+def test_a_row_of_the_wrong_shape_still_raises_the_functions_error():
+    rng = np.random.default_rng(6)
+    m, w, b = rng.uniform(1.0, 2.0, 30), rng.uniform(1.0, 2.0, (5, 5)), rng.normal(size=(30, 4))
+    with pytest.raises(Exception) as own:  # noqa: PT011 - whatever the function itself raises
+        scaled_rows(m, w, b)
+    with pytest.raises(type(own.value)) as info:
+        _strict(lambda: pyjlad.grad(scaled_rows, wrt=(0, 1, 2))(m, w, b))
+    assert repr(info.value.__context__) == repr(own.value.__context__) and "do not match" in repr(own.value.__context__)
+    good = rng.uniform(1.0, 2.0, (4, 4))  # and the next call, with rows that fit, runs in parallel
+    want = jax.grad(ROW_KERNELS["scaled_rows"][1], argnums=1)(m.copy(), good.copy(), b.copy())
+    np.testing.assert_allclose(_strict(lambda: pyjlad.grad(scaled_rows, wrt=1)(m, good, b)), want, rtol=1e-12)
