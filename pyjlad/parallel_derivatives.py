@@ -13,6 +13,11 @@ copy of the function that keeps Numba's parallel loops, each rewritten as an Ope
   constant array itself (the caller's array changed, later gradients wrong) or, in forward mode, read the
   array as its own tangent. Every derivative call of a parallel module therefore asks for Enzyme's runtime
   activity (:func:`with_runtime_activity`): where a shadow pointer equals its primal, it is constant.
+  Runtime activity does not cover a ``memcpy`` in forward mode: a loop body copying a constant array
+  (``c = v.copy()``, or ``v * 1.0``, which LLVM makes a copy) took the array's values for their tangent,
+  and ``jvp`` with that array's tangent ``None`` and every Hessian-vector product not taken with respect
+  to it came out silently wrong. So a sweep with a forward part gives each constant float array a zeroed
+  shadow of its own (:func:`tangent_shadowed_abi`), as the drivers do for arrays Numba aliases.
 * Reverse mode: the reverse of each loop is a parallel loop over the same static schedule (Enzyme's
   own OpenMP support); adjoints of inputs shared between iterations are accumulated with atomic
   adds (so they may differ from run to run in the last bits), those of per-iteration elements are
@@ -66,6 +71,7 @@ from numba import types as nbtypes
 from numba.core.dispatcher import Dispatcher
 
 from . import cache, config
+from .abi import ArrayArg, FunctionABI
 from .blas_loops import blas_as_loops, blas_in_parallel_loops
 from .errors import ParallelFallbackWarning, PyjladError, UnsupportedFunctionError
 from .export_ir import compile_before_codegen
@@ -86,7 +92,7 @@ from .refusals import enzyme_reason
 from .rules import calls_custom_rules
 
 __all__ = ["PARALLEL_TWIN", "cache_tag", "parallel_module", "parallel_wanted", "sweep_form", "with_parallel_fallback",
-           "with_runtime_activity"]
+           "tangent_shadowed_abi", "with_runtime_activity"]
 
 T = TypeVar("T")
 
@@ -226,6 +232,31 @@ def with_runtime_activity(module_text: str) -> str:
     True
     """
     return mark_enzyme_calls(parse(module_text, strict=False), "enzyme_runtime_activity").render()
+
+
+def tangent_shadowed_abi(exported: Any, sweep: Any) -> FunctionABI:
+    """``exported.abi``, with each float array marked as needing a zeroed shadow when constant
+    (:attr:`~pyjlad.abi.ArrayArg.shadowed_when_constant`) where ``sweep`` has a forward part (``jvp``, a
+    Hessian-vector product) that may differentiate the parallel copy: there a constant array's pointer,
+    stored in the loop's ``args``, would be taken for its own tangent by a copy of it (see the module
+    docstring). The drivers then pass such an array a zeroed shadow instead of none.
+
+    Examples
+    --------
+    >>> from pyjlad.abi import ArrayArg, FunctionABI, ScalarArg
+    >>> from pyjlad.sweep import Sweep
+    >>> abi = FunctionABI("f", (ArrayArg("float64", 1, "C", "double"),), ScalarArg("float64", "double"), ())
+    >>> tangent_shadowed_abi(type("Exported", (), {"abi": abi})(), Sweep("ad", "forward", ())) is abi  # not parallel
+    True
+    """
+    abi = exported.abi
+    forward = sweep.kind == "hvp" or sweep.mode == "forward"
+    if (not forward or sweep.width > 1 or sweep.serial or getattr(exported, "make_parallel_module", None) is None
+            or not config.parallel_derivatives()):
+        return abi
+    args = tuple(dataclasses.replace(a, aliased=True) if isinstance(a, ArrayArg) and a.differentiable else a
+                 for a in abi.args)
+    return dataclasses.replace(abi, args=args)
 
 
 def parallel_wanted(exported: Any, sweep: Any) -> bool:

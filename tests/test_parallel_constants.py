@@ -4,6 +4,9 @@ Numba passes a parallel loop its arrays through an array of pointers in memory; 
 constant (not in ``wrt``, a ``None`` tangent, ``in_axes=None``, a temporary computed from constants)
 Enzyme stored the array's own pointer as its shadow, and the derivative of the loop body accumulated
 adjoints into the caller's array (reverse mode) or read the array as its own tangent (forward mode).
+A loop body copying a constant array (``v.copy()``, ``v * 1.0``, a ``memcpy`` either way) read the array as
+its own tangent even under Enzyme's runtime activity: ``jvp`` and Hessian-vector products were silently
+wrong until forward sweeps gave such arrays zeroed shadows (:func:`pyjlad.parallel_derivatives.tangent_shadowed_abi`).
 Every case: a hand-derived oracle from copies taken before the call, at 1 and 2 threads, twice in a
 row (a changed input would change the second result), the caller's arrays unchanged, the parallel
 derivative used (a fallback warning is an error).
@@ -54,6 +57,34 @@ def weighted(x):
     for i in prange(x.shape[0]):
         s += w[i] * np.sin(x[i])
     return s
+
+
+@njit(parallel=True)
+def copied(x, v):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        c = v.copy()  # a copy of the constant array per iteration
+        s += x[i] * x[i] * c[0] * c[1]
+    return s
+
+
+@njit(parallel=True)
+def scaled_copy(x, v):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        c = v * 1.0  # LLVM makes it a copy too
+        s += np.sin(x[i]) * c[i % v.shape[0]]
+    return s
+
+
+@njit(parallel=True)
+def matrix_copy(x, w):
+    n, k = w.shape
+    out = np.zeros((x.shape[0], k))
+    for i in prange(x.shape[0]):
+        c = x[i] * w.copy()
+        out[i, :] = c[i % n, :]
+    return np.sum(out ** 2)
 
 
 def _run(threads: int, call):
@@ -151,3 +182,22 @@ def test_hvp_with_a_constant_array_and_a_constant_temporary(parallel_on) -> None
     xt0, tt0 = xt.copy(), tt.copy()
     weights = np.arange(33) * 0.5 + 1.0
     _check_twice(lambda: pyjlad.hvp(weighted, (xt,), tt), [-weights * np.sin(xt0) * tt0], (xt, tt))
+
+
+def test_forward_mode_and_hvp_through_a_copy_of_a_constant_array(parallel_on) -> None:
+    """d/dx of x^2 v0 v1 is 2 x v0 v1, d2/dx2 2 v0 v1; of sin(x) v[i % k]: cos(x) v[i % k], -sin(x) v[i % k];
+    of sum_i x_i^2 |w[i % n]|^2: 2 x_i |w[i % n]|^2, 2 |w[i % n]|^2."""
+    x, t = rng.uniform(-1.0, 1.0, 30), rng.normal(size=30)
+    v, w = rng.normal(size=4), rng.normal(size=(5, 3))
+    x0, t0, v0, w0 = x.copy(), t.copy(), v.copy(), w.copy()
+    _check_twice(lambda: pyjlad.jvp(copied, (x, v), (t, None)),
+                 [np.sum(x0 ** 2) * v0[0] * v0[1], np.sum(2 * x0 * t0) * v0[0] * v0[1]], (x, v, t))
+    _check_twice(lambda: pyjlad.hvp(copied, (x, v), t, wrt=0), [2 * v0[0] * v0[1] * t0], (x, v, t))
+    vi = v0[np.arange(30) % 4]
+    _check_twice(lambda: pyjlad.jvp(scaled_copy, (x, v), (t, None)),
+                 [np.sum(np.sin(x0) * vi), np.sum(np.cos(x0) * vi * t0)], (x, v, t))
+    _check_twice(lambda: pyjlad.hvp(scaled_copy, (x, v), t, wrt=0), [-np.sin(x0) * vi * t0], (x, v, t))
+    rows = np.sum(w0[np.arange(30) % 5] ** 2, axis=1)
+    _check_twice(lambda: pyjlad.jvp(matrix_copy, (x, w), (t, None)),
+                 [np.sum(x0 ** 2 * rows), np.sum(2 * x0 * rows * t0)], (x, w, t))
+    _check_twice(lambda: pyjlad.hvp(matrix_copy, (x, w), t, wrt=0), [2 * rows * t0], (x, w, t))

@@ -46,7 +46,12 @@ from ..errors import EnzymeError, OutOfMemoryError, PyjladError, ToolchainError,
 from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
 from ..memo import cached_for
 from ..nested import NestedSweep, cache_key_parts, remember
-from ..parallel_derivatives import cache_tag, with_parallel_fallback, with_runtime_activity
+from ..parallel_derivatives import (
+    cache_tag,
+    tangent_shadowed_abi,
+    with_parallel_fallback,
+    with_runtime_activity,
+)
 from ..portable import RUNTIME_CALL_DTOR, PortableModule, has_recursion
 from ..rules import calls_custom_rules
 from ..toolchain import locate, opt_route
@@ -136,12 +141,13 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     activities = resolve_activities(exported, sweep)  # first: an int named in wrt is the clearer error
     check_result(exported, sweep)
     noalias = not calls_custom_rules(exported.module.external_functions)  # see the driver
+    abi = tangent_shadowed_abi(exported, sweep)  # constant arrays' shadows in parallel forward sweeps
     if sweep.width > 1:  # vector mode (pyjlad.engines.vector_driver)
         driver, nested = vector_sweep_driver(exported, sweep, activities, noalias), None
     elif sweep.kind == "hvp":
-        driver, nested = hvp_driver(exported.abi, sweep.wrt, noalias=noalias, salt=exported.module.text), None
+        driver, nested = hvp_driver(abi, sweep.wrt, noalias=noalias, salt=exported.module.text), None
     else:
-        driver = ad_driver(exported.abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
+        driver = ad_driver(abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
                            oom_guard=oom_guard, value=sweep.value)
         nested = remember(driver.symbol, NestedSweep(exported, sweep.mode, activities, noalias, sweep.value))
     toolchain = locate()
