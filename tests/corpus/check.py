@@ -33,7 +33,8 @@ pyjlad is never compared against itself. Outcomes (the first element of the resu
     Enzyme's kind of failure) or refused the input with ``TypeError``/``ValueError``/
     ``NotImplementedError`` (reason ``input``);
 ``error:<ExceptionType>``
-    anything else pyjlad raised;
+    anything else pyjlad raised, :class:`pyjlad.ParallelFallbackWarning` included (a ``parallel=True``
+    program whose derivative ran serially: the program says it runs in parallel);
 ``invalid-program``
     the Numba function and its JAX twin disagree on the value (or one of them fails): the
     pair is wrong, not pyjlad.
@@ -46,6 +47,7 @@ transform that did not agree.
 from __future__ import annotations
 
 import re
+import warnings
 import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -352,10 +354,14 @@ def check_program(prog: Program) -> tuple[str, str]:
     invalid = _value_check(case)
     if invalid:
         return "invalid-program", invalid
+    import pyjlad
+
     results: list[tuple[str, str, str]] = []
     for transform in prog.transforms:
         try:
-            why = _run_transform(case, transform)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pyjlad.ParallelFallbackWarning)
+                why = _run_transform(case, transform)
             results.append(("wrong", transform, why) if why else ("agree", transform, ""))
         except _Mutated as exc:
             results.append(("mutated", transform, str(exc)))
