@@ -39,14 +39,18 @@ stages apart within one array and cached them all the same).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import carray, njit, types
 
 from .enzyme_copy import branch_preserving_compile, unvectorized_copy
+from .errors import IRError
+from .inverse_calls import INVERSE
 from .memo import cached_for
 from .portable_pipeline import make_portable
 
-__all__ = ["lapack_module", "LAPACK_HELPERS"]
+__all__ = ["compiled_helper", "lapack_module", "LAPACK_HELPERS"]
 
 _OPTIONS = {"error_model": "numpy", "boundscheck": False}
 
@@ -193,8 +197,8 @@ _HELPERS = {
     "numba_xxpotrf": (_potrf, ["i8 %uplo", "i64 %n", "ptr %a", "i64 %lda"],
                       lambda T: (types.int8, types.int64, types.CPointer(T), types.int64)),
 }
-#: Numba's LAPACK helpers replaced here.
-LAPACK_HELPERS = frozenset(_HELPERS)
+#: Numba's LAPACK helpers replaced here, and the inverse's call (:mod:`pyjlad.inverse_calls`).
+LAPACK_HELPERS = frozenset(_HELPERS) | {INVERSE}
 _KINDS = {"d": types.float64, "s": types.float32}
 
 
@@ -207,28 +211,49 @@ def lapack_module(helper: str, kind: str) -> str:
     return cached_for(lapack_module, (helper, kind), lambda: _build(helper, kind))
 
 
-def _build(helper: str, kind: str) -> str:
-    impl, params, argtypes = _HELPERS[helper]
-    sig = argtypes(_KINDS[kind])
+def compiled_helper(impl: Any, sig: tuple[types.Type, ...], entry: str) -> tuple[str, str]:
+    """``(portable module text, entry symbol)`` of the ``@njit`` function ``impl`` compiled for ``sig``, its
+    entry named ``entry`` (Numba's ABI: ``i32 @entry(ptr %ret, ptr %excinfo, args...)``, the function's result
+    stored through ``%ret``: an ``i64``, which callers must give room for).
+
+    Raises
+    ------
+    IRError
+        If ``impl`` does not return an ``int64`` (the slot its callers allocate).
+    """
     # Compiled as the code Enzyme gets is (see pyjlad.enzyme_copy): no unrolling, peeling or vectorizing,
     # each of which gives Enzyme more values to cache, each in an allocation of its own.
     impl = unvectorized_copy(impl)
     with branch_preserving_compile():
         impl.compile(sig)
     cres = impl.overloads[sig]
-    entry = f"pyjlad_lapack_{helper}_{kind}"
-    module = make_portable(cres.library.get_llvm_str(), cres.fndesc.mangled_name, name=entry)
+    if types.unliteral(cres.signature.return_type) != types.int64:
+        raise IRError(f"pyjlad's LAPACK helper {entry} returns {cres.signature.return_type}, not int64")
+    return make_portable(cres.library.get_llvm_str(), cres.fndesc.mangled_name, name=entry).text + "\n", entry
+
+
+def _build(helper: str, kind: str) -> str:
+    if helper == INVERSE:
+        from .lapack_inverse import inverse_module
+
+        return inverse_module(kind)
+    impl, params, argtypes = _HELPERS[helper]
+    text, entry = compiled_helper(impl, argtypes(_KINDS[kind]), f"pyjlad_lapack_{helper}_{kind}")
     names = [p.split()[1] for p in params]
     adapter = "\n".join([
         f"define linkonce_odr i32 @{helper}.{kind}(i8 %kind, {', '.join(params)}) {{",
         "entry:",
-        "  %ret = alloca i32, align 4",
+        # The helper stores its int64 result here: a slot of 4 bytes (as it was) made that store undefined
+        # behaviour, which LLVM removed, and the status read back was always 0: a singular matrix's
+        # LinAlgError was lost and its derivative came out infinite or NaN.
+        "  %ret = alloca i64, align 8",
         "  %exc = alloca ptr, align 8",
-        "  store i32 0, ptr %ret, align 4",
+        "  store i64 0, ptr %ret, align 8",
         f"  %status = call i32 @{entry}(ptr %ret, ptr %exc, "
         + ", ".join(f"{p.split()[0]} {n}" for p, n in zip(params, names)) + ")",
-        "  %info = load i32, ptr %ret, align 4",
+        "  %result = load i64, ptr %ret, align 8",
+        "  %info = trunc i64 %result to i32",
         "  ret i32 %info",
         "}",
     ])
-    return module.text + "\n" + adapter + "\n"
+    return text + adapter + "\n"

@@ -26,6 +26,7 @@ from . import stable_names as sn
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
 from .integer_minmax import integer_min_max_as_selects
+from .inverse_calls import INVERSE, inverse_declarations, inverse_pairs_in
 from .ir import analysis, downlevel
 from .ir.edit import drop_empty_attribute_groups, drop_repeated_declarations
 from .ir.lexer import texts_of
@@ -88,6 +89,19 @@ def kind_specific_blas(module: Module, context: PortableContext) -> Module:
         declarations.setdefault(declaration.symbol, declaration)
     module.items.extend(dataclasses.replace(declarations["@" + helper], symbol=f"@{helper}.{kind}")
                         for helper, kind in context.links if "@" + helper in declarations)
+    return module
+
+
+def inverse_pairs(module: Module, context: PortableContext) -> Module:
+    """Call ``np.linalg.inv``'s inverse as one function with a reverse rule (``@pyjlad_inverse.d``,
+    :mod:`pyjlad.inverse_calls`, :mod:`pyjlad.lapack_inverse`), declared here and linked beside the helpers."""
+    kinds: set[str] = set()
+    for function in module.definitions:
+        kinds |= inverse_pairs_in(function)
+    for kind in sorted(kinds):
+        module.items.extend(items_of(inverse_declarations(kind)))
+    # first: llvm-link drops a linkonce definition nothing linked before it calls (the inverse calls the helpers)
+    context.links = [*((INVERSE, kind) for kind in sorted(kinds)), *context.links]
     return module
 
 
@@ -358,6 +372,7 @@ def refuse_target_intrinsics(module: Module, context: PortableContext) -> Module
 PORTABLE = Pipeline("portable", (
     Pass("nested-drivers", declare_nested_drivers, "derivatives called from the function declared only"),
     Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added"),
+    Pass("inverse-pairs", inverse_pairs, "np.linalg.inv's LAPACK calls; a declaration added"),
     Pass("stable-names", stable_names, "global names; comments and metadata dropped"),
     Pass("extract", extract, "which items are kept; runtime definitions and stubs"),
     Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions"),

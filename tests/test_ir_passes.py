@@ -25,6 +25,7 @@ from pyjlad.portable_pipeline import (
     extract,
     freeze_selects,
     integer_min_max,
+    inverse_pairs,
     kind_specific_blas,
     opaque_address_comparisons,
     refuse_target_intrinsics,
@@ -87,6 +88,43 @@ def test_kind_specific_blas_renames_only_calls_with_a_constant_kind() -> None:
 def test_kind_specific_blas_leaves_a_module_without_blas_alone() -> None:
     text = HEADER + "define i32 @entry() {\n  ret i32 0\n}\n"
     assert _apply(kind_specific_blas, text, _context()) == text
+
+
+# ------------------------------------------------------------------ inverse-pairs
+INVERSE_IR = HEADER + """
+define i32 @entry(ptr %a, ptr %p, ptr %c, ptr %q, i64 %n) {
+  %r = call i32 @numba_xxgetrf.d(i8 100, i64 %n, i64 %n, ptr %a, i64 %n, ptr %p)
+  %bad = icmp ne i32 %r, 0
+  br i1 %bad, label %raise, label %invert
+raise:
+  ret i32 1
+invert:
+  %s = call i32 @numba_ez_xxgetri.d(i8 100, i64 %n, ptr %a, i64 %n, ptr %p)
+  %det = call i32 @numba_xxgetrf.d(i8 100, i64 %n, i64 %n, ptr %c, i64 %n, ptr %q)
+  ret i32 %s
+}
+declare i32 @numba_xxgetrf.d(i8, i64, i64, ptr, i64, ptr)
+declare i32 @numba_ez_xxgetri.d(i8, i64, ptr, i64, ptr)
+"""
+
+
+def test_inverse_pairs_makes_an_inverse_one_call_and_leaves_a_lone_factorization() -> None:
+    context = _context(links=[("numba_ez_xxgetri", "d"), ("numba_xxgetrf", "d")])
+    text = _apply(inverse_pairs, INVERSE_IR, context)
+    assert "%r = call i32 @pyjlad_inverse.status.d(ptr %a, ptr %pyjlad.inverse.end0)" in text
+    assert "call void @pyjlad_inverse.d(ptr %a, ptr %pyjlad.inverse.end0)" in text
+    assert "%s = add i32 0, 0" in text and "call i32 @numba_ez_xxgetri" not in text
+    assert "%det = call i32 @numba_xxgetrf.d(i8 100, i64 %n, i64 %n, ptr %c," in text  # np.linalg.det's, alone
+    # the inverse's module first: llvm-link drops the helpers' linkonce adapters nothing linked before calls
+    assert context.links == [("pyjlad_inverse", "d"), ("numba_ez_xxgetri", "d"), ("numba_xxgetrf", "d")]
+    assert _llvm_as_15(text).returncode == 0
+
+
+def test_inverse_pairs_needs_the_same_buffer_and_pivots() -> None:
+    text = INVERSE_IR.replace("@numba_ez_xxgetri.d(i8 100, i64 %n, ptr %a,", "@numba_ez_xxgetri.d(i8 100, i64 %n, ptr %c,")
+    context = _context(links=[])
+    assert _apply(inverse_pairs, text, context) == text
+    assert context.links == []
 
 
 # ------------------------------------------------------------------ stable-names
@@ -335,7 +373,7 @@ def test_refuse_target_intrinsics() -> None:
 # ------------------------------------------------------------------ the pipeline and its dumps
 def test_the_portable_pipeline_names_every_pass_in_order() -> None:
     names = [p.name for p in PORTABLE.passes]
-    assert names == ["nested-drivers", "kind-specific-blas", "stable-names", "extract", "split-excinfo-slots",
+    assert names == ["nested-drivers", "kind-specific-blas", "inverse-pairs", "stable-names", "extract", "split-excinfo-slots",
                      "opaque-address-comparisons", "freeze-carried-selects", "integer-min-max", "down-level",
                      "translate-attribute-groups", "unique-names",
                      "dedupe-declarations", "declare-libm-calls", "refuse-target-intrinsics"]

@@ -121,7 +121,8 @@ def _lapack_source_hash() -> str:
     """Identifies pyjlad's LAPACK implementations in cache keys (they are compiled only when needed)."""
     from pathlib import Path
 
-    return cache.cache_key((Path(__file__).resolve().parent.parent / "lapack.py").read_text())
+    here = Path(__file__).resolve().parent.parent
+    return cache.cache_key(*((here / name).read_text() for name in ("lapack.py", "lapack_inverse.py")))
 
 
 def custom_rule_modules(exported: ExportedFunction) -> list[str]:

@@ -58,14 +58,20 @@ def _prepare_module(bitcode: bytes, name: str) -> tuple[bytes, list[str], bool]:
     module.verify()
     loose = any(variable.name == _LOOSE_TYPES_MARKER for variable in module.global_variables)
     # Only the driver is looked up from outside: every other definition (the exported entry
-    # `pyjlad_<name>`, Numba's functions) becomes internal, so two libraries that define the
-    # same name for different code (two functions called f) never resolve to each other's.
+    # `pyjlad_<name>`, Numba's functions, pyjlad's runtime) becomes internal, so two libraries that
+    # define the same name for different code (two functions called f) never resolve to each other's,
+    # and is renamed under the driver's name: Numba's JIT records every name a loaded library defines,
+    # internal ones included, and resolves later code's references to the last library defining it.
+    # Kept under Numba's names, pyjlad's `NRT_decref` (pyjlad.runtime's, pooled) became the one every
+    # `prange` loop Numba compiled afterwards called: a segmentation fault.
     for function in module.functions:
         if not function.is_declaration and function.name != name:
             function.linkage = "internal"
+            function.name = f"{name}.{function.name}"
     for variable in module.global_variables:
         if not variable.is_declaration and not variable.name.startswith("enzyme_"):
             variable.linkage = "internal"
+            variable.name = f"{name}.{variable.name}"
     use_pool(module)
     declared = [f.name for f in module.functions if f.is_declaration]
     return module.as_bitcode(), declared, loose
@@ -84,7 +90,7 @@ def _compile_object(compiler: native.NativeCompiler, bitcode: bytes, name: str, 
     return _pack_object(name, declared, obj, shared, loose)
 
 
-_OBJECT_FORMAT = "pyjlad-object/6"  # 6: loose_types in the header; 5: out-of-memory exit; definitions internal
+_OBJECT_FORMAT = "pyjlad-object/7"  # 7: internal names under the driver's; 6: loose_types in the header; 5: out-of-memory exit; definitions internal
 
 
 def _object_key(key: str) -> str:
