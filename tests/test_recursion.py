@@ -12,6 +12,7 @@ are the corpus programs ``control/recursive-halves`` and ``control/recursive-pow
 from __future__ import annotations
 
 import re
+import warnings
 
 import jax
 import numpy as np
@@ -23,6 +24,7 @@ from numba import njit, prange
 
 import pyjlad
 from pyjlad.export_recursion import resolve_recursion, unresolved_symbols
+from pyjlad.openmp import libomp_path
 
 jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
@@ -117,9 +119,13 @@ def sines_in_prange(x):
     return np.sum(out)
 
 
-def test_recursion_inside_prange_is_right(parallel_on):
-    """Enzyme cannot build this parallel derivative: the serial one, with a warning saying so, and right."""
-    with pytest.warns(pyjlad.ParallelFallbackWarning):
+@pytest.mark.skipif(libomp_path() is None, reason="LLVM's OpenMP runtime (libomp5-15) is not installed")
+def test_recursion_inside_prange_is_parallel_and_right(parallel_two_threads):
+    """The recursion's exception path once made Enzyme refuse the parallel derivative ("No create nofree of
+    unknown value"); since :func:`pyjlad.parfor_bodies.returning_error_paths` it is built in parallel:
+    a fallback warning is an error here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pyjlad.ParallelFallbackWarning)
         got = pyjlad.grad(sines_in_prange)(X.copy())
     np.testing.assert_allclose(got, jax.grad(lambda x: jnp.sum(jnp.sin(jnp.sin(x))))(jnp.asarray(X)), rtol=1e-12)
 
