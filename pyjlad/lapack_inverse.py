@@ -98,7 +98,7 @@ def inverse_module(kind: str) -> str:
         "  ret i64 %n",
         "}",
         # the factorization's status (0, or the first zero pivot), from a copy of the matrix: inactive
-        f'define linkonce_odr i32 {status}(ptr %a, ptr %end) noinline nounwind "enzyme_inactive" {{',
+        f'define linkonce_odr i32 {status}(ptr %a, ptr %end) noinline nounwind nofree "enzyme_inactive" {{',
         "entry:",
         f"  %n = call i64 {order}(ptr %a, ptr %end)",
         "  %square = mul i64 %n, %n",

@@ -108,8 +108,9 @@ def test_blas_and_pool_get_the_loaded_text():
     text = pool._pool_ir(123, 7)
     body = runtime.source("pool.ll").split("\n\n", 1)[1]  # after the header comment and its blank line
     assert text == "\n" + body.replace("${key}", "7").replace("${capacity}", "123").replace(
-        "${min_class}", "16").replace("${max_class}", "36").replace("${min_bytes}", "65536").replace(
-        "${slots}", "16").replace("${classes}", "21").replace("${slot_count}", "336")
+        "${min_class}", "16").replace("${max_class}", "36").replace(
+        "${slots}", "16").replace("${classes}", "21").replace("${slot_count}", "336").replace(
+        "${small_capacity}", "30").replace("${small_classes}", "12").replace("${small_bytes}", "32768")
     assert "$" not in text and ";" not in text.split("\n", 2)[1]
 
 

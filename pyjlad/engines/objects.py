@@ -90,7 +90,7 @@ def _compile_object(compiler: native.NativeCompiler, bitcode: bytes, name: str, 
     return _pack_object(name, declared, obj, shared, loose)
 
 
-_OBJECT_FORMAT = "pyjlad-object/7"  # 7: internal names under the driver's; 6: loose_types in the header; 5: out-of-memory exit; definitions internal
+_OBJECT_FORMAT = "pyjlad-object/8"  # 8: realloc through the pool; 7: internal names under the driver's; 6: loose_types in the header; 5: out-of-memory exit; definitions internal
 
 
 def _object_key(key: str) -> str:

@@ -9,15 +9,26 @@ gradient spent more time in the kernel's page-fault handler than in its matrix
 products, and with two BLAS threads the unmapping also stalls the other
 thread (TLB shootdowns).
 
-The differentiated module's ``malloc``, ``calloc`` and ``free`` are renamed to this pool's
-functions when it is loaded (:func:`use_pool`). Blocks of at least
+Small blocks cost too, in another way: a loop that allocates small arrays per
+iteration (``np.linalg.inv(v)`` per voxel, ``np.empty(k)`` per sample) keeps each
+of them and its shadow alive until the reverse sweep frees them, hundreds of
+thousands of blocks per call, more than the C library's per-thread cache holds:
+``remote_stats``' gradient spent about 60% of its time in glibc's ``malloc`` and
+``free`` (merging neighbouring free blocks, then returning the heap's top to the
+kernel and faulting it in again on the next call).
+
+The differentiated module's ``malloc``, ``calloc``, ``realloc`` and ``free`` are renamed to this
+pool's functions when it is loaded (:func:`use_pool`). Blocks of at least
 :data:`MIN_BYTES` are rounded up to a power of two and, when freed, kept (up to
 :data:`SLOTS` per size, :func:`capacity` bytes in all) for the next request of
-that size; smaller blocks go straight to the C library. A kept block is an
+that size, in one spin-locked table shared by all threads. Smaller blocks are
+rounded up to a power of two (16 bytes at least) and, when freed, kept in
+lists of the freeing thread's own (up to :func:`small_capacity` bytes per
+thread), which its next requests of that size take first, with no lock another
+thread contends for; a thread's lists are emptied when it exits. A kept block is an
 ordinary ``malloc`` block, so memory from the pool may be freed by Numba's
-runtime with ``free`` and the other way round. The pool is one spin-locked
-table, shared by all threads; :func:`release` returns the kept blocks to the C
-library.
+runtime with ``free`` and the other way round. :func:`release` returns the kept
+blocks, every thread's, to the C library.
 """
 
 from __future__ import annotations
@@ -33,13 +44,15 @@ from .. import config, runtime
 from ..errors import OutOfMemoryError
 from .driver import OOM_ENTER, OOM_LEAVE
 
-__all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release", "kept_bytes",
-           "kept_by", "failed_bytes",
-           "capacity", "MIN_BYTES", "SLOTS"]
+__all__ = ["POOL_MALLOC", "POOL_CALLOC", "POOL_REALLOC", "POOL_FREE", "use_pool", "resolve_pool_symbols", "release",
+           "kept_bytes", "small_kept_bytes", "kept_by", "failed_bytes", "capacity", "small_capacity", "MIN_BYTES",
+           "SLOTS"]
 
 POOL_MALLOC, POOL_CALLOC, POOL_FREE = "pyjlad_pool_malloc", "pyjlad_pool_calloc", "pyjlad_pool_free"
-_RENAMED = {"malloc": POOL_MALLOC, "calloc": POOL_CALLOC, "free": POOL_FREE}
+POOL_REALLOC = "pyjlad_pool_realloc"
+_RENAMED = {"malloc": POOL_MALLOC, "calloc": POOL_CALLOC, "realloc": POOL_REALLOC, "free": POOL_FREE}
 _MIN_CLASS, _MAX_CLASS = 16, 36
+_SMALLEST_CLASS = 4  # 16 bytes: room for the link of a kept small block
 #: Smallest block the pool keeps (smaller ones are cheap for the C library).
 MIN_BYTES = 1 << _MIN_CLASS
 #: Blocks kept per power-of-two size.
@@ -51,11 +64,23 @@ def capacity() -> int:
     return config.pool_bytes()
 
 
+def small_capacity(cap: int | None = None) -> int:
+    """Most bytes of small blocks (under :data:`MIN_BYTES`) each thread keeps: a quarter of
+    :func:`capacity` (or of ``cap``), so 256 MiB by default and none with ``PYJLAD_POOL_BYTES=0``.
+
+    >>> small_capacity(1 << 30) == 256 * 2**20
+    True
+    """
+    return (capacity() if cap is None else cap) // 4
+
+
 def _pool_ir(cap: int, key: int) -> str:
     """The pool's module (pyjlad/runtime/pool.ll) for a capacity of ``cap`` bytes and thread key ``key``."""
     n = _MAX_CLASS - _MIN_CLASS + 1
     return runtime.fill("pool.ll", key=key, capacity=cap, min_class=_MIN_CLASS, max_class=_MAX_CLASS,
-                        min_bytes=MIN_BYTES, slots=SLOTS, classes=n, slot_count=n * SLOTS)
+                        slots=SLOTS, classes=n, slot_count=n * SLOTS,
+                        small_capacity=small_capacity(cap), small_classes=_MIN_CLASS - _SMALLEST_CLASS,
+                        small_bytes=MIN_BYTES // 2)
 
 
 _lock = threading.Lock()
@@ -73,11 +98,15 @@ def _install() -> Any:
             library = cpu_target.target_context.codegen().create_library("pyjlad_pool")
             library.add_llvm_module(llvm.parse_assembly(_pool_ir(capacity(), _thread_key())))
             library.finalize()
+            if ctypes.CFUNCTYPE(ctypes.c_int)(library.get_pointer_to_function("pyjlad_pool_init"))() != 0:
+                raise OutOfMemoryError("pthread_key_create failed (the pool's per-thread lists)")
             for name in (*_RENAMED.values(), OOM_ENTER, OOM_LEAVE):
                 llvm.add_symbol(name, library.get_pointer_to_function(name))
             _state["library"] = library
             _state["release"] = ctypes.CFUNCTYPE(None)(library.get_pointer_to_function("pyjlad_pool_release"))
             _state["kept"] = ctypes.CFUNCTYPE(ctypes.c_int64)(library.get_pointer_to_function("pyjlad_pool_kept"))
+            _state["small_kept"] = ctypes.CFUNCTYPE(ctypes.c_int64)(
+                library.get_pointer_to_function("pyjlad_pool_small_kept"))
             _state["failed"] = ctypes.CFUNCTYPE(ctypes.c_int64)(
                 library.get_pointer_to_function("pyjlad_pool_failed_bytes"))
         return library
@@ -93,7 +122,8 @@ def _thread_key() -> int:
 
 
 def use_pool(module: llvm.ModuleRef) -> bool:
-    """Route ``module``'s ``malloc``, ``calloc`` and ``free`` through the pool (renames their declarations).
+    """Route ``module``'s ``malloc``, ``calloc``, ``realloc`` and ``free`` through the pool (renames their
+    declarations).
 
     Returns whether the module allocates (and so uses the pool). With
     :func:`capacity` 0 the pool keeps nothing, but allocations still go through
@@ -118,7 +148,7 @@ def resolve_pool_symbols(names: list[str]) -> None:
 
 
 def release() -> None:
-    """Return every block the pool keeps to the C library."""
+    """Return every block the pool keeps, large and small, every thread's, to the C library."""
     if "release" in _state:
         _state["release"]()
 
@@ -135,6 +165,12 @@ def kept_bytes() -> int:
     call allocated in large blocks (its tape and temporaries) and freed.
     """
     return int(_state["kept"]()) if "kept" in _state else 0
+
+
+def small_kept_bytes() -> int:
+    """Bytes of the small blocks (under :data:`MIN_BYTES`) all threads keep now, each counted as its
+    power-of-two size."""
+    return int(_state["small_kept"]()) if "small_kept" in _state else 0
 
 
 def kept_by(call: Callable[[], object]) -> int:

@@ -175,9 +175,9 @@ def _check_count(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> Non
 
 def _allocates(library: Any) -> bool:
     """Whether ``library``'s code takes memory from the pool, whose failure exits through the driver's guard."""
-    from ..engines.pool import POOL_CALLOC, POOL_MALLOC
+    from ..engines.pool import POOL_CALLOC, POOL_MALLOC, POOL_REALLOC
 
-    return bool({POOL_MALLOC, POOL_CALLOC} & set(_declared(library)))
+    return bool({POOL_MALLOC, POOL_CALLOC, POOL_REALLOC} & set(_declared(library)))
 
 
 def _build_for_numba(compiled: Any, targets: tuple[types.Type, ...]) -> Any:
