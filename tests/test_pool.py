@@ -46,7 +46,7 @@ def test_small_and_foreign_blocks(functions) -> None:
     malloc, calloc, free = functions
     small = malloc(100)
     assert small
-    free(small)  # straight back to the C library
+    free(small)  # kept in this thread's lists of small blocks
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     foreign = libc.malloc(4 * pool.MIN_BYTES)
@@ -110,3 +110,54 @@ def test_repeated_gradients_through_the_pool_stay_exact() -> None:
     grad = pyjlad.grad(_temporaries)
     for _ in range(5):
         np.testing.assert_allclose(grad(x), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_small_blocks_are_kept_by_the_thread_that_freed_them(functions) -> None:
+    malloc, calloc, free = functions
+    p = malloc(100)  # rounded up to 128 bytes
+    free(p)
+    assert pool.small_kept_bytes() == 128
+    assert malloc(120) == p  # the same size class, taken back
+    assert pool.small_kept_bytes() == 0
+    ctypes.memset(p, 0xAB, 128)
+    free(p)
+    q = calloc(16, 8)
+    assert q == p and not np.frombuffer((ctypes.c_char * 128).from_address(q), np.uint8).any()
+    free(q)
+    pool.release()
+    assert pool.small_kept_bytes() == 0
+
+
+def test_a_threads_small_blocks_are_emptied_when_it_exits(functions) -> None:
+    malloc, _, free = functions
+
+    kept_inside = []
+
+    def churn() -> None:
+        blocks = [malloc(48) for _ in range(100)]
+        for block in blocks:
+            free(block)
+        kept_inside.append(pool.small_kept_bytes())
+
+    before = pool.small_kept_bytes()
+    thread = threading.Thread(target=churn)
+    thread.start()
+    thread.join()
+    assert kept_inside == [before + 100 * 64]  # kept while the thread lived
+    assert pool.small_kept_bytes() == before
+
+
+def test_realloc_keeps_the_contents_and_takes_pool_blocks(functions) -> None:
+    malloc, _, free = functions
+    realloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        pool._install().get_pointer_to_function(pool.POOL_REALLOC))
+    p = malloc(64)
+    ctypes.memmove(p, bytes(range(64)), 64)
+    assert realloc(p, 40) == p  # large enough already
+    q = realloc(p, 1000)
+    assert bytes((ctypes.c_char * 64).from_address(q)) == bytes(range(64))
+    assert pool.small_kept_bytes() == 64  # the old block, kept for the next 64-byte request
+    assert realloc(q, 0) is None  # frees, as glibc's realloc(p, 0) does
+    r = realloc(None, 10)
+    assert r
+    free(r)
