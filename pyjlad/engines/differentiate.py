@@ -41,6 +41,7 @@ from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
 from ..toolchain import Toolchain, locate
 from ..trip_counts import distinct_trip_counts
+from ..unread_tape_slots import unread_slots_on_the_stack
 from .blas import BLAS_NAME
 
 __all__ = ["HOST_TARGET", "NO_HOISTED_CACHES", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS",
@@ -190,8 +191,14 @@ def _optimized_for_host(toolchain: Toolchain, module: str | bytes, passes: str, 
 
 def _parallel_rewrite(text: str) -> str:
     """Enzyme's output of a parallel derivative edited before its optimization: private adds made plain, large
-    fills and copies split between threads."""
-    return parallel_fills(plain_private_adds(text))
+    fills and copies split between threads, unread tape slots back on the stack."""
+    return unread_slots_on_the_stack(parallel_fills(plain_private_adds(text)))
+
+
+def _private_rewrite(text: str) -> str:
+    """Enzyme's output of a derivative calling a parallel body's private copy: its adds made plain, unread tape
+    slots back on the stack."""
+    return unread_slots_on_the_stack(plain_private_adds(text))
 
 
 def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
@@ -414,9 +421,11 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     # A parallel derivative's private rows and LAPACK helpers (pyjlad.private_bodies): their adds into adjoints
     # no other thread touches made plain; and its large fills and copies done by all its threads
     # (pyjlad.openmp_fills).
+    # And in every derivative, stack slots Enzyme moved to the heap for a tape field nothing reads put back on the
+    # stack (pyjlad.unread_tape_slots: nothing would free them).
     parallel = "@__kmpc_fork_call" in module_text
     rewrite = _parallel_rewrite if parallel else (
-        plain_private_adds if BODY_PREFIX in module_text else None)
+        _private_rewrite if BODY_PREFIX in module_text else unread_slots_on_the_stack)
     while True:
         try:
             with timed(_log, "Enzyme on %s (options %s)", exported.name, " ".join(options) or "none"):

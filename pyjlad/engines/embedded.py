@@ -112,7 +112,9 @@ _register_runtime_symbols()
 #: 12: Numba's compiled callees inlined first (pyjlad.inline_callees); 13: caches of loops whose early exits are
 #: raises or NaN tests allocated once (pyjlad.loop_caches), arrays read only by BLAS products not written
 #: (pyjlad.inferred_readonly); 14: no loop-invariant caches, every loop's trip count its own (pyjlad.trip_counts).
-_ENZYME_INPUT = "unvectorized-copy/14 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
+#: 15: stack slots Enzyme moved to the heap for tape fields nothing reads put back on the stack
+#: (pyjlad.unread_tape_slots).
+_ENZYME_INPUT = "unvectorized-copy/15 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
 
 @dataclass(frozen=True)
 class Built:
