@@ -8,11 +8,12 @@ loads those tape fields, so nothing frees the blocks, and every gradient of a fu
 about 220 bytes (``tests/test_repeated_calls_memory.py``).
 
 :func:`unread_slots_on_the_stack` edits Enzyme's output (between Enzyme and the optimization after it:
-:func:`pyjlad.engines.differentiate.run_enzyme`): such a ``malloc`` in the entry block of its function, whose
-address goes to the tape and nowhere that frees it, becomes the ``alloca`` it was, when no instruction of the
-module reads its tape field (an ``extractvalue`` or ``getelementptr`` of the tape's type selecting that field,
-or one that reaches into a type holding the tape's by more than one index, which is not followed). The tape
-keeps an address nothing reads.
+:func:`pyjlad.engines.differentiate.run_enzyme`): such a ``malloc`` in the entry block of its function becomes
+the ``alloca`` it was when its address stays in the function but for one store into a tape field (no pointer
+computed from it is stored, returned or put in an aggregate; no call frees it; none of the module's own
+functions, whose augmented passes could tape it, is given it) and no instruction of the module may read that
+field (an ``extractvalue`` or ``getelementptr`` of the tape's type selecting it, or one that reaches into a type
+holding the tape by more than one index, which is not followed). The tape keeps an address nothing reads.
 
 Examples
 --------
@@ -71,7 +72,9 @@ def unread_slots_on_the_stack(text: str) -> str:
         module = parse(text, strict=False)
     except IRParseError:
         return text
-    slots = [slot for f in module.definitions if any(_FROM_STACK in line for line in f.body or ()) for slot in _slots(f)]
+    defined = {f.symbol for f in module.definitions}
+    slots = [slot for f in module.definitions if any(_FROM_STACK in line for line in f.body or ())
+             for slot in _slots(f, defined)]
     if not slots:
         return text
     read = _read_fields(module, {slot.tape_type for slot in slots},
@@ -100,9 +103,11 @@ def _parts(instruction: Instruction) -> list[str]:
     return ["".join(t.text for t in part).strip() for part in split_top_level(instruction.after_opcode())]
 
 
-def _slots(function: Function) -> list[_Slot]:
-    """The from-stack allocations of ``function``'s entry block that go to a tape field and are never freed."""
+def _slots(function: Function, defined: set[str]) -> list[_Slot]:
+    """The from-stack allocations of ``function``'s entry block that go to a tape field and are never freed
+    (``defined``: the symbols of the module's definitions)."""
     body = function.body or []
+    instructions = [ins for ins in map(parse_instruction, body) if ins is not None]
     found = []
     for k in _entry_block(body):
         if _FROM_STACK not in body[k]:
@@ -116,32 +121,52 @@ def _slots(function: Function) -> list[_Slot]:
         size_words = call.arguments[0].split()
         if len(size_words) != 2 or size_words[0] != "i64" or not size_words[1].isdigit():
             continue
-        tape = _tape_field(ins.result, body)
+        tape = _tape_field(ins.result, instructions, defined)
         if tape is not None:
             found.append(_Slot(function, k, ins.result, int(size_words[1]), *tape))
     return found
 
 
-def _tape_field(value: str, body: list[str]) -> tuple[str, int, str] | None:
-    """The tape field ``value`` (a ``malloc``'s result) is stored into, as (type, index, field pointer), when
-    exactly one store writes it to memory, through a ``getelementptr`` of a struct's field, and no call frees it."""
+_DERIVING = frozenset({"getelementptr", "bitcast", "addrspacecast", "select", "phi"})
+_ESCAPING = frozenset({"insertvalue", "ret", "ptrtoint", "atomicrmw", "cmpxchg", "invoke", "callbr"})
+
+
+def _derived(value: str, instructions: list[Instruction]) -> set[str]:
+    """``value`` and every pointer computed from it (``getelementptr``, casts, ``select``, ``phi``), to a fixpoint
+    (a ``phi`` may read a value defined further down)."""
+    derived = {value}
+    while True:
+        grown = {ins.result for ins in instructions if ins.opcode in _DERIVING and ins.result is not None
+                 and ins.result not in derived and set(ins.operands()) & derived}
+        if not grown:
+            return derived
+        derived |= grown
+
+
+def _tape_field(value: str, instructions: list[Instruction], defined: set[str]) -> tuple[str, int, str] | None:
+    """The tape field ``value`` (a ``malloc``'s result) is stored into, as (type, index, field pointer), when its
+    address stays in its function but for that field: exactly one store writes ``value`` to memory, through a
+    ``getelementptr`` of a struct's field; no other store, ``insertvalue`` or ``ret`` lets it or a pointer derived
+    from it out, no call frees it, and it is passed to no function ``defined`` in the module (whose own augmented
+    pass could tape it) nor to one called through a pointer."""
+    derived = _derived(value, instructions)
     stores = []
-    for line in body:
-        if value not in line:
-            continue
-        ins = parse_instruction(line)
-        if ins is None or value not in ins.operands():
+    for ins in instructions:
+        if not set(ins.operands()) & derived:
             continue
         call = ins.call()
-        if call is not None and call.callee in ("@free", "@realloc"):
+        if call is not None:
+            if call.callee in ("@free", "@realloc") or call.callee in defined or call.callee.startswith("%"):
+                return None
+        elif ins.opcode == "store":
+            if words(split_top_level(ins.after_opcode())[0])[-1:] in ([d] for d in derived):
+                stores.append(ins)
+        elif ins.opcode in _ESCAPING:
             return None
-        if ins.opcode == "store" and words(split_top_level(ins.after_opcode())[0]) == ["ptr", value]:
-            stores.append(ins)
     pointer = stores[0].address() if len(stores) == 1 else None
-    if pointer is None:
+    if pointer is None or words(split_top_level(stores[0].after_opcode())[0]) != ["ptr", value]:
         return None
-    definition = next((line for line in body if line.startswith(f"  {pointer} = ")), None)
-    gep = parse_instruction(definition) if definition is not None else None
+    gep = next((ins for ins in instructions if ins.result == pointer), None)
     if gep is None or gep.opcode != "getelementptr":
         return None
     selected = _gep_selection(gep)

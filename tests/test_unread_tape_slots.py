@@ -16,7 +16,7 @@ TAPE = "{ ptr, i64, ptr }"
 
 
 def _module(augmented_body: list[str], reverse_body: list[str]) -> str:
-    return "\n".join([
+    return "\n".join(["define internal void @augmented_g(ptr %p) {", "entry:", "  ret void", "}",
         f"define internal {TAPE} @augmented_f(ptr %t) {{", "entry:", *augmented_body,
         f"  ret {TAPE} zeroinitializer", "}",
         f"define internal void @diffef({TAPE} %tapeArg, ptr %tp) {{", "entry:", *reverse_body, "  ret void", "}", ""])
@@ -50,7 +50,15 @@ def test_a_slot_that_may_be_read_stays_on_the_heap(reverse) -> None:
     [SLOT[0].replace(", !enzyme_fromstack !2", ""), *SLOT[1:]],  # not from a stack slot
     ["  br label %next", "next:", *SLOT],  # not in the entry block
     [*SLOT, f"  %s2 = getelementptr inbounds {TAPE}, ptr %t, i32 0, i32 0", "  store ptr %m, ptr %s2, align 8"],
-], ids=["freed", "not-from-stack", "not-entry", "two-stores"])
+    [*SLOT, "  %d = getelementptr i8, ptr %m, i64 8", f"  %s2 = getelementptr inbounds {TAPE}, ptr %t, i32 0, i32 0",
+     "  store ptr %d, ptr %s2, align 8"],  # a pointer into it taped in another field
+    [*SLOT, "  call void @augmented_g(ptr %m)"],  # given to a function of the module, which may tape it
+    [*SLOT, f"  %agg = insertvalue {TAPE} undef, ptr %m, 0"],  # put into an aggregate
+    [*SLOT, "  br label %loop", "loop:", "  %p = phi ptr [ null, %entry ], [ %d, %loop ]",
+     "  %d = getelementptr i8, ptr %m, i64 8", f"  %s2 = getelementptr inbounds {TAPE}, ptr %t, i32 0, i32 0",
+     "  store ptr %p, ptr %s2, align 8", "  br label %loop"],  # through a phi of a value defined below it
+], ids=["freed", "not-from-stack", "not-entry", "two-stores", "derived-taped", "to-a-defined-function",
+        "insertvalue", "phi-of-a-later-value"])
 def test_other_allocations_stay_as_they_are(augmented) -> None:
     text = _module(augmented, [f"  %x = extractvalue {TAPE} %tapeArg, 0"])
     assert unread_slots_on_the_stack(text) == text
