@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from .errors import IRParseError
 from .ir import Function, Instruction, Module, parse
+from .ir.cfg import block_label
 from .ir.lexer import split_top_level, words
 from .ir.module import parse_instruction
 
@@ -91,8 +92,7 @@ def unread_slots_on_the_stack(text: str) -> str:
 
 def _entry_block(body: list[str]) -> range:
     """Indices of the entry block's lines in a definition's ``body`` (up to the second label)."""
-    labels = [k for k, line in enumerate(body) if line and not line[0].isspace() and not line.startswith(";")
-              and line.split(";")[0].rstrip().endswith(":")]
+    labels = [k for k, line in enumerate(body) if block_label(line) is not None]
     first = labels[0] + 1 if labels and labels[0] == 0 else 0
     following = [k for k in labels if k >= first]
     return range(first, following[0] if following else len(body))
