@@ -79,6 +79,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 from numba.np import npyimpl
 
+from .export_compile import copy_options
 from .memo import cached_for
 
 __all__ = ["unvectorized_copy", "branch_preserving_compile", "NO_SPECULATION", "NO_SPECULATION_ARGS", "NO_UNSWITCHING"]
@@ -207,7 +208,7 @@ def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | 
         clone = pytypes.FunctionType(py.__code__, namespace, py.__name__, py.__defaults__, cells)
         clone.__qualname__ = py.__qualname__
         dropped = tuple(o for o in _DROPPED_OPTIONS if not (keep_parallel and o == "parallel"))
-        options = {k: v for k, v in dispatcher.targetoptions.items() if k not in dropped}
+        options = copy_options(dispatcher, dropped)
         copy = numba.njit(**options)(clone)
         building[id(dispatcher)] = copy
         for name in py.__code__.co_names:

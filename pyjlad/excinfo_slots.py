@@ -5,10 +5,11 @@ Instructions are read through :mod:`pyjlad.ir` (``parse_instruction``, tokens), 
 
 from __future__ import annotations
 
-from .ir.lexer import Token, split_top_level, tokenize, words
+from .ir.cfg import ControlFlow
+from .ir.lexer import Token, split_top_level, substitute, tokenize, words
 from .ir.module import Instruction, parse_function_header, parse_instruction
 
-__all__ = ["numba_abi_symbol", "split_shared_excinfo_slots"]
+__all__ = ["numba_abi_symbol", "split_result_slots", "split_shared_excinfo_slots"]
 
 
 def numba_abi_symbol(define: str) -> str | None:
@@ -113,6 +114,17 @@ def _excinfo_argument(line: str, numba_functions: set[str]) -> tuple[str, int] |
     return parts[1][value[-1]].text, offset + value[-1]
 
 
+def _allocas(lines: list[str]) -> dict[str, int]:
+    """The index in ``lines`` of each ``alloca``, by its result."""
+    found: dict[str, int] = {}
+    for k, line in enumerate(lines):
+        if " = alloca " in line:
+            instruction = parse_instruction(line)
+            if instruction is not None and instruction.opcode == "alloca" and instruction.result is not None:
+                found[instruction.result] = k
+    return found
+
+
 def split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
     """Give the exception slots of calls to Numba functions their own ``alloca``.
 
@@ -137,12 +149,7 @@ def split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
     every slot has one type.
     """
     lines = define.split("\n")
-    allocas: dict[str, int] = {}
-    for k, line in enumerate(lines):
-        if " = alloca " in line:
-            instruction = parse_instruction(line)
-            if instruction is not None and instruction.opcode == "alloca" and instruction.result is not None:
-                allocas[instruction.result] = k
+    allocas = _allocas(lines)
     if not allocas:
         return define
     excinfo_uses: dict[str, list[int]] = {}
@@ -169,4 +176,178 @@ def split_shared_excinfo_slots(define: str, numba_functions: set[str]) -> str:
         at = allocas[slot]
         indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
         lines[at] += f"\n{indent}{fresh} = alloca ptr, align 8"
+    return "\n".join(lines)
+
+
+def _slot_use(line: str, slot: str, numba_functions: set[str]) -> str | None:
+    """How ``line`` uses the stack slot ``slot``: ``"store"`` (a value stored into it), ``"load"``, ``"call"``
+    (passed as a Numba function's result or exception pointer, its first or second argument), ``"marker"``
+    (an ``llvm.lifetime`` marker); ``None`` for any other use (the slot's address stored, offset, compared,
+    passed elsewhere)."""
+    instruction = parse_instruction(line)
+    if instruction is None:
+        return None
+    if instruction.opcode in ("load", "store"):
+        parts = _operand_parts(instruction)
+        address = [t for t in parts[1] if t.kind != "ws"] if len(parts) > 1 else []
+        others = [t for part in (parts[:1] + parts[2:]) for t in part if t.kind == "local" and t.text == slot]
+        if [t.text for t in address] == ["ptr", slot] and not others and not (
+                instruction.opcode == "load" and instruction.result == slot):
+            return instruction.opcode
+        return None
+    call = instruction.call()
+    if call is None:
+        return None
+    if call.callee.startswith("@llvm.lifetime."):
+        return "marker"
+    if call.callee in numba_functions and call.values.count(slot) == 1 and slot in call.values[:2]:
+        return "call"
+    return None
+
+
+#: The types of an 8-byte word: a slot of one of them, stored one of them, is overwritten whole.
+_WORD_TYPES = ("ptr", "i64", "double")
+
+
+def _allocated_type(line: str) -> str:
+    """The type an ``alloca`` line allocates (``ptr`` in ``%r = alloca ptr, align 8``)."""
+    return line.split(" = alloca ", 1)[1].split(",", 1)[0].strip()
+
+
+def _webs(kinds: dict[int, str], graph: ControlFlow, first_line: dict[str, int], lines: list[str]) -> list[list[int]] | None:
+    """The accesses of a slot (line index -> :func:`_slot_use`'s kind, lifetime markers left out) grouped into
+    webs: each store or call that writes the slot, with every access its value can reach through the control
+    flow (a store of a whole word ends what came before), joined where their values meet. No value crosses
+    from one web to another. The web of the slot's value before any store comes first, if used. ``None`` for a
+    store that writes only part of the slot."""
+    accesses = sorted(k for k, kind in kinds.items() if kind != "marker")
+    for k in accesses:
+        if kinds[k] == "store":
+            stored = parse_instruction(lines[k])
+            if stored is None or words(_operand_parts(stored)[0])[:1] not in ([t] for t in _WORD_TYPES):
+                return None
+    parent = {k: k for k in [-1, *accesses]}  # -1: the slot's value on entry (never stored)
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    def join(a: int, b: int) -> None:
+        parent[find(a)] = find(b)
+
+    def block_accesses(block: str) -> list[int]:
+        start = first_line[block]
+        return [k for k in accesses if start <= k < start + len(graph.lines[block])]
+
+    order = graph.reverse_post_order()
+    preds: dict[str, list[str]] = {name: [] for name in order}
+    for name in order:
+        for successor in graph.succ[name]:
+            if successor in preds:
+                preds[successor].append(name)
+    out: dict[str, frozenset[int]] = {name: frozenset() for name in order}
+    changed = True
+    while changed:
+        changed = False
+        for name in order:
+            live = frozenset({-1}) if name == order[0] else frozenset().union(*(out[p] for p in preds[name]))
+            for k in block_accesses(name):
+                if kinds[k] != "load":
+                    live = frozenset({k})  # a store or a call writes the slot
+            if live != out[name]:
+                out[name], changed = live, True
+    for name in order:
+        live = frozenset({-1}) if name == order[0] else frozenset().union(*(out[p] for p in preds[name]))
+        for k in block_accesses(name):
+            if kinds[k] != "store":  # a load, or a call (it reads what reaches it and writes into the same web)
+                for d in live:
+                    join(k, d)
+            if kinds[k] != "load":
+                live = frozenset({k})
+    webs: dict[int, list[int]] = {}
+    for k in accesses:
+        webs.setdefault(find(k), []).append(k)
+    entry_web = find(-1)
+    return sorted(webs.values(), key=lambda ks: (find(ks[0]) != entry_web, ks[0]))
+
+
+def split_result_slots(define: str, numba_functions: set[str]) -> str:
+    """Give each block's use of a stack slot that Numba calls return through its own ``alloca``.
+
+    A Numba function returns its result through a pointer (``retptr``); the caller stores null in a stack
+    slot, passes it, and loads the result from it. Where Numba's callees stay out of line (its debug
+    information marks them ``noinline``), LLVM let one slot serve the calls of several inlined wrappers: the
+    meminfo of a ``float64`` array and then of a ``bool`` one went through the same ``alloca ptr``
+    (``y[x < 0] = 0.0``), and Enzyme's type analysis, which gives a slot one type for the whole function,
+    failed ("Illegal updateAnalysis"); so did a slot that returned a broadcast shape (an integer) and then
+    an array. When every use of a slot is a store of a whole word into it, a load from it, a Numba call
+    taking it as its result or exception pointer (which Numba's callees never keep) or a lifetime marker,
+    its accesses fall into webs (:func:`_webs`: a value written and every access it reaches) between which
+    no value crosses; where two webs or more hold a call, each web after the first gets a fresh ``alloca``
+    of the same type (the same program with more stack slots).
+
+    >>> print(split_result_slots('''define i32 @f() {
+    ... entry:
+    ...   %r = alloca ptr, align 8
+    ...   store ptr null, ptr %r, align 8
+    ...   %s = call i32 @g(ptr nonnull %r, ptr null)
+    ...   %a = load ptr, ptr %r, align 8
+    ...   br label %next
+    ... next:
+    ...   store ptr null, ptr %r, align 8
+    ...   %t = call i32 @h(ptr nonnull %r, ptr null)
+    ...   %b = load ptr, ptr %r, align 8
+    ...   ret i32 0
+    ... }''', {"@g", "@h"}))
+    define i32 @f() {
+    entry:
+      %r = alloca ptr, align 8
+      %r.pyjlad.slot1 = alloca ptr, align 8
+      store ptr null, ptr %r, align 8
+      %s = call i32 @g(ptr nonnull %r, ptr null)
+      %a = load ptr, ptr %r, align 8
+      br label %next
+    next:
+      store ptr null, ptr %r.pyjlad.slot1, align 8
+      %t = call i32 @h(ptr nonnull %r.pyjlad.slot1, ptr null)
+      %b = load ptr, ptr %r.pyjlad.slot1, align 8
+      ret i32 0
+    }
+    """
+    lines = define.split("\n")
+    allocas = _allocas(lines)
+    if not allocas or not numba_functions:
+        return define
+    graph = ControlFlow.of(lines[1:-1])
+    first_line, offset = {}, 1
+    for name in graph.names:  # the index in ``lines`` of each block's first line
+        first_line[name] = offset
+        offset += len(graph.lines[name])
+    uses: dict[str, list[int]] = {}
+    alloca_lines = set(allocas.values())
+    for k, line in enumerate(lines[1:-1], start=1):
+        if "%" not in line or k in alloca_lines:
+            continue
+        instruction = parse_instruction(line)
+        if instruction is not None:
+            for value in dict.fromkeys(instruction.operands()):
+                if value in allocas:
+                    uses.setdefault(value, []).append(k)
+    for slot, at in allocas.items():
+        kinds = {k: _slot_use(lines[k], slot, numba_functions) for k in uses.get(slot, [])}
+        if None in kinds.values() or _allocated_type(lines[at]) not in _WORD_TYPES:
+            continue
+        groups = _webs(kinds, graph, first_line, lines)
+        if groups is None or sum(1 for ks in groups if any(kinds[k] == "call" for k in ks)) < 2:
+            continue
+        indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+        added = []
+        for n, ks in enumerate(groups[1:], start=1):
+            fresh = slot + f".pyjlad.slot{n}" if not slot.endswith('"') else slot[:-1] + f'.pyjlad.slot{n}"'
+            for k in ks:
+                lines[k] = substitute(lines[k], "local", lambda t, s=slot, f=fresh: f if t == s else t)
+            added.append(f"{indent}{fresh} = " + lines[at].lstrip().split(" = ", 1)[1])
+        lines[at] = "\n".join([lines[at], *added])
     return "\n".join(lines)

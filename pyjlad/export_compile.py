@@ -27,7 +27,7 @@ from .errors import UnsupportedFunctionError
 from .memo import cached_for
 
 __all__ = [
-    "as_numba_function", "compile_result", "describe_function", "inspectable_compile_result", "numba_argtypes",
+    "as_numba_function", "compile_result", "copy_options", "describe_function", "inspectable_compile_result", "numba_argtypes",
     "result_type", "serial_dispatcher",
 ]
 
@@ -206,6 +206,22 @@ def _uses_parallel(dispatcher: Dispatcher, seen: set[int] | None = None) -> bool
     )
 
 
+def copy_options(dispatcher: Dispatcher, dropped: tuple[str, ...]) -> dict[str, Any]:
+    """The ``@njit`` options of a copy pyjlad compiles of ``dispatcher``: its own, less ``dropped``, and no debug
+    information.
+
+    Numba's debug information (``debug=True``, or ``NUMBA_DEBUGINFO=1``, which ``NUMBA_ENABLE_PROFILING=1`` for
+    perf and VTune turns on) marks every function it compiles ``noinline``; LLVM then merged an out-of-line
+    callee's result and its exception pointer into one ``select`` (``np.zeros`` in a function with a slice
+    assignment), two pointers Enzyme's type analysis cannot give one type, and the derivative failed. A
+    derivative never reads debug information. The function's own ``boundscheck`` is kept.
+
+    >>> copy_options(numba.njit(debug=True, boundscheck=True, fastmath=True)(lambda x: x), ("fastmath", "nopython"))
+    {'debug': False, 'boundscheck': True}
+    """
+    return {**{k: v for k, v in dispatcher.targetoptions.items() if k not in dropped}, "debug": False}
+
+
 def _clone(dispatcher: Dispatcher, dropped: tuple[str, ...], namespace: dict[str, Any] | None = None) -> Dispatcher:
     """A fresh ``@njit`` function of ``dispatcher``'s code (its globals ``namespace``), without the options
     ``dropped``."""
@@ -213,7 +229,7 @@ def _clone(dispatcher: Dispatcher, dropped: tuple[str, ...], namespace: dict[str
     clone = pytypes.FunctionType(py.__code__, py.__globals__ if namespace is None else namespace, py.__name__,
                                  py.__defaults__, py.__closure__)
     clone.__qualname__ = py.__qualname__
-    return numba.njit(**{k: v for k, v in dispatcher.targetoptions.items() if k not in dropped})(clone)
+    return numba.njit(**copy_options(dispatcher, dropped))(clone)
 
 
 def serial_dispatcher(dispatcher: Dispatcher) -> Dispatcher:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from . import address_comparisons, excinfo_slots, stubs
 from . import portable as p
 from . import stable_names as sn
+from .branch_selects import resolve_branch_selects
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
 from .integer_minmax import integer_min_max_as_selects
@@ -233,6 +234,22 @@ def split_excinfo_slots(module: Module, context: PortableContext) -> Module:
                      where=definitions_named(context.rewritten))
 
 
+def split_result_slots(module: Module, context: PortableContext) -> Module:
+    """Give each block's use of a slot that Numba calls return through its own ``alloca`` where LLVM shared one
+    between calls returning different types (see :func:`pyjlad.excinfo_slots.split_result_slots`)."""
+    return map_items(module, lambda d: excinfo_slots.split_result_slots(d, context.numba_functions),
+                     where=definitions_named(context.rewritten))
+
+
+def branch_selects(module: Module, context: PortableContext) -> Module:
+    """Read a pointer ``select`` on a branch's condition as its operand on each side of the branch.
+
+    Numba's callees kept out of line (debug information) gave one ``select`` of a call's result and its
+    exception, two pointers Enzyme cannot type alike (see :mod:`pyjlad.branch_selects`).
+    """
+    return map_items(module, resolve_branch_selects, where=definitions_named(context.rewritten))
+
+
 def opaque_address_comparisons(module: Module, context: PortableContext) -> Module:
     """Compute addresses that are only compared (vectorizer overlap checks) by ``@pyjlad_address``.
 
@@ -376,6 +393,8 @@ PORTABLE = Pipeline("portable", (
     Pass("stable-names", stable_names, "global names; comments and metadata dropped"),
     Pass("extract", extract, "which items are kept; runtime definitions and stubs"),
     Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions"),
+    Pass("split-result-slots", split_result_slots, "bodies of Numba's functions"),
+    Pass("branch-selects", branch_selects, "bodies of Numba's functions"),
     Pass("opaque-address-comparisons", opaque_address_comparisons, "bodies of Numba's functions; a helper added"),
     Pass("freeze-carried-selects", freeze_selects, "bodies of Numba's functions"),
     Pass("integer-min-max", integer_min_max, "bodies of Numba's functions"),

@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from numba.core import config as numba_config
+
 from .errors import EnzymeError
 
 __all__ = ["Construct", "HELPER_CONSTRUCTS", "enzyme_reason", "explain", "demangle", "uses"]
@@ -151,6 +153,14 @@ _IMPL_ADVICE = {
 _MANGLED_RE = re.compile(r"_ZN(?:\d+[A-Za-z_0-9]+?)+(?=E|B\d|\b)")
 _PART_RE = re.compile(r"(\d+)")
 _ESCAPE_RE = re.compile(r"_([0-9a-f]{2})")
+
+
+#: Said with every refusal while Numba's debug information is on for the whole process.
+_DEBUG_INFORMATION_ON = (
+    "Numba's debug information is on for every function (NUMBA_DEBUGINFO=1, or NUMBA_ENABLE_PROFILING=1): "
+    "Numba then keeps its own array and sorting routines out of line, in shapes Enzyme's type analysis "
+    "handles less well (pyjlad compiles your functions without it, not Numba's); differentiate in a process "
+    "without those variables.")
 
 
 def demangle(symbol: str) -> str:
@@ -367,6 +377,8 @@ def explain(exported: Any, error: EnzymeError, helpers: list[str]) -> EnzymeErro
                      "exc.diagnostics attached.")
     for advice in dict.fromkeys(c.advice for _, c in found):
         lines.append(f"What to do: {advice}.")
+    if numba_config.DEBUGINFO_DEFAULT:
+        lines.append(_DEBUG_INFORMATION_ON)
     summary = enzyme_reason(diagnostics)
     if summary:
         lines.append(f"Enzyme's message: {summary}")

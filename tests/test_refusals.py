@@ -319,3 +319,23 @@ def test_a_merge_sort_differentiates_correctly_or_is_refused_in_those_terms():
     else:
         np.testing.assert_allclose(got, expected, rtol=1e-14)
     assert x.tobytes() == before.tobytes()
+
+
+def test_a_refusal_says_when_numbas_debug_information_is_on(monkeypatch):
+    """With ``NUMBA_DEBUGINFO`` (or ``NUMBA_ENABLE_PROFILING``) on for the process, Numba keeps its own routines
+    out of line, in shapes Enzyme refuses more often: the message names the variables to unset; without it,
+    it does not."""
+    from numba.core import config as numba_config
+
+    @njit
+    def total(x):
+        return np.sum(x * x)
+
+    exported = export(total, numba_argtypes((np.ones(3),)))
+    diagnostics = "error: in function f: Enzyme: <analysis>\nIllegal updateAnalysis prev:{[-1]:Integer} new: {}\n"
+    plain = str(explain(exported, EnzymeError("Enzyme failed", diagnostics=diagnostics), []))
+    assert "NUMBA_DEBUGINFO" not in plain
+    monkeypatch.setattr(numba_config, "DEBUGINFO_DEFAULT", 1)
+    message = str(explain(exported, EnzymeError("Enzyme failed", diagnostics=diagnostics), []))
+    assert "NUMBA_DEBUGINFO=1, or NUMBA_ENABLE_PROFILING=1" in message
+    assert "differentiate in a process without those variables" in message

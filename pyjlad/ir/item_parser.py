@@ -8,6 +8,8 @@ Each reader checks its result: an item whose fields do not render back to its ow
 
 from __future__ import annotations
 
+import re
+
 from ..errors import IRParseError
 from .instructions import significant
 from .items import AttributeGroup, Function, GlobalVariable, Item, Line, Metadata, Parameter, TypeDefinition
@@ -75,6 +77,11 @@ def _split_header(line: str) -> tuple[list[Token], int, int]:
     raise IRParseError(f"cannot find the function name in: {line[:300]}")
 
 
+#: A metadata kind (``!dbg``, ``!prof``, ``!kcfi_type``): where a header's attachments begin (a node is ``!6``
+#: or ``!{...}``, never a name).
+_METADATA_KIND = re.compile(r"![-a-zA-Z$._][-a-zA-Z$._0-9]*")
+
+
 def parse_function_header(line: str) -> Function:
     """The :class:`Function` of a ``define``/``declare`` line (``body`` ``[]`` for a definition)."""
     tokens, name_index, close = _split_header(line)
@@ -102,8 +109,10 @@ def parse_function_header(line: str) -> Function:
         if not after or after[-1] != "{":
             raise IRParseError(f"definition header does not end with '{{': {line[:300]}")
         after, body = after[:-1], []
+    first_attachment = next((k for k, word in enumerate(after) if _METADATA_KIND.fullmatch(word)), len(after))
     return Function(keyword, linkage, _merge_integer_attributes(return_attributes), return_type,
-                    tokens[name_index].text, parameters, varargs, after, body)
+                    tokens[name_index].text, parameters, varargs, after[:first_attachment], body,
+                    after[first_attachment:])
 
 
 def _parse_global(line: str) -> GlobalVariable:

@@ -84,6 +84,10 @@ class Function:
         What follows the parameter list: ``local_unnamed_addr``, ``#0``, ``section``, ``".text"``, ...
     body : list of str or None
         The lines between the header and the closing ``}`` of a definition; ``None`` for a declaration.
+    metadata : list of str
+        The function's own metadata attachments, which LLVM's grammar puts after every attribute:
+        ``["!dbg", "!6"]`` for Numba's ``debug=True`` (``NUMBA_DEBUGINFO``, ``NUMBA_ENABLE_PROFILING``).
+        Kept apart so that attributes appended to :attr:`attributes` render before them.
     """
 
     keyword: str
@@ -95,6 +99,7 @@ class Function:
     varargs: bool
     attributes: list[str]
     body: list[str] | None = None
+    metadata: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -120,7 +125,7 @@ class Function:
         """The ``define``/``declare`` line."""
         params = [p.render() for p in self.parameters] + (["..."] if self.varargs else [])
         head = " ".join([self.keyword, *self.linkage, *self.return_attributes, self.return_type, self.symbol])
-        tail = "".join(" " + a for a in self.attributes)
+        tail = "".join(" " + a for a in [*self.attributes, *self.metadata])
         return f"{head}({', '.join(params)}){tail}" + (" {" if self.body is not None else "")
 
     def render(self) -> str:
