@@ -34,7 +34,7 @@ from .ir.lexer import texts_of
 from .ir.module import AttributeGroup, Function, GlobalVariable, Item, Line, Module, TypeDefinition
 from .ir.names import is_entry_name, symbol_for
 from .ir.pipeline import Pass, Pipeline
-from .ir.rewrite import definitions_named, items_of, map_items, rename
+from .ir.rewrite import definitions_named, drop_debug_attachments, items_of, map_items, rename
 from .nested import declare_nested_drivers
 
 __all__ = ["PORTABLE", "PortableContext", "make_portable"]
@@ -113,7 +113,8 @@ def _entity(item: Item) -> sn.Entity:
 
 
 def stable_names(module: Module, context: PortableContext) -> Module:
-    """Rename what Numba names from per-process state; find the entry; drop comments and metadata.
+    """Rename what Numba names from per-process state; find the entry; drop comments, metadata and ``!dbg``
+    attachments.
 
     The portable text is part of the gradient disk cache's key, so it must be the same in every
     process: string constants Numba names by Python's ``hash()`` get names by content, and the uids
@@ -134,6 +135,10 @@ def stable_names(module: Module, context: PortableContext) -> Module:
     for item, old, new in zip(kept, entities, renamed, strict=True):
         items.extend([item] if new.text == old.text else items_of(new.text))
     module.items = items + groups
+    # The metadata nodes are gone; their ``!dbg`` attachments (Numba's debug information) go too, so that the
+    # passes below read each instruction as it would be without them (an address comparison ending in
+    # ``, !dbg !117`` was not recognized: np.hstack under NUMBA_DEBUGINFO=1).
+    map_items(module, drop_debug_attachments, where=lambda item: isinstance(item, Function) and item.body is not None)
     context.entry_symbol = symbol_for(stable_entry)
     found = module.functions.get(context.entry_symbol)
     if found is None or found.is_declaration:

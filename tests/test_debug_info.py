@@ -93,7 +93,8 @@ def test_parallel_derivative_of_debug_function_runs_in_parallel():
 #: (``np.zeros``, ``np.sum``, a mask) ``noinline``. Before, every derivative below failed in Enzyme ("Illegal
 #: updateAnalysis": one ``select`` of an array's meminfo and an exception, :mod:`pyjlad.branch_selects`; one
 #: stack slot returning a float and a bool array, :func:`pyjlad.excinfo_slots.split_result_slots`), or in
-#: ``llvm-link`` (an attribute appended after a header's ``!dbg``), and the parallel one fell back to serial.
+#: ``llvm-link`` (an attribute appended after a header's ``!dbg``), and the parallel one fell back to serial;
+#: ``np.hstack``'s overlap check ended in ``, !dbg !N`` and was not recognized as one (attachments now dropped).
 _WHOLE_PROCESS_DEBUG = """
 import json, warnings
 import numba, numpy as np
@@ -119,6 +120,10 @@ def zeroed(x):
     y[x < 0.5] = 0.0
     return y * x
 
+@njit
+def stacked(x, s):
+    return np.hstack((x, s * s))
+
 @njit(parallel=True)
 def weighted(x, s):
     e = 0.0
@@ -137,6 +142,7 @@ with warnings.catch_warnings():
         "masked_jvp": float(pyjlad.jvp(masked, (x,), (np.ones(9),))[1]),
         "zeroed_jvp": pyjlad.jvp(zeroed, (x,), (np.linspace(1.0, 2.0, 9),))[1].tolist(),
         "weighted": [g.tolist() for g in pyjlad.grad(weighted, wrt=(0, 1))(x, s)],
+        "stacked": pyjlad.jacobian(stacked, x, s, wrt=1).tolist(),
     }
 out["unchanged"] = bool(np.array_equal(x, x0) and np.array_equal(s, s0))
 print("RESULT", json.dumps(out))
@@ -160,6 +166,7 @@ def test_whole_process_debug_information():
     np.testing.assert_allclose(out["masked"], 2 * x * (x > 0.5), rtol=1e-14)
     np.testing.assert_allclose(out["masked_jvp"], np.sum(2 * x * (x > 0.5)), rtol=1e-14)
     np.testing.assert_allclose(out["zeroed_jvp"], 2 * x * np.linspace(1.0, 2.0, 9) * (x >= 0.5), rtol=1e-14)
+    np.testing.assert_array_equal(out["stacked"], np.vstack([np.zeros((9, 4)), np.diag(2 * s)]))
     idx = np.arange(9) % 4
     gx, gs = out["weighted"]
     np.testing.assert_allclose(gx, np.cos(x) * s[idx], rtol=1e-13, atol=1e-15)
