@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -144,6 +145,11 @@ def test_a_threads_small_blocks_are_emptied_when_it_exits(functions) -> None:
     thread.start()
     thread.join()
     assert kept_inside == [before + 100 * 64]  # kept while the thread lived
+    # The lists are emptied by the thread's pthread key destructor, which runs as the OS thread ends: after
+    # Thread.join() has returned (CPython releases the join before the thread's C-level exit), so wait for it.
+    deadline = time.monotonic() + 30.0
+    while pool.small_kept_bytes() != before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert pool.small_kept_bytes() == before
 
 
