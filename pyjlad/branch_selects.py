@@ -64,16 +64,6 @@ def _pointer_selects(lines: list[str], condition: str) -> dict[str, tuple[str, s
     return found
 
 
-def _dominated(idom: dict[str, str], head: str) -> set[str]:
-    """The reachable blocks ``head`` dominates (``head`` included)."""
-    def dominates(block: str) -> bool:
-        while block != head and idom[block] != block:
-            block = idom[block]
-        return block == head
-
-    return {block for block in idom if dominates(block)}
-
-
 def _replaced(line: str, block: str, value: str, by: str, region: set[str], edge: tuple[str, str]) -> str:
     """``line`` (of ``block``) with its reads of ``value`` that ``region`` holds replaced by ``by``: every read if
     ``block`` is in ``region``; for a ``phi``, the incoming values from a block of ``region`` or along ``edge``."""
@@ -141,10 +131,7 @@ def resolve_branch_selects(define: str) -> str:
     header, body = lines[0], lines[1:-1]
     graph = ControlFlow.of(body)
     idom = graph.dominators()
-    preds: dict[str, list[str]] = {name: [] for name in graph.names}
-    for name in idom:
-        for successor in graph.succ[name]:
-            preds[successor].append(name)
+    preds = graph.predecessors()
     spans, offset = {}, 0
     for name in graph.names:  # the indices in ``body`` of each block's lines
         spans[name] = range(offset, offset + len(graph.lines[name]))
@@ -159,7 +146,7 @@ def resolve_branch_selects(define: str) -> str:
         for side, target in enumerate(targets):
             if target == name or preds.get(target) != [name]:
                 continue
-            region = _dominated(idom, target)
+            region = graph.dominated(idom, target)
             for block in graph.names:
                 for index in spans[block]:
                     for result, operands in selects.items():

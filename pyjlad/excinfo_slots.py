@@ -242,11 +242,7 @@ def _webs(kinds: dict[int, str], graph: ControlFlow, first_line: dict[str, int],
         return [k for k in accesses if start <= k < start + len(graph.lines[block])]
 
     order = graph.reverse_post_order()
-    preds: dict[str, list[str]] = {name: [] for name in order}
-    for name in order:
-        for successor in graph.succ[name]:
-            if successor in preds:
-                preds[successor].append(name)
+    preds = graph.predecessors()
     out: dict[str, frozenset[int]] = {name: frozenset() for name in order}
     changed = True
     while changed:

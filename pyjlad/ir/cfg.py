@@ -99,6 +99,25 @@ class ControlFlow:
                 stack.append((child, iter(self.succ[child])))
         return order[::-1]
 
+    def predecessors(self) -> dict[str, list[str]]:
+        """The predecessors of each block reachable from the entry, among those blocks, in reverse post-order."""
+        order = self.reverse_post_order()
+        preds: dict[str, list[str]] = {name: [] for name in order}
+        for name in order:
+            for successor in self.succ[name]:
+                preds[successor].append(name)
+        return preds
+
+    @staticmethod
+    def dominated(idom: dict[str, str], head: str) -> set[str]:
+        """The reachable blocks ``head`` dominates (``head`` included), given :meth:`dominators`' ``idom``."""
+        def dominates(block: str) -> bool:
+            while block != head and idom[block] != block:
+                block = idom[block]
+            return block == head
+
+        return {block for block in idom if dominates(block)}
+
     def dominators(self) -> dict[str, str]:
         """The immediate dominator of each reachable block (the entry's is itself): Cooper, Harvey and
         Kennedy's iterative algorithm."""
