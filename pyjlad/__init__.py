@@ -29,6 +29,7 @@ from .errors import (
     EngineUnavailableError,
     EnzymeError,
     ExportError,
+    OutOfBoundsError,
     OutOfMemoryError,
     ParallelFallbackWarning,
     PortabilityError,
@@ -56,6 +57,7 @@ __all__ = [
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
     "ToolchainError", "EnzymeError", "EngineUnavailableError", "CacheWarning", "ParallelFallbackWarning", "CacheLockTimeout",
-    "SettingError", "ArgumentError", "ArgumentTypeError", "OutOfMemoryError", "DifferentiatedFunctionError",
+    "SettingError", "ArgumentError", "ArgumentTypeError", "OutOfMemoryError", "OutOfBoundsError",
+    "DifferentiatedFunctionError",
     "__version__",
 ]

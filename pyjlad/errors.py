@@ -57,6 +57,16 @@ class DifferentiatedFunctionError(PyjladError, RuntimeError):
     """
 
 
+class OutOfBoundsError(PyjladError, IndexError):
+    """The function indexed an array argument outside its elements while differentiated.
+
+    Its derivative wrote into a guard zone around the argument's shadow (:mod:`pyjlad.shadow_guards`); the
+    function's own value is undefined there too (Numba checks indices only with ``boundscheck=True``). The
+    message names the argument and, where a bounds-checked run of the function raises it, Numba's
+    ``IndexError``.
+    """
+
+
 class OutOfMemoryError(PyjladError, MemoryError):
     """An allocation made while differentiating (Enzyme's tape, a shadow, a temporary) failed.
 

@@ -18,6 +18,7 @@ from .chunk_threads import chunk_threads, one_loop_thread, run_chunks, runs_in_p
 from .engines import compiled_sweep
 from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function
+from .out_of_bounds import check_guards
 from .outputs import output_layout, output_wrapper
 from .product_args import (
     as_result,
@@ -168,13 +169,14 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     kind = result_kind(f, primals)
     written = written_output(f, primals) if kind == "none" else None
     passed = passed_arrays(primals, kind)
-    arg_acts, arg_shadows, views = [], [], {}
+    arg_acts, arg_shadows, views, shadowed = [], [], {}, []
     for index, x in enumerate(passed):
         if not differentiable(x):
             arg_acts.append(Activity.CONST)
             continue
         arg_acts.append(Activity.DIFF)
         if isinstance(x, np.ndarray):
+            shadowed.append(index)
             fill = None
             if index == written:
                 fill = np.asarray(cotangent)
@@ -189,10 +191,12 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
             raise ArgumentError(f"{describe_function(f)} returns a float: the cotangent must be a float")
         compiled = compiled_sweep(f, Sweep("ad", "reverse", tuple(arg_acts)), engine)
         value, _, adjoints = compiled(passed, tuple(arg_shadows), float(cotangent))
+        check_guards(f, passed, zip(shadowed, arg_shadows))
         return float(value), _collect(primals, arg_acts, arg_shadows, views, adjoints)
     if kind == "none":
         compiled = compiled_sweep(f, Sweep("ad", "reverse", tuple(arg_acts)), engine)
         _, _, adjoints = compiled(passed, tuple(arg_shadows), 0.0)
+        check_guards(f, passed, zip(shadowed, arg_shadows))
         return None, _collect(primals, arg_acts, arg_shadows, views, adjoints)
     value = as_numba_function(f)(*primals)
     layout = output_layout(value, describe_function(f))
@@ -202,6 +206,7 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     sweep = Sweep("ad", "reverse", (Activity.DUP,) * len(buffers) + tuple(arg_acts))
     compiled = compiled_sweep(wrapper, sweep, engine)
     _, _, adjoints = compiled((*buffers, *passed), (*seeds, *arg_shadows), 0.0)
+    check_guards(f, passed, zip(shadowed, arg_shadows))
     return value, _collect(primals, arg_acts, arg_shadows, views, adjoints)
 
 
@@ -371,6 +376,7 @@ def _hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int, *, engine: str | None
         gradient, _ = shadow_like(x)
         result, is_view = shadow_like(x)
         compiled(primals, (tangent, gradient, result), 0.0)
+        check_guards(f, primals, ((wrt, tangent), (wrt, gradient), (wrt, result)))
         return as_result(result, is_view)
     dtype = np.float32 if isinstance(x, np.float32) else np.float64
     result = np.zeros(1, dtype)

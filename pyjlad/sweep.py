@@ -4,7 +4,8 @@ What the public API (:mod:`pyjlad.transforms`, :mod:`pyjlad.products`, :func:`py
 the engines (:mod:`pyjlad.engines`) share without either depending on the other: a transform
 describes one :class:`Sweep`; arrays get shadows addressable with their own strides
 (:func:`shadow_like`); arrays whose elements share memory are found (:func:`overlaps_itself`) and
-compacted (:func:`compact_overlapping`). Imports nothing of pyjlad but :mod:`pyjlad.activity`.
+compacted (:func:`compact_overlapping`). Imports nothing of pyjlad but :mod:`pyjlad.activity` and
+:mod:`pyjlad.shadow_guards` (whose zones surround each shadow).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .activity import Activity, as_activities
+from .shadow_guards import guarded_zeros
 
 __all__ = ["Sweep", "compact_overlapping", "overlaps_itself", "shadow_like"]
 
@@ -124,21 +126,10 @@ def shadow_like(x: np.ndarray, fill: np.ndarray | None = None) -> tuple[np.ndarr
     strided view is itself a view with the same strides over a fresh buffer.
     Returns the shadow and whether it is such a view.
     """
-    if x.flags.c_contiguous:
-        # np.zeros, not np.zeros_like: the latter costs ~2 us more per call (Python-level
-        # empty_like + copyto), a quarter of a small gradient's time.
-        shadow = np.zeros(x.shape, x.dtype)
-        is_view = False
-    elif x.flags.f_contiguous:
-        shadow = np.zeros(x.shape, x.dtype, order="F")
-        is_view = False
-    else:
-        itemsize = x.itemsize
-        low = sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides))
-        high = sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) + itemsize
-        buffer = np.zeros((high - low + itemsize - 1) // itemsize, dtype=x.dtype)
-        shadow = np.ndarray(x.shape, dtype=x.dtype, buffer=buffer, offset=-low, strides=x.strides)
-        is_view = True
+    # Inside a buffer with a guard zone on each side (pyjlad.shadow_guards): a derivative that adds into
+    # an element one past the end writes there, where check_guards finds it, not into glibc's heap.
+    shadow = guarded_zeros(x)
+    is_view = not (x.flags.c_contiguous or x.flags.f_contiguous)
     if fill is not None:
         shadow[...] = fill
     return shadow, is_view

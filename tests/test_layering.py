@@ -101,7 +101,7 @@ def test_activity_is_the_bottom_of_the_dependency_graph() -> None:
 
 def test_sweep_sits_below_the_engines() -> None:
     imported = imported_closure("pyjlad.sweep")
-    assert imported <= {"pyjlad.activity", "pyjlad.errors"}, sorted(imported)
+    assert imported <= {"pyjlad.activity", "pyjlad.errors", "pyjlad.shadow_guards"}, sorted(imported)
 
 
 @pytest.mark.parametrize("module", ["pyjlad.activity", "pyjlad.sweep", "pyjlad.products", "pyjlad.product_args",

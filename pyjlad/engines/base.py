@@ -21,6 +21,7 @@ from ..abi import ArrayArg
 from ..activity import Activity
 from ..errors import DifferentiatedFunctionError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function
+from ..out_of_bounds import check_guards
 from ..sweep import Sweep, compact_overlapping, overlaps_itself, shadow_like
 
 __all__ = ["Engine", "ReverseGradient", "Sweep", "compact_overlapping", "overlaps_itself", "reraise_from_function",
@@ -120,6 +121,7 @@ class ReverseGradient:
         for index in self.wrt:
             activities[index] = Activity.DIFF
         self._value = value
+        self._func = func
         self._compiled = compile(func, Sweep("ad", "reverse", tuple(activities), scalar_result=True, value=value))
 
     def __call__(self, *args: Any) -> tuple[Any, tuple[Any, ...]]:
@@ -136,13 +138,16 @@ class ReverseGradient:
         args = compact_overlapping(args, wrt)
         shadows = []
         views = []
+        indices = []
         for index in wrt:
             arg = args[index]
             if isinstance(arg, np.ndarray):
                 shadow, is_view = shadow_like(arg)
                 shadows.append(shadow)
                 views.append(is_view)
+                indices.append(index)
         value, _, adjoints = self._compiled(args, tuple(shadows), 1.0)
+        check_guards(self._func, args, zip(indices, shadows))
         grads: list[Any] = []
         adjoint_iter = iter(adjoints)
         shadow_iter = iter(zip(shadows, views))

@@ -998,7 +998,25 @@ def _memory_probes() -> list[Probe]:
               call=_llvm_crash_in_compile, error=pyjlad.EnzymeError, words="LLVM crashed", rows=(67,)),
         Probe("solve with a vector b held constant", "memory-safety", "correct", call=_solve_constant_b,
               oracle=lambda: True, rows=(32,)),
+        Probe("a read one row past the end of an argument (no boundscheck)", "memory-safety", "clear-error",
+              call=_read_past_the_end, error=pyjlad.OutOfBoundsError, quick=True, rows=(72,),
+              words=r"reads its argument 0 \(x, shape \(1000, 7\)\) outside its elements.*IndexError"),
     ]
+
+
+@njit
+def _next_row_differences(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            s += (x[i + 1, j] - x[i, j]) ** 2  # x[i + 1] past the last row: undefined, not checked
+    return s
+
+
+def _read_past_the_end():
+    # Before the guard zones: the gradient added into the row after its shadow, glibc's bookkeeping, and the
+    # process aborted later ("free(): invalid next size").
+    return pyjlad.gradient(_next_row_differences, np.linspace(0.0, 1.0, 7000).reshape(1000, 7))
 
 
 @njit
