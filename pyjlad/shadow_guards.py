@@ -28,9 +28,11 @@ True
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["guarded_zeros", "overran"]
+__all__ = ["guarded", "guarded_zeros", "overran"]
 
 #: The least width of a guard zone, in bytes; whole zones keep the shadow as aligned as its buffer.
 _MIN_GUARD_BYTES = 64
@@ -48,6 +50,26 @@ def _guard_elements(strides: tuple[int, ...], itemsize: int) -> int:
     :data:`_MIN_GUARD_BYTES`, rounded up to a whole multiple of that."""
     step = max((_MIN_GUARD_BYTES, *strides, *(-s for s in strides)))
     return (step + _MIN_GUARD_BYTES - 1) // _MIN_GUARD_BYTES * _MIN_GUARD_BYTES // itemsize
+
+
+def guarded(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """Zeros of ``shape`` (C order) at the start of a buffer (its ``base``) that has a zeroed guard zone after
+    them, one step along the widest axis (at least :data:`_MIN_GUARD_BYTES`) wide: a stack of a vector-mode
+    sweep's shadows (an overrun of the last one lands there) or the shadows interleaved with their primal.
+
+    >>> stacked = guarded((4, 3), np.float64)
+    >>> stacked.base.size - stacked.size  # one row of 3, rounded up to 64 bytes
+    8
+    """
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape))
+    if size == 0:
+        return np.zeros(shape, dtype)
+    strides = [dtype.itemsize] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    guard = _guard_elements(tuple(strides), dtype.itemsize)
+    return np.zeros(size + guard, dtype)[:size].reshape(shape)
 
 
 def guarded_zeros(x: np.ndarray) -> np.ndarray:
@@ -73,8 +95,8 @@ def guarded_zeros(x: np.ndarray) -> np.ndarray:
 
 
 def overran(shadow: np.ndarray) -> bool:
-    """Whether something wrote into a guard zone of ``shadow``, made by :func:`guarded_zeros` (``False`` for
-    a shadow of no elements)."""
+    """Whether something wrote into a guard zone of ``shadow``, made by :func:`guarded_zeros` or
+    :func:`guarded` (``False`` for a shadow of no elements)."""
     buffer = shadow.base
     if buffer is None:
         return False

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .shadow_guards import guarded
+
 __all__ = ["HessianLanes", "Lanes"]
 
 
@@ -37,7 +39,8 @@ class Lanes:
     def __init__(self, like: Any, width: int) -> None:
         like = np.asarray(like)
         self.width = width
-        self.buffer = np.zeros((*like.shape, width + 1), like.dtype)
+        self.buffer = guarded((*like.shape, width + 1), like.dtype)  # (a guard zone after it: a read one past
+        # the end reads zeros there, and its adjoint is added there, where the sweep's check finds it)
         self.primal = self.buffer[..., 0]  # what the function gets (strided: Numba's A layout)
         self.shadows = self.buffer[..., 1:]  # what the driver gets (its data pointer: shadow 0)
         ndim = self.primal.ndim
@@ -101,7 +104,7 @@ class HessianLanes:
     def __init__(self, like: Any, width: int) -> None:
         like = np.asarray(like)
         self.width = width
-        self.buffer = np.zeros((*like.shape, 2 * width + 2), like.dtype)
+        self.buffer = guarded((*like.shape, 2 * width + 2), like.dtype)  # (a guard zone after it, as Lanes)
         self.primal = self.buffer[..., 0]
         axes = (like.ndim, *range(like.ndim))
         self._tangents = self.buffer[..., 2:width + 2]

@@ -21,6 +21,7 @@ from .memo import cached_for
 from .outputs import output_layout, output_wrapper
 from .product_args import differentiable
 from .pytrees import has_container
+from .shadow_guards import guarded
 
 __all__ = ["Refused", "SweepPlan", "argtypes_of", "call_key", "fresh", "shadowed", "size_key", "sweep_plan", "stack",
            "type_key", "writes_of"]
@@ -39,8 +40,10 @@ def fresh(primals: tuple[Any, ...], writes: tuple[bool, ...] | None = None) -> t
 
 
 def stack(x: Any, width: int) -> np.ndarray:
+    """Zeroed shadows of ``x`` for a width-``width`` sweep, stacked ``(width, *shape)``, with a guard zone
+    after the last (:func:`pyjlad.shadow_guards.guarded`)."""
     dtype = x.dtype if isinstance(x, (np.ndarray, np.floating)) else np.float64
-    return np.zeros((width, *np.shape(x)), dtype)
+    return guarded((width, *np.shape(x)), dtype)
 
 
 _TYPES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
@@ -104,6 +107,7 @@ class SweepPlan(NamedTuple):
     writes: tuple[bool, ...]  # which of f's arguments the swept function writes
     key: tuple  # the arguments' type key (type_key)
     memo: dict  # for the callers: what they derive from this plan, kept with it
+    source: Any = None  # f itself, where ``function`` is its output wrapper ("array")
 
 
 class _Record:
@@ -190,7 +194,7 @@ def sweep_plan(f: Any, primals: tuple[Any, ...], measure: bool = False) -> Sweep
         found = record.outputs[result] = (*planned, {}, like)
         record.known_writes = found[2]
     layout, wrapper, writes, memo, like = found
-    return SweepPlan("array", wrapper, layout, None, like, writes, key, memo)
+    return SweepPlan("array", wrapper, layout, None, like, writes, key, memo, f)
 
 
 def _output_plan(f: Any, primals: tuple[Any, ...], argtypes: tuple[Any, ...], value: np.ndarray) -> tuple:

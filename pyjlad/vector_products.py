@@ -34,9 +34,11 @@ from .engines import default_engine_name
 from .errors import ArgumentTypeError
 from .export import result_type
 from .memo import cached_for
+from .out_of_bounds import check_guards
 from .outputs import OutputShapeChanged
 from .product_args import differentiable
 from .pytrees import has_container
+from .shadow_guards import guarded
 from .sweep import compact_overlapping
 from .vector_lanes import HessianLanes
 from .vector_plan import Refused, SweepPlan, argtypes_of, call_key, fresh, sweep_plan, type_key, writes_of
@@ -234,10 +236,12 @@ def _hessian(f: Any, args: tuple[Any, ...], wrt: int, width: int, engine: str | 
             lanes.load(x, directions)
             passed = (*passed[:wrt], lanes.primal, *passed[wrt + 1:])
             run(passed, lanes.shadows())
+            check_guards(f, args, ((wrt, lanes.buffer),))  # (its guard zone: pyjlad.shadow_guards)
             hessian[:, start:stop] = lanes.columns()[:, :stop - start]
         else:
-            products = np.zeros((width, *x.shape), x.dtype)
-            run(passed, (directions, np.zeros(x.shape, x.dtype), products))
+            products, gradient = guarded((width, *x.shape), x.dtype), guarded(x.shape, x.dtype)
+            run(passed, (directions, gradient, products))
+            check_guards(f, args, ((wrt, gradient), (wrt, products)))
             hessian[:, start:stop] = products.reshape(width, n)[:stop - start].T
 
     # (A replay's sweep has run before: its first chunk need not run alone.)

@@ -22,7 +22,9 @@ from .chunk_threads import chunk_threads, run_chunks, sweep_width
 from .engines import compiled_sweep
 from .errors import ArgumentError, EnzymeError, PyjladError, UnsupportedFunctionError
 from .memo import cached_for
+from .out_of_bounds import check_guards
 from .outputs import OutputShapeChanged
+from .shadow_guards import guarded
 from .sweep import Sweep
 from .vector_lanes import Lanes
 from .vector_plan import Refused, SweepPlan, fresh, shadowed, stack
@@ -277,7 +279,7 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
     unwritten = None if any(writes) else fresh(primals, writes)
     padded = -(-count // width) * width
     # The active arguments' cotangents accumulate into rows of one zeroed array each (views).
-    whole = [np.zeros((padded, *np.shape(x)), stack(x, 1).dtype) if active[i] and act is Activity.DIFF
+    whole = [guarded((padded, *np.shape(x)), stack(x, 1).dtype) if active[i] and act is Activity.DIFF
              else None for i, (x, act) in enumerate(zip(primals, prep.acts))]
     out_dtype = np.asarray(out_like).dtype
     units = prep.out_laned and isinstance(seeds, UnitChunks)
@@ -312,6 +314,11 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
             shadows.append(seed)
         state.value = prep.run(tuple(args), tuple(shadows))
         state.args = args
+        # Each array's shadows (stacked, interleaved, or rows of its whole cotangents) have a guard zone after
+        # them: a function reading past an argument's end has its adjoint added there.
+        check_guards(plan.source or plan.function, primals,
+                     [(i, lanes[i].buffer if i in lanes else whole[i] if whole[i] is not None else stacks[i])
+                      for i, act in enumerate(prep.acts) if act is Activity.DIFF and isinstance(primals[i], np.ndarray)])
         for i, lane in lanes.items():
             if whole[i] is not None:
                 whole[i][start:start + width] = lane.directions()

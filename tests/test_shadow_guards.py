@@ -3,8 +3,9 @@
 A function reading its argument one element (or one row) past the end, which Numba does not check without
 ``boundscheck=True``, used to have its derivative add into the memory after pyjlad's shadow: glibc's
 bookkeeping of the next allocation, and glibc aborted the process later (``free(): invalid next size``,
-``malloc(): corrupted top size``; seen for the 2-D case at 100 and 30,000 rows). Now each such derivative
-raises :class:`pyjlad.OutOfBoundsError` naming the argument. The overrunning derivatives run in a child
+``malloc(): corrupted top size``; seen for the 2-D case at 100 and 30,000 rows, and for ``hessian``). Now
+each such derivative raises :class:`pyjlad.OutOfBoundsError` naming the argument (vector-mode sweeps too:
+``jacobian``, ``hessian``, batched ``vjp``). The overrunning derivatives run in a child
 interpreter, so that a regression aborts the child, not the test run.
 
 Oracles: the guard layout by hand (every element the shadow addresses written, then one step past each
@@ -81,6 +82,11 @@ _CASES = textwrap.dedent('''
     print("reversed\t" + outcome(lambda: pyjlad.value_and_grad(pairs, argnums=1)(0.5, backwards), v))
     print("vjp\t" + outcome(lambda: pyjlad.vjp(smoothed, (v,), np.ones(v.shape[0])), v))
     print("hvp\t" + outcome(lambda: pyjlad.hvp(pairs, (0.5, v), np.ones(v.shape[0]), wrt=1), v))
+    for n in (10, 300):  # vector mode: shadows stacked or interleaved, a guard zone after them
+        u = np.linspace(1.0, 2.0, n)
+        print(f"jacobian {n}\t" + outcome(lambda: pyjlad.jacobian(smoothed, u, mode="reverse"), u))
+        print(f"hessian {n}\t" + outcome(lambda: pyjlad.hessian(pairs, 0.5, u, wrt=1), u))
+        print(f"batched {n}\t" + outcome(lambda: pyjlad.vjp(smoothed, (u,), np.ones((3, n)), batched=True), u))
 ''')
 
 
@@ -99,6 +105,8 @@ def overruns() -> dict[str, str]:
     ("reversed", "pairs reads its argument 1 (x, shape (1001,))"),
     ("vjp", "smoothed reads its argument 0 (x, shape (2001,))"),
     ("hvp", "pairs reads its argument 1 (x, shape (2001,))"),
+    *[(f"{what} {n}", f"{name} reads its argument {i} (x, shape ({n},))") for n in (10, 300)
+      for what, name, i in (("jacobian", "smoothed", 0), ("hessian", "pairs", 1), ("batched", "smoothed", 0))],
 ])
 def test_reading_past_an_arguments_end_raises_and_the_process_lives(overruns: dict[str, str], case: str,
                                                                      names: str) -> None:
