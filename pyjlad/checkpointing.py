@@ -27,6 +27,8 @@ from .errors import ArgumentError, ArgumentTypeError
 from .export import describe_function
 from .export_compile import as_numba_function
 from .memo import cached_for
+from .out_of_bounds import check_guards
+from .shadow_guards import guarded_zeros
 from .sweep import Sweep
 
 __all__ = ["checkpointed_loop", "CheckpointedLoop", "DEFAULT_MAX_MEMORY"]
@@ -144,6 +146,7 @@ class CheckpointedLoop:
         value, lam = value_and_grad(self.loss, engine="embedded")(final)
         lam = np.ascontiguousarray(lam, dtype=state.dtype).reshape(state.shape)
         d_state0 = run.reverse(lam)
+        check_guards(self.step, (state, p if p.ndim else float(p), 0), run.shadows, rerun=False)
         _params_unchanged(p, pristine)
         self.last_schedule = Schedule(schedule.n_steps, schedule.strides, schedule.state_bytes,
                                       schedule.params_bytes, schedule.states_stored, run.forward_steps)
@@ -220,7 +223,8 @@ class _Run:
         self.buffer = np.empty((sum(rows), *state.shape), state.dtype)
         self.forward_steps = 0
         self.dp_scalar = 0.0
-        self.dp = np.zeros(np.shape(p), getattr(p, "dtype", np.float64))
+        self.dp = guarded_zeros(np.asarray(p))  # (guard zones: pyjlad.shadow_guards)
+        self.shadows: list[tuple[int, np.ndarray]] = [(1, self.dp)]  # (step's argument, a shadow it may overrun)
 
     def forward(self) -> np.ndarray:
         """The first sweep: all ``n`` steps, keeping the top level's snapshots; the final state."""
@@ -235,8 +239,11 @@ class _Run:
         """The adjoint of ``state0`` from ``lam``, the adjoint of the final state."""
         if self.schedule.n_steps == 0:
             return lam
-        lam, _, self.dp_scalar, recomputed = self.kern.backward(
-            self.buffer, self.offsets, self.chunks, self.p, lam, np.zeros_like(lam), np.zeros_like(lam), self.dp)
+        # The state's adjoint alternates between two buffers (the loss's gradient, guarded by its own sweep, and
+        # one more), each with a guard zone a step reading past the state's end adds into.
+        lam, spare, self.dp_scalar, recomputed = self.kern.backward(
+            self.buffer, self.offsets, self.chunks, self.p, lam, guarded_zeros(lam), np.zeros_like(lam), self.dp)
+        self.shadows += [(0, lam), (0, spare)]
         self.forward_steps += recomputed
         return lam
 

@@ -22,12 +22,14 @@ from .shadow_guards import overran
 __all__ = ["check_guards"]
 
 
-def check_guards(func: Any, args: tuple[Any, ...], shadows: Iterable[tuple[int, np.ndarray]]) -> None:
+def check_guards(func: Any, args: tuple[Any, ...], shadows: Iterable[tuple[int, np.ndarray]], *,
+                 rerun: bool = True) -> None:
     """Raise :class:`~pyjlad.errors.OutOfBoundsError` if the sweep of ``func`` on ``args`` wrote into a guard
-    zone of one of ``shadows`` (pairs of argument index and shadow)."""
+    zone of one of ``shadows`` (pairs of argument index and shadow). ``rerun=False``: ``args`` are not what
+    the sweep ran ``func`` on (a checkpointed loop's steps), so no bounds-checked run is quoted."""
     for index, shadow in shadows:
         if overran(shadow):
-            raise OutOfBoundsError(_message(func, args, index))
+            raise OutOfBoundsError(_message(func, args, index, rerun))
 
 
 def _argument(func: Any, args: tuple[Any, ...], index: int) -> str:
@@ -61,14 +63,15 @@ def _bounds_checked_error(func: Any, args: tuple[Any, ...]) -> str | None:
     return None
 
 
-def _message(func: Any, args: tuple[Any, ...], index: int) -> str:
+def _message(func: Any, args: tuple[Any, ...], index: int, rerun: bool) -> str:
     name = describe_function(func)
-    checked = _bounds_checked_error(func, args)
-    found = (f"Compiled with boundscheck=True and run on copies of the arguments, {name} raises IndexError: "
-             f"{checked}." if checked is not None else
+    checked = _bounds_checked_error(func, args) if rerun else None
+    found = ("" if not rerun else
+             f"Compiled with boundscheck=True and run on copies of the arguments, {name} raises IndexError: "
+             f"{checked}. " if checked is not None else
              f"Compiled with boundscheck=True, {name} raises no IndexError on these arguments, so the write may "
-             "be a defect of pyjlad's: please report it with the function.")
+             "be a defect of pyjlad's: please report it with the function. ")
     return (f"{name} reads its {_argument(func, args, index)} outside its elements (such as x[i + 1] at the "
             "last i): its derivative added into the memory next to that argument's derivative, and its own "
-            f"value is undefined (Numba reads whatever memory lies there). {found} Numba checks indices only "
+            f"value is undefined (Numba reads whatever memory lies there). {found}Numba checks indices only "
             "when asked: with @njit(boundscheck=True), or NUMBA_BOUNDSCHECK=1 set, the read raises IndexError.")
