@@ -18,7 +18,8 @@ array inside a tuple; ``None`` values (a constant argument's tangent) are
 passed as they are. Results are stacked along a new leading axis
 (``out_axes=0``): a scalar result becomes a 1-D array, an array result one more
 dimension, a tuple result a tuple of those, a ``None`` stays ``None``. Results
-go to new arrays; the caller's arrays are never written.
+go to new arrays; the caller's arrays are written only where ``f`` itself writes
+into its arguments (a sample's row, as a serial loop calling ``f`` would).
 
 The batched function is ``f`` itself when ``f`` is any callable Numba can call
 from ``@njit`` code: a ``pyjlad.grad``, ``value_and_grad``, ``jvp_fn``,
@@ -343,6 +344,25 @@ def _raise_first_failure(one: Any, f: Any, done: np.ndarray, args: tuple[Any, ..
                                       "raises nothing when run alone (please report it, with the function)")
 
 
+def _raise_first_serially(loops: _Loops, f: Any, args: tuple[Any, ...], failure: SystemError) -> None:
+    """Raise what the serial loop raises where the parallel loop itself failed with ``failure``.
+
+    A sample that raises on the calling thread (whose share of the ``prange`` loop Numba's threading layer
+    runs too) leaves its exception set on that thread, and the loop's call then fails with Numba's
+    ``SystemError`` ("returned a result with an exception set"), the sample's exception only its cause:
+    seen from the second failing call on, with Numba 0.68's omp layer. Which samples finished is then
+    unknown, so the samples run one by one until one raises, as the serial loop would; ``failure`` is raised
+    again if none does."""
+    samples = next(np.shape(i.value(args))[0] for i in loops.call.inputs if i.axis == 0)
+    for k in range(samples):
+        try:
+            loops.one(k, *args)
+        except Exception as exc:
+            exc.add_note(f"raised by sample {k} of pyjlad.vmap({getattr(f, '__name__', f)!s})")
+            raise exc from None
+    raise failure
+
+
 def _numba_type(arg: Any, k: int) -> types.Type:
     """The Numba type of argument ``k``, or an error saying it cannot be passed to @njit code."""
     try:
@@ -409,7 +429,10 @@ class Batched:
                                     f"got keyword argument(s) {', '.join(kwargs)}")
         loops = self.loops(tuple(_numba_type(a, k) for k, a in enumerate(args)))
         _check_sizes(args, loops.call.inputs)
-        done, result = loops.run(*args)
+        try:
+            done, result = loops.run(*args)
+        except SystemError as exc:
+            _raise_first_serially(loops, self.__wrapped__, args, exc)
         if not done.all():
             _raise_first_failure(loops.one, self.__wrapped__, done, args)
         return result

@@ -274,6 +274,21 @@ def test_a_sample_that_raises_raises_what_the_serial_loop_raises():
     _close(batched(x), 2 * x)
 
 
+def test_every_failing_call_raises_the_samples_own_exception():
+    """A sample raising on the calling thread left its exception set there, and from the second failing call in a
+    process on, the loop's call failed with Numba's ``SystemError`` ("returned a result with an exception set"):
+    ``except ValueError`` no longer caught it (found 2026-12-04, with a sample at index 1 of 2)."""
+    batched, plain = pyjlad.vmap(pyjlad.grad(guarded)), pyjlad.vmap(guarded)
+    for bad in (1, 2, 7, 39):
+        x = np.abs(RNG.normal(size=(40, 3)))
+        x[bad, 0] = -1.0
+        for _ in range(3):
+            for f in (batched, plain):
+                with pytest.raises(ValueError, match="x\\[0\\] must be non-negative") as info:
+                    f(x)
+                assert any(f"sample {bad}" in note for note in getattr(info.value, "__notes__", []))
+
+
 @njit
 def which_thread(x, theta):
     """The Numba thread a sample runs on (plus a derivative call, so the loop is the grad loop's shape)."""
