@@ -257,7 +257,7 @@ def forward_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
 
     first = _chunks(plan, prep, primals, count, width, chunk)
     value = first.value
-    if columns:
+    if columns or kind == "none":  # (a function returning nothing: its value is None, as from jvp)
         value = None
     elif layout is not None:
         value = np.array(first.args[0])
@@ -325,7 +325,9 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
 
     first = _chunks(plan, prep, primals, count, width, chunk)
     value = first.value
-    if layout is not None:
+    if kind == "none":  # (a function returning nothing: its value is None, as from vjp)
+        value = None
+    elif layout is not None:
         value = np.array(first.args[0])
     elif kind == "scalar":
         value = float(value)

@@ -194,6 +194,21 @@ def test_function_writing_its_output(mode):
     np.testing.assert_array_equal(out, np.zeros(9))
 
 
+def test_batched_products_of_a_function_writing_its_output():
+    # A function returning nothing: the value is None, as from the unbatched jvp/vjp (0.0 before 2026-12-04).
+    x, out = X.copy(), np.zeros(9)
+    jac = np.asarray(jax.jacfwd(written_jax)(X, 9))
+    tangents = RNG.normal(size=(3, X.shape[0]))
+    value, pushed = pyjlad.jvp(written, (x, out), (tangents.copy(), None), batched=True, chunk=2)
+    assert value is None
+    np.testing.assert_allclose(pushed, tangents @ jac.T, rtol=1e-12)
+    cotangents = RNG.normal(size=(3, 9))
+    value, (pulled, _) = pyjlad.vjp(written, (x, out), cotangents.copy(), batched=True, chunk=2)
+    assert value is None
+    np.testing.assert_allclose(pulled, cotangents @ jac, rtol=1e-12)
+    np.testing.assert_array_equal(x, X)
+
+
 @pytest.mark.parametrize("mode", ["reverse", "forward"])
 def test_float32(mode):
     w, x, b = (a.astype(np.float32) for a in (W, X, B))
