@@ -97,6 +97,9 @@ class OutputLayout:
         for position, (part, (kind, shape, dtype)) in enumerate(zip(parts, self.items)):
             if kind == "const":
                 continue
+            if part is None and self.kind == "tuple":  # an entry not differentiated: a zero cotangent
+                out.append(np.zeros(shape if kind == "array" else (1,), dtype=dtype))
+                continue
             if kind == "scalar":
                 if np.ndim(part) != 0:
                     raise ArgumentError(f"cotangent entry {position} must be a float, like {name}'s result")

@@ -134,6 +134,14 @@ def test_tuple_results_jvp_and_vjp() -> None:
     value, (cx, cs) = pyjlad.vjp(tuple_result, (x, s), ct)
     np.testing.assert_allclose(cx, np.arange(4.0) * np.cos(x) * s + 2.0 * 3 * x ** 2, rtol=1e-12)
     assert cs == pytest.approx(float(np.sum(np.arange(4.0) * np.sin(x))), rel=1e-12)
+    # None for a float entry not differentiated: a zero cotangent (before: "entry 0 has shape ()").
+    x0 = x.copy()
+    _, (cx, cs) = pyjlad.vjp(tuple_result, (x, s), (None, 2.0, None))
+    np.testing.assert_allclose(cx, 2.0 * 3 * x0 ** 2, rtol=1e-12)
+    assert cs == 0.0
+    _, (cx, cs) = pyjlad.vjp(tuple_result, (x, s), (np.arange(4.0), None, None))
+    np.testing.assert_allclose(cx, np.arange(4.0) * np.cos(x0) * s, rtol=1e-12)
+    np.testing.assert_array_equal(x, x0)
 
 
 def test_vjp_of_scalar_function_scales_the_gradient() -> None:
