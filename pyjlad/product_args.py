@@ -30,6 +30,19 @@ def _is_float_scalar(x: Any) -> bool:
     return isinstance(x, (float, np.floating)) and not isinstance(x, bool)
 
 
+def argument_position(wrt: Any, nargs: int, what: str = "wrt") -> int:
+    """``wrt`` as a position among ``nargs`` arguments, a negative one counting from the end (as JAX's
+    ``argnums``); anything else refused.
+
+    >>> argument_position(-1, 3), argument_position(2, 3)
+    (2, 2)
+    """
+    if isinstance(wrt, bool) or not isinstance(wrt, (int, np.integer)) or not -nargs <= wrt < nargs:
+        raise ArgumentTypeError(f"{what} must name one of arguments 0..{nargs - 1} (or -{nargs}..-1 from the end), "
+                                f"got {wrt!r}")
+    return int(wrt) % nargs
+
+
 def differentiable(x: Any) -> bool:
     """Whether ``x`` has a derivative: a float array or a float scalar (not an int or bool)."""
     return is_float_array(x) or _is_float_scalar(x)

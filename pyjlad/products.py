@@ -21,6 +21,7 @@ from .export import as_numba_function, describe_function
 from .out_of_bounds import check_guards
 from .outputs import output_layout, output_wrapper
 from .product_args import (
+    argument_position,
     as_result,
     as_tuple,
     check_real,
@@ -137,8 +138,9 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
         The arguments of ``f``: floats, ints, bools, arrays, and tuples and
         NamedTuples of them (whose cotangents come back in their structure).
     cotangent : float, ndarray or tuple
-        With the structure of ``f``'s output. For a function that returns
-        nothing, it seeds the first array argument the function writes.
+        With the structure of ``f``'s output (``None`` for an entry of a tuple
+        result that is not differentiated: a zero cotangent). For a function
+        that returns nothing, it seeds the first array argument the function writes.
     batched : bool
         The cotangent has a leading axis of directions (``(k, *output.shape)``);
         the input cotangents come back stacked the same way. As for :func:`jvp`.
@@ -269,7 +271,7 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     *args
         Arguments of ``f``.
     wrt : int or tuple of int
-        Argument position(s).
+        Argument position(s); a negative one counts from the end.
     mode : {"reverse", "forward"}
         Reverse sweeps over output elements, or forward sweeps over input elements.
     chunk : int, optional
@@ -293,11 +295,11 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     if mode not in ("reverse", "forward"):
         raise ArgumentError(f"mode must be 'reverse' or 'forward', got {mode!r}")
     refuse_containers(args, "jacobian")
-    single = isinstance(wrt, int) and not isinstance(wrt, bool)
-    indices = (wrt,) if single else tuple(wrt)
+    single = isinstance(wrt, (int, np.integer)) and not isinstance(wrt, bool)
+    if not single and not isinstance(wrt, (tuple, list)):
+        raise ArgumentTypeError(f"wrt must be an argument's position or a tuple of them, got {wrt!r}")
+    indices = tuple(argument_position(index, len(args)) for index in ((wrt,) if single else wrt))
     for index in indices:
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(args):
-            raise ArgumentTypeError(f"wrt must name arguments 0..{len(args) - 1}, got {wrt!r}")
         if not differentiable(args[index]):
             raise ArgumentTypeError(f"argument {index} is not a float or float array: it has no derivative")
     vector = jacobian_vector(f, args, indices, mode, check_chunk(chunk), engine)
@@ -340,7 +342,7 @@ def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | N
     v : float or ndarray
         The vector, shaped like ``primals[wrt]``.
     wrt : int
-        The argument the Hessian is taken with respect to.
+        The argument the Hessian is taken with respect to (negative: counted from the end).
 
     Returns
     -------
@@ -360,8 +362,7 @@ def _hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int, *, engine: str | None
     """:func:`hvp`; with ``serial``, of the serial copy of a ``parallel=True`` function (``Sweep.serial``)."""
     primals = as_tuple(primals, "primals", "hvp")
     refuse_containers(primals, "hvp")
-    if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(primals):
-        raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(primals) - 1}, got {wrt!r}")
+    wrt = argument_position(wrt, len(primals))
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if is_float_array(p)])
     x = primals[wrt]
     if isinstance(v, (tuple, list)):
@@ -404,8 +405,7 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: 
     >>> pyjlad.hessian(lambda x: x[0] ** 2 * x[1], np.array([1.0, 3.0])).tolist()
     [[6.0, 2.0], [2.0, 0.0]]
     """
-    if isinstance(wrt, bool) or not isinstance(wrt, int) or not 0 <= wrt < len(args):
-        raise ArgumentTypeError(f"wrt must name one of arguments 0..{len(args) - 1}, got {wrt!r}")
+    wrt = argument_position(wrt, len(args))
     refuse_containers(args, "hessian")
     x = args[wrt]
     # Every column at the point given: each sweep runs f on copies of the arrays (one that f writes

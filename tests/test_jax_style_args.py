@@ -110,6 +110,25 @@ def test_negative_positions_count_from_the_end_like_jax_argnums(wrt, spelling) -
     assert_unchanged(before, (x, y, z))
 
 
+@pytest.mark.parametrize("wrt", [-1, -3])
+def test_hessian_hvp_and_jacobian_count_negative_positions_from_the_end(wrt) -> None:
+    x, y, z = rng.normal(size=4), 0.7, rng.normal(size=4)
+    before = snapshot((x, y, z))
+    args = to_jax(before)
+    hess = jax.hessian(three_jax, argnums=wrt)(*args)
+    assert_tree_close(pyjlad.hessian(three, x, y, z, wrt=wrt), np.asarray(hess))
+    v = rng.normal(size=4)
+    assert_tree_close(pyjlad.hvp(three, (x, y, z), v.copy(), wrt=wrt), np.asarray(hess) @ v)
+    jac = jax.jacobian(three_jax, argnums=(wrt, 1))(*args)
+    got = pyjlad.jacobian(three, x, y, z, wrt=(wrt, -2))
+    assert len(got) == 2
+    for g, j in zip(got, jac):
+        np.testing.assert_allclose(g, np.asarray(j), rtol=1e-12, atol=1e-14)
+    assert_unchanged(before, (x, y, z))
+    with pytest.raises(pyjlad.ArgumentTypeError, match="-3..-1 from the end"):
+        pyjlad.hessian(three, x, y, z, wrt=-4)
+
+
 def test_a_position_named_twice_gets_its_own_array() -> None:
     x, z = rng.normal(size=4), rng.normal(size=4)
     want = jax.grad(three_jax, argnums=2)(jnp.asarray(x), 0.3, jnp.asarray(z))

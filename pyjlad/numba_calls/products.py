@@ -11,7 +11,8 @@ and lowers the call by compiling that function into the caller
 Inside Numba, ``f`` is a Numba function returning a float or a float array
 (tuple results, and functions that write their result into an argument, are
 for the Python call only). Arrays the sweeps read are passed as C-contiguous
-copies where they are not, so the caller's arrays are never written.
+copies where they are not, so the sweeps write none of the caller's arrays (what ``f`` itself writes into
+an argument it writes, as a call of ``f`` does).
 """
 
 from __future__ import annotations
