@@ -22,7 +22,7 @@ from ..errors import (
 )
 from ..export import ExportedFunction
 from ..inline_callees import INLINE_PASSES, mark_inlinable
-from ..ir.edit import tag_integer_accesses, type_float_copies
+from ..ir.edit import tag_integer_accesses, type_float_copies, type_float_fills
 from ..ir.instructions import parse_instruction
 from ..ir.module import parse
 from ..ir.pipeline import dump
@@ -346,8 +346,8 @@ def _callees_inlined(toolchain: Toolchain, module_text: str, what: str, entry: s
 def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str) -> str | bytes:
     """The module Enzyme gets: ``module_text`` linked with the modules it needs, the entry's temporaries scoped
     (:mod:`pyjlad.memory_scopes`), small constant-trip loops unrolled (:data:`UNROLL_CONSTANT_LOOPS`), every
-    loop's trip count its own (:mod:`pyjlad.trip_counts`), every function's blocks in dominance order
-    (:mod:`pyjlad.block_order`).
+    loop's trip count its own (:mod:`pyjlad.trip_counts`), the fills of float arrays typed (:func:`_fills_typed`),
+    every function's blocks in dominance order (:mod:`pyjlad.block_order`).
 
     Always: Enzyme v0.0.289's forward mode visits blocks in the order they are written, and a use written
     before its definition either aborts it (``forwardModeInvertedPointerFallback``, once the only reason to
@@ -368,7 +368,16 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
     # Enzyme never reads one loop's cache with another loop's counter.
     unrolled = toolchain.run_text(linked, UNROLL_CONSTANT_LOOPS, what=exported.name, defines=exported.abi.entry)
-    return dominance_ordered(distinct_trip_counts(unrolled))
+    return dominance_ordered(distinct_trip_counts(_fills_typed(unrolled)))
+
+
+def _fills_typed(module_text: str) -> str:
+    """``module_text`` with each fill of a float array made stores Enzyme types (:func:`pyjlad.ir.edit.type_float_fills`):
+    always, since an untyped one gives no error, a silently wrong gradient (its adjoint is not zeroed in the
+    reverse sweep)."""
+    if "@llvm.memset" not in module_text:
+        return module_text
+    return type_float_fills(parse(module_text, strict=False)).render()
 
 
 def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
@@ -382,8 +391,12 @@ def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
 def enzyme_input_key() -> str:
     """What, besides the modules, decides :func:`_enzyme_input`'s output (for cache keys): the
     ``PYJLAD_SCOPE_TEMPORARIES`` setting, and what scoping does (a temporary's ``NRT_decref`` written out
-    since 2026-12-02, :mod:`pyjlad.temporary_decrefs`: a derivative cached before that is not read)."""
-    return "temporaries scoped, their decrefs written out" if config.scope_temporaries() else "temporaries not scoped"
+    since 2026-12-02, :mod:`pyjlad.temporary_decrefs`: a derivative cached before that is not read); the fills
+    of float arrays typed (:func:`_fills_typed`, since 2026-12-04: a derivative cached before is not read, it
+    may be wrong)."""
+    scoped = ("temporaries scoped, their decrefs written out" if config.scope_temporaries()
+              else "temporaries not scoped")
+    return f"{scoped}; zero fills of float arrays stored as floats"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:

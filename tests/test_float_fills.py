@@ -1,0 +1,132 @@
+"""Fills of float arrays typed for Enzyme (``pyjlad.ir.edit.type_float_fills``, ``pyjlad/engines/differentiate.py``).
+
+An accumulator zeroed each time step (``acc[:, :] = 0.0``) is a ``memset`` per row once LLVM's loop idiom has
+seen Numba's loop nest, at a byte offset Enzyme v0.0.289 cannot type. Untyped, Enzyme filled the shadow in the
+forward sweep instead of zeroing the adjoint of what the fill overwrites in the reverse sweep: the adjoint of one
+step's accumulator flowed into the step before, and the gradient was silently wrong from the second step on (by
+0.10 in 0.73 after two steps; found by a user-style probe, 2026-12-04). A fill of part of a 1-D or 2-D array
+(``acc[1:] = 0.0``, ``acc[1:, :] = 0.0``) went to loose types instead, which the loose-types check refused.
+
+Oracles: ``jax.grad`` (and ``jax.hessian``) of the same steps written with ``.at[...].set``, float64, from
+copies taken before the calls.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numba import njit
+
+import pyjlad
+from pyjlad.ir.edit import type_float_fills
+from pyjlad.ir.module import parse
+
+jax.config.update("jax_enable_x64", True)
+
+#: (the part of ``acc`` zeroed each step, the shape of the state): each a fill LLVM writes as one or more memsets
+FILLS = [
+    ("acc[:, :]", (4, 3)),  # a memset per row (the case found)
+    ("acc[1:, :]", (4, 3)),
+    ("acc[:, 1:]", (4, 3)),
+    ("acc[::2, :]", (5, 3)),
+    ("acc[:]", (4, 3)),  # one memset of the whole array (typed before too)
+    ("acc[1:]", (6,)),
+    ("acc[2:5]", (7,)),
+    ("acc[:, :, :]", (3, 2, 4)),
+    ("acc[1:, :, 1:]", (3, 2, 4)),
+]
+
+
+def _functions(zero: str, ndim: int):
+    """The Numba function and its JAX twin: ``steps`` steps of ``acc[<zero>] = 0; acc[i, 0..] += w p[i, 0..]^2;
+    p += 0.1 acc``, then ``sum(p^2)``."""
+    first = ", 0" * (ndim - 1)
+    source = textwrap.dedent(f"""
+        def f(x, w, steps):
+            p = x.copy()
+            acc = np.zeros_like(p)
+            for s in range(steps):
+                {zero} = 0.0
+                for i in range(p.shape[0]):
+                    acc[i{first}] += w * p[i{first}] ** 2
+                p += 0.1 * acc
+            return np.sum(p ** 2)
+
+        def f_jax(x, w, steps):
+            p = x
+            acc = jnp.zeros_like(x)
+            for s in range(steps):
+                acc = acc.at[{zero[4:-1]}].set(0.0)
+                acc = acc.at[:{first}].add(w * p[:{first}] ** 2)
+                p = p + 0.1 * acc
+            return jnp.sum(p ** 2)
+        """)
+    namespace = {"np": np, "jnp": jnp}
+    exec(source, namespace)  # noqa: S102 - the test's own two functions, one per fill
+    return njit(namespace["f"]), namespace["f_jax"]
+
+
+@pytest.mark.parametrize(("zero", "shape"), FILLS)
+def test_an_accumulator_zeroed_each_step_gets_the_gradient(zero: str, shape: tuple[int, ...]) -> None:
+    f, f_jax = _functions(zero, len(shape))
+    rng = np.random.default_rng(len(zero) + len(shape))
+    for steps in (1, 2, 4):
+        x, w = rng.uniform(0.1, 0.5, shape), 0.7
+        x0 = x.copy()
+        want_x, want_w = jax.grad(f_jax, argnums=(0, 1))(jnp.asarray(x0), w, steps)
+        got_x, got_w = pyjlad.gradient(f, x, w, steps, wrt=(0, 1))
+        np.testing.assert_allclose(got_x, np.asarray(want_x), rtol=1e-12, atol=1e-15)
+        assert got_w == pytest.approx(float(want_w), rel=1e-12)
+        np.testing.assert_array_equal(x, x0)
+
+
+def test_the_hessian_of_an_accumulator_zeroed_each_step() -> None:
+    # Reverse over forward (each column a Hessian-vector product) and Enzyme's vector mode: the fill's adjoint in
+    # the reverse sweep of each.
+    f, f_jax = _functions("acc[:, :]", 2)
+    x = np.random.default_rng(5).uniform(0.1, 0.5, (3, 2))
+    x0 = x.copy()
+    want = np.asarray(jax.hessian(f_jax)(jnp.asarray(x0), 0.7, 3))
+    np.testing.assert_allclose(pyjlad.hessian(f, x, 0.7, 3), want, rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(pyjlad.hessian(f, x, 0.7, 3, chunk=1), want, rtol=1e-11, atol=1e-14)
+    v = np.random.default_rng(6).normal(size=x.shape)
+    np.testing.assert_allclose(pyjlad.hvp(f, (x, 0.7, 3), v.copy()), (want.reshape(6, 6) @ v.ravel()).reshape(3, 2),
+                               rtol=1e-11, atol=1e-14)
+    np.testing.assert_array_equal(x, x0)
+
+
+def test_only_fills_of_float_arrays_are_typed() -> None:
+    body = textwrap.dedent("""\
+        define void @f(ptr %d, ptr %i, ptr %s, i64 %k, i64 %n) {
+          %x = getelementptr double, ptr %d, i64 %k
+          %y = getelementptr i64, ptr %i, i64 %k
+          %rowd = getelementptr inbounds i8, ptr %d, i64 %k
+          %rowd2 = getelementptr i8, ptr %rowd, i64 8
+          %rowi = getelementptr i8, ptr %i, i64 %k
+          tail call void @llvm.memset.p0.i64(ptr align 8 %rowd2, i8 0, i64 %n, i1 false)
+          tail call void @llvm.memset.p0.i64(ptr align 8 %rowi, i8 0, i64 %n, i1 false)
+          tail call void @llvm.memset.p0.i64(ptr align 8 %s, i8 0, i64 16, i1 false)
+          ret void
+        }
+        """)
+    typed = type_float_fills(parse(body)).render()
+    assert typed.count("call void @pyjlad.zero.double(ptr %rowd2, i64 %n)") == 1
+    assert "memset.p0.i64(ptr align 8 %rowi" in typed and "memset.p0.i64(ptr align 8 %s," in typed
+    assert typed.count("@llvm.memset") == 2  # the two other fills, as they were
+    assert "__enzyme_" not in typed and "pyjlad.zero.float" not in typed
+    assert "define internal void @pyjlad.zero.double(ptr %p, i64 %bytes)" in typed
+
+
+def test_a_float32_accumulator_zeroed_each_step() -> None:
+    f, f_jax = _functions("acc[:, :]", 2)
+    x = np.random.default_rng(9).uniform(0.1, 0.5, (4, 3)).astype(np.float32)
+    x0 = x.copy()
+    want = np.asarray(jax.grad(f_jax)(jnp.asarray(x0, dtype=jnp.float64), 0.7, 3))
+    got = pyjlad.gradient(f, x, np.float32(0.7), 3)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-5)
+    np.testing.assert_array_equal(x, x0)
