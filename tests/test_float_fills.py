@@ -99,6 +99,72 @@ def test_the_hessian_of_an_accumulator_zeroed_each_step() -> None:
     np.testing.assert_array_equal(x, x0)
 
 
+EPS2 = 0.01
+
+
+@njit
+def _accelerations(pos, mass, acc):
+    """Zeroes its output argument (a ``memset`` per row, at a pointer a strength-reduced loop ``phi`` steps),
+    then adds each pair's attraction into it."""
+    acc[:, :] = 0.0
+    for i in range(pos.shape[0]):
+        for j in range(i + 1, pos.shape[0]):
+            dx, dy = pos[j, 0] - pos[i, 0], pos[j, 1] - pos[i, 1]
+            inv3 = (dx * dx + dy * dy + EPS2) ** -1.5
+            acc[i, 0] += mass[j] * dx * inv3
+            acc[i, 1] += mass[j] * dy * inv3
+            acc[j, 0] -= mass[i] * dx * inv3
+            acc[j, 1] -= mass[i] * dy * inv3
+
+
+@njit
+def _leapfrog(pos0, vel0, mass, dt, steps):
+    pos, vel = pos0.copy(), vel0.copy()
+    acc = np.zeros_like(pos)
+    _accelerations(pos, mass, acc)
+    for _ in range(steps):
+        vel += 0.5 * dt * acc
+        pos += dt * vel
+        _accelerations(pos, mass, acc)
+        vel += 0.5 * dt * acc
+    return np.sum(vel * vel) + np.sum(pos[:, 0] ** 2)
+
+
+def _leapfrog_jax(pos, vel, mass, dt, steps):
+    def accelerations(pos):
+        d = pos[None, :, :] - pos[:, None, :]  # d[i, j] = pos[j] - pos[i]
+        inv3 = (1.0 - jnp.eye(pos.shape[0])) * (jnp.sum(d * d, -1) + EPS2) ** -1.5
+        return jnp.sum(mass[None, :, None] * d * inv3[:, :, None], 1)
+
+    acc = accelerations(pos)
+    for _ in range(steps):
+        vel = vel + 0.5 * dt * acc
+        pos = pos + dt * vel
+        acc = accelerations(pos)
+        vel = vel + 0.5 * dt * acc
+    return jnp.sum(vel * vel) + jnp.sum(pos[:, 0] ** 2)
+
+
+def test_a_helper_zeroing_its_output_argument_each_step() -> None:
+    # An n-body leapfrog whose acceleration helper zeroes its output (a user-style probe's program, 2026-12-04):
+    # the gradient was refused by the loose-types check, the Hessian and Hessian-vector products silently wrong.
+    rng = np.random.default_rng(1)
+    pos, vel, mass = rng.standard_normal((4, 2)), 0.3 * rng.standard_normal((4, 2)), rng.uniform(0.5, 1.5, 4)
+    before = (pos.copy(), vel.copy(), mass.copy())
+    args = (jnp.asarray(pos), jnp.asarray(vel), jnp.asarray(mass), 0.01, 5)
+    want = jax.grad(_leapfrog_jax, argnums=(0, 1, 2))(*args)
+    got = pyjlad.gradient(_leapfrog, pos, vel, mass, 0.01, 5, wrt=(0, 1, 2))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-10, atol=1e-13)
+    hess = np.asarray(jax.hessian(_leapfrog_jax, argnums=1)(*args))
+    np.testing.assert_allclose(pyjlad.hessian(_leapfrog, pos, vel, mass, 0.01, 5, wrt=1), hess, rtol=1e-9, atol=1e-12)
+    v = rng.standard_normal(pos.shape)
+    np.testing.assert_allclose(pyjlad.hvp(_leapfrog, (pos, vel, mass, 0.01, 5), v.copy(), wrt=1),
+                               np.tensordot(hess, v, 2), rtol=1e-9, atol=1e-12)
+    for a, b in zip((pos, vel, mass), before):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_only_fills_of_float_arrays_are_typed() -> None:
     body = textwrap.dedent("""\
         define void @f(ptr %d, ptr %i, ptr %s, i64 %k, i64 %n) {
@@ -107,6 +173,13 @@ def test_only_fills_of_float_arrays_are_typed() -> None:
           %rowd = getelementptr inbounds i8, ptr %d, i64 %k
           %rowd2 = getelementptr i8, ptr %rowd, i64 8
           %rowi = getelementptr i8, ptr %i, i64 %k
+          br label %loop
+        loop:
+          %row = phi ptr [ %rowd, %0 ], [ %next, %loop ]
+          tail call void @llvm.memset.p0.i64(ptr align 8 %row, i8 0, i64 %n, i1 false)
+          %next = getelementptr i8, ptr %row, i64 %n
+          br i1 true, label %loop, label %done
+        done:
           tail call void @llvm.memset.p0.i64(ptr align 8 %rowd2, i8 0, i64 %n, i1 false)
           tail call void @llvm.memset.p0.i64(ptr align 8 %rowi, i8 0, i64 %n, i1 false)
           tail call void @llvm.memset.p0.i64(ptr align 8 %s, i8 0, i64 16, i1 false)
@@ -115,6 +188,7 @@ def test_only_fills_of_float_arrays_are_typed() -> None:
         """)
     typed = type_float_fills(parse(body)).render()
     assert typed.count("call void @pyjlad.zero.double(ptr %rowd2, i64 %n)") == 1
+    assert typed.count("call void @pyjlad.zero.double(ptr %row, i64 %n)") == 1  # a row pointer stepped by a phi
     assert "memset.p0.i64(ptr align 8 %rowi" in typed and "memset.p0.i64(ptr align 8 %s," in typed
     assert typed.count("@llvm.memset") == 2  # the two other fills, as they were
     assert "__enzyme_" not in typed and "pyjlad.zero.float" not in typed

@@ -396,7 +396,7 @@ def enzyme_input_key() -> str:
     may be wrong)."""
     scoped = ("temporaries scoped, their decrefs written out" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:

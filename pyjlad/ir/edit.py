@@ -402,8 +402,9 @@ def type_float_copies(module: Module) -> Module:
 def type_float_fills(module: Module) -> Module:
     r"""``module`` with every ``llvm.memset`` into a float array made a loop of float stores Enzyme types: a
     fill whose destination is an element of one (:func:`_float_elements`: the code indexes that memory as
-    floats), or a byte offset from such a pointer (``getelementptr i8``), as LLVM's loop idiom writes the fill
-    of each row of a 2-D array (``acc[:, :] = 0.0``) or of a slice further in (``acc[1:] = 0.0``). A fill of
+    floats), or computed from such a pointer by byte offsets (``getelementptr i8``) and ``phi``/``select`` joins,
+    as LLVM's loop idiom writes the fill of each row of a 2-D array (``acc[:, :] = 0.0``, its row pointer
+    stepped by a loop's ``phi``) or of a slice further in (``acc[1:] = 0.0``). A fill of
     zero bytes becomes a call of ``@pyjlad.zero.double`` (``float``), which stores ``0.0`` element by element;
     any other fill keeps its ``memset``, after a type annotation (``@__enzyme_double(ptr %p, i64 8)``).
 
@@ -445,12 +446,12 @@ def type_float_fills(module: Module) -> Module:
         if not any("@llvm.memset" in line for line in body):
             continue
         elements = _float_elements(body)
-        offsets = _byte_offsets(body)
+        sources = _pointer_sources(body)
         typed = []
         for line in body:
             instruction = parse_instruction(line) if elements and "@llvm.memset" in line else None
             call = instruction.call() if instruction is not None else None
-            kind = (_float_kind(call.values[0], elements, offsets)
+            kind = (_float_kind(call.values[0], elements, sources)
                     if call is not None and call.callee.startswith("@llvm.memset") and len(call.values) >= 3
                     else None)
             if kind is None:
@@ -498,30 +499,42 @@ def _zero_definition(kind: str) -> str:
             f"}}\n")
 
 
-def _byte_offsets(body: list[str]) -> dict[str, str]:
-    """Each ``getelementptr [inbounds] i8`` result in ``body``, to the pointer it is offset from."""
-    offsets: dict[str, str] = {}
+def _pointer_sources(body: list[str]) -> dict[str, list[str]]:
+    """The pointers each pointer of ``body`` is computed from: the base of a ``getelementptr i8`` (a byte
+    offset), the values a ``phi`` or ``select`` of pointers joins (a loop's pointer, strength-reduced by LLVM,
+    stepping a row at a time)."""
+    sources: dict[str, list[str]] = {}
     for line in body:
-        instruction = parse_instruction(line) if "getelementptr" in line and " i8," in line else None
-        if instruction is None or instruction.opcode != "getelementptr" or not instruction.result:
+        if "getelementptr" not in line and " phi ptr " not in line and " select " not in line:
             continue
-        words = [t.text for t in significant(list(instruction.tokens))]
-        after = [w for w in words[words.index("getelementptr") + 1:] if w not in ("inbounds", "nuw", "nusw")]
-        if after[:1] == ["i8"] and "ptr" in after[:-1] and after[after.index("ptr") + 1].startswith("%"):
-            offsets[instruction.result] = after[after.index("ptr") + 1]
-    return offsets
+        instruction = parse_instruction(line)
+        if instruction is None or not instruction.result or " x ptr>" in line:
+            continue
+        if instruction.opcode == "getelementptr" and " i8," in line:
+            words = [t.text for t in significant(list(instruction.tokens))]
+            after = [w for w in words[words.index("getelementptr") + 1:] if w not in ("inbounds", "nuw", "nusw")]
+            if after[:1] == ["i8"] and "ptr" in after[:-1]:
+                sources[instruction.result] = [after[after.index("ptr") + 1]]
+        elif instruction.opcode == "phi":
+            sources[instruction.result] = [value for value, _ in instruction.phi_incoming()]
+        elif instruction.opcode == "select" and " ptr " in line:
+            sources[instruction.result] = instruction.operands()[1:]
+    return sources
 
 
-def _float_kind(pointer: str, elements: dict[str, str], offsets: dict[str, str]) -> str | None:
-    """The float element type of the array ``pointer`` lies in, following byte offsets back (``None``: not
-    known to be a float array)."""
-    seen: set[str] = set()
-    while pointer not in elements:
-        if pointer in seen or pointer not in offsets:
-            return None
-        seen.add(pointer)
-        pointer = offsets[pointer]
-    return elements[pointer]
+def _float_kind(pointer: str, elements: dict[str, str], sources: dict[str, list[str]]) -> str | None:
+    """The float element type of the array ``pointer`` lies in, found by following what it is computed from
+    back to a pointer the code indexes as floats (``None``: none is found)."""
+    todo, seen = [pointer], set()
+    while todo:
+        current = todo.pop()
+        if current in elements:
+            return elements[current]
+        if current in seen:
+            continue
+        seen.add(current)
+        todo += [v for v in sources.get(current, ()) if v.startswith("%")]
+    return None
 
 
 def _float_elements(body: list[str]) -> dict[str, str]:
