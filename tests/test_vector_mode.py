@@ -9,10 +9,12 @@ the fallback where vector mode does not apply (BLAS calls) give the same results
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 from numba import njit
+from numba.core.errors import NumbaPerformanceWarning
 
 import pyjlad
 from pyjlad import vector_products, vector_sweeps
@@ -452,3 +454,31 @@ def test_a_small_hessian_sweeps_no_wider_than_its_columns(monkeypatch):
     assert widths and set(widths) == {4}
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(c, c0)
+
+
+def test_jacobian_and_hessian_of_contiguous_arrays_warn_of_no_layout(monkeypatch) -> None:
+    # The interleaved sweeps compile f for strided views of pyjlad's own buffers; Numba warned "'@' is faster on
+    # contiguous arrays" although every array the caller passed was contiguous (a user-style probe, 2026-12-04).
+    # Built afresh (a derivative from the disk cache compiles nothing, and warns of nothing either way).
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    @njit
+    def layer_energy(x, a):
+        return np.sum(np.tanh(a @ x) ** 2)
+
+    @njit
+    def layer_out(x, a):
+        return np.tanh(a @ x)
+
+    x, a = RNG.normal(size=4), RNG.normal(size=(4, 4))
+    x0, a0 = x.copy(), a.copy()
+    with warnings.catch_warnings(record=True) as caught:  # (not "error": the sweep would fall back to stacked)
+        warnings.simplefilter("always", NumbaPerformanceWarning)
+        jac = pyjlad.jacobian(layer_out, x, a)
+        hess = pyjlad.hessian(layer_energy, x, a)
+    assert not [str(w.message) for w in caught if issubclass(w.category, NumbaPerformanceWarning)]
+    z = np.tanh(a0 @ x0)
+    np.testing.assert_allclose(jac, (1 - z ** 2)[:, None] * a0, rtol=1e-12)
+    want = np.asarray(jax.hessian(lambda v: jnp.sum(jnp.tanh(jnp.asarray(a0) @ v) ** 2))(jnp.asarray(x0)))
+    np.testing.assert_allclose(hess, want, rtol=1e-10, atol=1e-13)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(a, a0)
