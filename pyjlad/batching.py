@@ -335,11 +335,7 @@ def _shared_loops(f: Any, in_axes: InAxes, argtypes: tuple[types.Type, ...]) -> 
 def _raise_first_failure(one: Any, f: Any, done: np.ndarray, args: tuple[Any, ...]) -> None:
     """Raise what the serial loop raises: the exception of the first sample not done, run alone."""
     k = int(np.argmin(done))
-    try:
-        one(k, *args)
-    except Exception as exc:
-        exc.add_note(f"raised by sample {k} of pyjlad.vmap({getattr(f, '__name__', f)!s})")
-        raise
+    _run_sample(one, f, k, args)
     raise DifferentiatedFunctionError(f"sample {k} of pyjlad.vmap({f!r}) failed in the parallel loop but "
                                       "raises nothing when run alone (please report it, with the function)")
 
@@ -355,12 +351,17 @@ def _raise_first_serially(loops: _Loops, f: Any, args: tuple[Any, ...], failure:
     again if none does."""
     samples = next(np.shape(i.value(args))[0] for i in loops.call.inputs if i.axis == 0)
     for k in range(samples):
-        try:
-            loops.one(k, *args)
-        except Exception as exc:
-            exc.add_note(f"raised by sample {k} of pyjlad.vmap({getattr(f, '__name__', f)!s})")
-            raise exc from None
+        _run_sample(loops.one, f, k, args)
     raise failure
+
+
+def _run_sample(one: Any, f: Any, k: int, args: tuple[Any, ...]) -> None:
+    """Sample ``k`` alone; its exception raised with a note naming the sample."""
+    try:
+        one(k, *args)
+    except Exception as exc:
+        exc.add_note(f"raised by sample {k} of pyjlad.vmap({getattr(f, '__name__', f)!s})")
+        raise exc from None
 
 
 def _numba_type(arg: Any, k: int) -> types.Type:

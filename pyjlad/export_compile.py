@@ -32,10 +32,14 @@ __all__ = [
 ]
 
 
+def python_function(func: Any) -> Any:
+    """The Python function behind ``func`` (a dispatcher's ``py_func``, a cfunc's ``_pyfunc``), or ``func``."""
+    return getattr(func, "py_func", None) or getattr(func, "_pyfunc", None) or func
+
+
 def describe_function(func: Any) -> str:
     """A short human-readable name for ``func`` for error messages."""
-    inner = getattr(func, "py_func", None) or getattr(func, "_pyfunc", None) or func
-    return getattr(inner, "__qualname__", None) or repr(func)
+    return getattr(python_function(func), "__qualname__", None) or repr(func)
 
 
 def as_numba_function(func: Any) -> Dispatcher | CFunc:

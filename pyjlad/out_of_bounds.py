@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import OutOfBoundsError
-from .export_compile import copy_options, describe_function
+from .export_compile import copy_options, describe_function, python_function
 from .shadow_guards import overran
 
 __all__ = ["check_guards"]
@@ -34,9 +34,8 @@ def check_guards(func: Any, args: tuple[Any, ...], shadows: Iterable[tuple[int, 
 
 def _argument(func: Any, args: tuple[Any, ...], index: int) -> str:
     """``argument 1 (x, shape (3, 4))``: the argument's position, name in the ``def`` and shape."""
-    py = getattr(func, "py_func", None) or getattr(func, "_pyfunc", None) or func
     try:
-        names = list(inspect.signature(py).parameters)
+        names = list(inspect.signature(python_function(func)).parameters)
     except (TypeError, ValueError):
         names = []
     details = [names[index]] if index < len(names) else []

@@ -10,6 +10,7 @@ per-call cost is the function's own, plus copies in and out.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import warnings
@@ -96,14 +97,13 @@ def _runner(compiled: Any, interleaved: tuple[int, ...]) -> Callable[[tuple[Any,
         if refused[0]:
             raise NotInterleaved if interleaved else Refused
         try:
-            if interleaved and not ran[0]:
-                # The first run compiles f for the interleaved lanes' strided views, pyjlad's layout, not the
-                # caller's: Numba's warning that '@' is faster on contiguous arrays would be about nothing the
-                # caller wrote or can change.
-                with warnings.catch_warnings():
+            # The first run compiles f for the interleaved lanes' strided views, pyjlad's layout, not the
+            # caller's: Numba's warning that '@' is faster on contiguous arrays would be about nothing the
+            # caller wrote or can change.
+            first = interleaved and not ran[0]
+            with warnings.catch_warnings() if first else contextlib.nullcontext():
+                if first:
                     warnings.simplefilter("ignore", NumbaPerformanceWarning)
-                    value, _, _ = compiled(args, shadows, 0.0)
-            else:
                 value, _, _ = compiled(args, shadows, 0.0)
         except OutputShapeChanged:
             raise  # the output buffer's size was a guess (pyjlad.vector_plan), not the layout
