@@ -137,9 +137,10 @@ def _arity_message(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> str:
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
         return (f"{name}{signature} takes *args, which pyjlad cannot compile for a fixed argument list: "
                 "name each argument in the def (def f(x, y): ...)")
+    omitted = [p.name for p in list(params)[len(argtypes):]]
+    advice = f"pass {', '.join(omitted)} too" if omitted else "pass only the arguments it takes"
     return (f"{name}{signature} takes {len(signature.parameters)} argument(s) but was given {len(argtypes)}: "
-            "pyjlad passes arguments by position and does not fill in defaults, so pass every argument "
-            "(defaults included)")
+            f"{advice}")
 
 
 def compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:

@@ -7,17 +7,19 @@ argument a function returning nothing writes, private copies of the caller's arr
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
 from numba import types as nbtypes
+from numba.core.ccallback import CFunc
 
 from .abi import ArrayArg
 from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
-from .export import describe_function, export, numba_argtypes, result_type
+from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
 from .sweep import compact_overlapping, shadow_like
 
-__all__ = ["as_result", "as_tuple", "check_real", "check_tangent", "copy_arrays", "differentiable",
+__all__ = ["as_result", "as_tuple", "needs_point", "with_defaults", "check_real", "check_tangent", "copy_arrays", "differentiable",
            "is_float_array", "passed_arrays", "refuse_containers", "result_kind", "shadow_of", "unit_vector", "written_output"]
 
 
@@ -41,6 +43,55 @@ def argument_position(wrt: Any, nargs: int, what: str = "wrt") -> int:
         raise ArgumentTypeError(f"{what} must name one of arguments 0..{nargs - 1} (or -{nargs}..-1 from the end), "
                                 f"got {wrt!r}")
     return int(wrt) % nargs
+
+
+_NUMBERS = (bool, int, float, np.bool_, np.integer, np.floating)
+
+
+def with_defaults(f: Any, args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """``(f, args)`` to differentiate for the call ``f(*args)`` that leaves out parameters with defaults.
+
+    Where every omitted default is a number (float, int or bool), ``args`` followed by those defaults (the
+    same function, the filled-in arguments constants); where some other default is omitted (``None``), a
+    wrapper of ``f`` taking ``args`` alone, whose call of ``f`` Numba fills in as it fills in any call
+    (:func:`pyjlad.pytrees.flattened_function`). Otherwise (no omission, tuple arguments, a parameter
+    without a default, a ``@cfunc``) as given: the compiler's error then names what to pass.
+
+    Examples
+    --------
+    >>> def f(x, scale=2.0, p=3):
+    ...     return scale * x ** p
+    >>> with_defaults(f, (1.5,))[1]
+    (1.5, 2.0, 3)
+    >>> with_defaults(f, (1.5, 4.0, 2))[1]
+    (1.5, 4.0, 2)
+    """
+    from .pytrees import flatten_call, flattened_function, has_container
+
+    target = as_numba_function(f)
+    if isinstance(target, CFunc) or has_container(args):  # a signature naming every argument; a flattened call
+        return f, args
+    try:
+        params = inspect.signature(target.py_func).parameters.values()
+    except (AttributeError, TypeError, ValueError):  # no Python signature to read
+        return f, args
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    omitted = positional[len(args):]
+    if not omitted or any(p.default is p.empty for p in omitted):
+        return f, args
+    if all(isinstance(p.default, _NUMBERS) for p in omitted):
+        return f, (*args, *(p.default for p in omitted))
+    return flattened_function(f, flatten_call(f, args, {}), has_aux=False), args
+
+
+def needs_point(args: tuple[Any, ...], transform: str) -> None:
+    """Refuse a ``transform`` (``hessian``, ``jacobian``) called with no arguments of ``f``: it takes the
+    point, not a function of it as JAX's ``jax.hessian(f)(x)`` does."""
+    if not args:
+        raise ArgumentTypeError(
+            f"{transform}(f, *args) evaluates at the arguments given after f: write pyjlad.{transform}(f, x) "
+            f"(JAX's jax.{transform}(f)(x) form returns a function; pyjlad.{transform} does not)"
+        )
 
 
 def differentiable(x: Any) -> bool:

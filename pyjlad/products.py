@@ -29,11 +29,13 @@ from .product_args import (
     copy_arrays,
     differentiable,
     is_float_array,
+    needs_point,
     passed_arrays,
     refuse_containers,
     result_kind,
     shadow_of,
     unit_vector,
+    with_defaults,
     written_output,
 )
 from .pytrees import flatten_call, flattened_function, has_container, tangent_leaves
@@ -90,6 +92,10 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     primals, tangents = as_tuple(primals, "primals", "jvp"), as_tuple(tangents, "tangents", "jvp")
     if len(tangents) != len(primals):
         raise ArgumentError(f"tangents has {len(tangents)} entries; primals has {len(primals)}")
+    filled_f, filled = with_defaults(f, primals)
+    if filled_f is not f or len(filled) > len(primals):  # omitted defaults: constants
+        tangents = (*tangents, *(None,) * (len(filled) - len(primals)))
+        return jvp(filled_f, filled, tangents, engine=engine, batched=batched, chunk=chunk)
     if batched:
         return jvp_batched(f, primals, tangents, check_chunk(chunk), engine)
     if has_container(primals):
@@ -162,6 +168,10 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     [2.0, 40.0]
     """
     primals = as_tuple(primals, "primals", "vjp")
+    filled_f, filled = with_defaults(f, primals)
+    if filled_f is not f or len(filled) > len(primals):  # omitted defaults: constants, no cotangents returned
+        value, cotangents = vjp(filled_f, filled, cotangent, engine=engine, batched=batched, chunk=chunk)
+        return value, cotangents[: len(primals)]
     if batched:
         return vjp_batched(f, primals, cotangent, check_chunk(chunk), engine)
     if has_container(primals):
@@ -294,11 +304,13 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     """
     if mode not in ("reverse", "forward"):
         raise ArgumentError(f"mode must be 'reverse' or 'forward', got {mode!r}")
+    needs_point(args, "jacobian")
     refuse_containers(args, "jacobian")
     single = isinstance(wrt, (int, np.integer)) and not isinstance(wrt, bool)
     if not single and not isinstance(wrt, (tuple, list)):
         raise ArgumentTypeError(f"wrt must be an argument's position or a tuple of them, got {wrt!r}")
     indices = tuple(argument_position(index, len(args)) for index in ((wrt,) if single else wrt))
+    f, args = with_defaults(f, args)
     for index in indices:
         if not differentiable(args[index]):
             raise ArgumentTypeError(f"argument {index} is not a float or float array: it has no derivative")
@@ -363,6 +375,7 @@ def _hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int, *, engine: str | None
     primals = as_tuple(primals, "primals", "hvp")
     refuse_containers(primals, "hvp")
     wrt = argument_position(wrt, len(primals))
+    f, primals = with_defaults(f, primals)
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if is_float_array(p)])
     x = primals[wrt]
     if isinstance(v, (tuple, list)):
@@ -405,8 +418,10 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: 
     >>> pyjlad.hessian(lambda x: x[0] ** 2 * x[1], np.array([1.0, 3.0])).tolist()
     [[6.0, 2.0], [2.0, 0.0]]
     """
+    needs_point(args, "hessian")
     wrt = argument_position(wrt, len(args))
     refuse_containers(args, "hessian")
+    f, args = with_defaults(f, args)
     x = args[wrt]
     # Every column at the point given: each sweep runs f on copies of the arrays (one that f writes
     # would otherwise move the point from column to column), as the vector-mode sweeps do.

@@ -45,9 +45,12 @@ BAD = [
     ("hessian of an int", lambda: pyjlad.hessian(njit(lambda x: x * x), 2), TypeError,
      r"a Hessian is taken with respect to a float or float array argument \(pass 2.0, not 2\)"),
     ("*args", lambda: pyjlad.gradient(_star, 1.0, 2.0), TypeError, r"takes \*args"),
-    # (grad and gradient fill in defaults as JAX does: tests/test_jax_style_args.py)
-    ("omitted default", lambda: pyjlad.jacobian(_with_default, 1.0), TypeError,
-     r"_with_default\(x, y=2.0\) takes 2 argument\(s\) but was given 1: .*defaults included"),
+    # (grad, gradient and the products fill in defaults: tests/test_jax_style_args.py,
+    # tests/test_product_defaults.py)
+    ("an argument without a default left out", lambda: pyjlad.jacobian(scale, 1.0), TypeError,
+     r"scale\(x, n\) takes 2 argument\(s\) but was given 1: pass n too"),
+    ("too many arguments", lambda: pyjlad.jacobian(_with_default, 1.0, 2.0, 3.0), TypeError,
+     r"_with_default\(x, y=2.0\) takes 2 argument\(s\) but was given 3: pass only the arguments it takes"),
     ("float16 array", lambda: pyjlad.gradient(total, np.ones(3, np.float16)), TypeError,
      r"float16, which Numba does not support: pass x.astype\(np.float32\)"),
     ("float16 scalar", lambda: pyjlad.gradient(njit(lambda x: x * x), np.float16(1.0)), TypeError, "float16"),
