@@ -21,8 +21,8 @@ from numba import njit
 import pyjlad
 from pyjlad import cache
 from pyjlad.activity import Activity
-from pyjlad.engines import compiled_sweep, differentiate, embedded, objects
-from pyjlad.engines.loose_check import directional_mismatch
+from pyjlad.engines import compiled_sweep, differentiate, embedded, loose_check, objects
+from pyjlad.engines.loose_check import LooseDerivativeCheck, directional_mismatch
 from pyjlad.export import numba_argtypes
 from pyjlad.sweep import Sweep
 
@@ -132,3 +132,27 @@ def test_directional_mismatch_says_nothing_where_it_cannot_judge() -> None:
 
     assert directional_mismatch(fails, (np.array([1.0]),), v, 5.0) is None
     assert directional_mismatch(lambda a: float(np.log(a[0][0] - 1.0)), (np.array([1.0]),), v, 5.0) is None
+
+
+def _squares(x):
+    return float(np.sum(x * x))
+
+
+def _checked(gradient: np.ndarray, x: np.ndarray) -> None:
+    """``LooseDerivativeCheck.after`` for a sweep of ``_squares`` at ``x`` that added ``gradient`` to a zero shadow."""
+    check = LooseDerivativeCheck(_squares, "squares", shadow_args=(0,), active_scalars=())
+    check.before((x,), (np.zeros_like(x),))
+    check.after((gradient,), (), 1.0)
+
+
+def test_an_error_orthogonal_to_the_first_direction_is_caught_by_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = np.array([1.0, 2.0, 3.0])
+    first = np.random.default_rng(20261130).standard_normal(3)  # the check's first direction
+    error = np.cross(first, [1.0, 0.0, 0.0])  # orthogonal to it: that direction alone agrees exactly
+    wrong = 2.0 * x + 0.5 * error / np.linalg.norm(error)
+    _checked(2.0 * x, x)  # the right gradient (hand-derived) passes
+    monkeypatch.setattr(loose_check, "DIRECTIONS", 1)
+    _checked(wrong, x)  # one direction misses it
+    monkeypatch.setattr(loose_check, "DIRECTIONS", 3)
+    with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted"):
+        _checked(wrong, x)
