@@ -17,6 +17,7 @@ from numba.core.ccallback import CFunc
 from .abi import ArrayArg
 from .errors import ArgumentError, ArgumentTypeError, UnsupportedFunctionError
 from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
+from .memo import cached_for
 from .sweep import compact_overlapping, shadow_like
 
 __all__ = ["as_result", "as_tuple", "needs_point", "with_defaults", "check_real", "check_tangent", "copy_arrays", "differentiable",
@@ -48,6 +49,20 @@ def argument_position(wrt: Any, nargs: int, what: str = "wrt") -> int:
 _NUMBERS = (bool, int, float, np.bool_, np.integer, np.floating)
 
 
+def _positional_defaults(f: Any) -> tuple[Any, ...] | None:
+    """The defaults of ``f``'s positional parameters in order (``inspect.Parameter.empty`` where one has
+    none), or ``None`` where none are filled in: a ``@cfunc`` (its signature names every argument), or no
+    Python signature to read."""
+    target = as_numba_function(f)
+    if isinstance(target, CFunc):
+        return None
+    try:
+        params = inspect.signature(target.py_func).parameters.values()
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return tuple(p.default for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
 def with_defaults(f: Any, args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
     """``(f, args)`` to differentiate for the call ``f(*args)`` that leaves out parameters with defaults.
 
@@ -68,19 +83,14 @@ def with_defaults(f: Any, args: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
     """
     from .pytrees import flatten_call, flattened_function, has_container
 
-    target = as_numba_function(f)
-    if isinstance(target, CFunc) or has_container(args):  # a signature naming every argument; a flattened call
+    defaults = cached_for(f, ("positional defaults",), lambda: _positional_defaults(f))
+    if defaults is None or len(args) >= len(defaults) or has_container(args):  # (a flattened call fills them)
         return f, args
-    try:
-        params = inspect.signature(target.py_func).parameters.values()
-    except (AttributeError, TypeError, ValueError):  # no Python signature to read
+    omitted = defaults[len(args):]
+    if any(d is inspect.Parameter.empty for d in omitted):
         return f, args
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    omitted = positional[len(args):]
-    if not omitted or any(p.default is p.empty for p in omitted):
-        return f, args
-    if all(isinstance(p.default, _NUMBERS) for p in omitted):
-        return f, (*args, *(p.default for p in omitted))
+    if all(isinstance(d, _NUMBERS) for d in omitted):
+        return f, (*args, *omitted)
     return flattened_function(f, flatten_call(f, args, {}), has_aux=False), args
 
 
