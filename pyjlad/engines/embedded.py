@@ -305,6 +305,7 @@ class Compiled:
         self._callers: dict[tuple[int, int], Any] = {}
         self._lock = threading.Lock()
         self._refused: EnzymeError | None = None  # a loose-typed derivative that failed its check
+        self._kinds: set[tuple[type, ...]] = set()  # the Python types of the calls compiled for (__call__)
 
     def _caller(self, nargs: int, nshadows: int) -> Any:
         with self._lock:
@@ -351,6 +352,17 @@ class Compiled:
                 caller._can_compile = False
         return built
 
+    def _first_call(self, caller: Any, args: tuple[Any, ...], shadows: tuple[Any, ...],
+                    seed: Any) -> LooseDerivativeCheck | None:
+        """Compile the caller for these argument types (:meth:`_compile_for`) and note their Python types as
+        called; the loose-types check to run around this call, where it applies."""
+        check = self._loose_check(self._compile_for(caller, args, shadows, seed))
+        self._kinds.add((*map(type, args), *map(type, shadows)))
+        if check is not None and check.applies(args, shadows, seed):
+            check.before(args, shadows)
+            return check
+        return None
+
     def _loose_check(self, built: Built) -> LooseDerivativeCheck | None:
         """The check of ``built`` if it is a loose-typed derivative the check can judge (see loose_check)."""
         if not built.loose_types:
@@ -367,17 +379,20 @@ class Compiled:
         caller = self._callers.get((len(args), len(shadows))) or self._caller(len(args), len(shadows))
         call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
         check = None
+        kinds = (*map(type, args), *map(type, shadows))
         try:
+            if kinds not in self._kinds:
+                # Types not called with before: compiled for exactly these first. Numba's dispatcher, its
+                # compiling disabled, would otherwise convert a scalar to a type compiled before (a float
+                # to an int, a float64 to a float32) and call that derivative without a word.
+                check = self._first_call(caller, args, shadows, seed)
+                call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
             try:
                 status, value, dret, *adjoints = call(*args, *shadows, seed)
             except TypeError as exc:
                 if "No matching definition" not in str(exc):
                     raise
-                check = self._loose_check(self._compile_for(caller, args, shadows, seed))
-                if check is not None and check.applies(args, shadows, seed):
-                    check.before(args, shadows)
-                else:
-                    check = None
+                check = self._first_call(caller, args, shadows, seed)
                 call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
                 status, value, dret, *adjoints = call(*args, *shadows, seed)
         except NotImplementedError:
