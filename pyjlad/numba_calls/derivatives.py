@@ -100,7 +100,8 @@ class _CallPlan:
     """How one call site's argument types are passed to one built sweep."""
 
     def __init__(self, argtypes: tuple[types.Type, ...], targets: tuple[types.Type, ...], built: Any,
-                 wrt: tuple[int, ...]) -> None:
+                 wrt: tuple[int, ...], func: Any) -> None:
+        self.func = func  # the function differentiated (an exception it raised is re-raised by calling it)
         self.argtypes = argtypes
         self.targets = targets
         self.built = built
@@ -225,7 +226,7 @@ def _plan(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> _CallPlan:
     if len(built.exported.argtypes) != len(targets):
         raise TypingError(f"{_describe(derivative)} called with {len(args)} argument(s); "
                           f"{built.exported.name} takes {len(built.exported.argtypes)}")
-    return _CallPlan(args, targets, built, rev.wrt)
+    return _CallPlan(args, targets, built, rev.wrt, compiled.func)
 
 
 def _gradient_type(arg: types.Type) -> types.Type:
@@ -334,7 +335,8 @@ def _make_impl(derivative: _ValueAndGrad, plan: _CallPlan) -> Callable[..., Any]
                                                                   result_type)
         for copy_type, copy in copies:
             context.nrt.decref(builder, copy_type, copy)
-        _raise_on_failure(context, builder, status, excinfo, exported.name)
+        _raise_on_failure(context, builder, status, excinfo, exported.name,
+                          rerun=(plan.func, plan.argtypes, list(llargs)))
         value = context.cast(builder, builder.load(value_slot), result_type, types.float64)
         adjoints = [builder.load(slot) for slot in adjoint_slots]
         return _results(context, builder, derivative, plan, sig, value, adjoints, shadows)
@@ -348,8 +350,16 @@ def _excinfo_ptr_type() -> ir.Type:
     return excinfo_ptr_t
 
 
-def _raise_on_failure(context: Any, builder: Any, status: Any, excinfo: Any, name: str) -> None:
-    """Propagate an exception the differentiated function raised; ``MemoryError`` when the sweep ran out."""
+def _raise_on_failure(context: Any, builder: Any, status: Any, excinfo: Any, name: str,
+                      rerun: tuple[Any, tuple[types.Type, ...], list[Any]] | None = None) -> None:
+    """Propagate an exception the differentiated function raised; ``MemoryError`` when the sweep ran out.
+
+    With ``rerun`` (the function, its argument types, the call's values): the exception the function itself
+    raises when called again with these arguments, as the Python path re-raises it
+    (:func:`pyjlad.engines.base.reraise_from_function`). The sweep's own exception record is not read
+    then: one Numba builds at run time (``raise ValueError("negative", x[i])``) holds a block the sweep
+    allocated and the conversion function of the derivative's module, and propagated as it was it reached
+    the caller garbled (``EOFError``, a crash or a hang; a constant message reached it intact)."""
     failed = builder.icmp_signed("!=", status, status.type(0))
     with cgutils.if_unlikely(builder, failed):
         out_of_memory = builder.icmp_signed("==", status, status.type(OUT_OF_MEMORY))
@@ -359,5 +369,26 @@ def _raise_on_failure(context: Any, builder: Any, status: Any, excinfo: Any, nam
                     builder, MemoryError,
                     (f"out of memory while differentiating {name}: an allocation of the sweep failed",))
             with other:
+                if rerun is not None and _raise_from_function(context, builder, *rerun, name):
+                    return
                 result = context.call_conv._get_return_status(builder, status, builder.load(excinfo))
                 context.call_conv.return_status_propagate(builder, result)
+
+
+def _raise_from_function(context: Any, builder: Any, func: Any, argtypes: tuple[types.Type, ...],
+                         values: list[Any], name: str) -> bool:
+    """Emit a call of ``func`` (an ``@njit`` function) with ``values``, whose exception Numba propagates, then
+    a ``RuntimeError`` for a call that returns; ``False`` (nothing emitted) where ``func`` is no dispatcher."""
+    from numba.core.dispatcher import Dispatcher
+
+    if not isinstance(func, Dispatcher):
+        return False
+    fnty = context.typing_context.resolve_value_type(func)
+    sig = fnty.get_call_type(context.typing_context, tuple(argtypes), {})
+    result = context.get_function(fnty, sig)(builder, values)
+    context.nrt.decref(builder, sig.return_type, result)
+    context.call_conv.return_user_exc(
+        builder, RuntimeError,
+        (f"the derivative of {name} stopped at an exception, but {name} called again with the same arguments "
+         "returned (does it draw random numbers, or write into an argument it reads?)",))
+    return True

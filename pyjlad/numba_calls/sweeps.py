@@ -75,7 +75,7 @@ class RawSweepType(PlannedCallable):
     def make_plan(self, context: Any, args: tuple[types.Type, ...]) -> Plan:
         """Build the sweep for ``args``: the call's signature and lowering."""
         built, sig = _plan(self.raw, args)
-        return sig, _make_impl(built, sig), built
+        return sig, _make_impl(built, sig, self.raw.compiled.func), built
 
 
 @typeof_impl.register(RawSweep)
@@ -123,7 +123,7 @@ def _shadow_values(context: Any, builder: Any, built: Any, shadow_types: tuple[t
     return out
 
 
-def _make_impl(built: Any, sig: Any) -> Any:
+def _make_impl(built: Any, sig: Any, func: Any) -> Any:
     """The lowering of one call: the driver declared in the caller's module, its library linked in."""
     exported, driver = built.exported, built.driver
     result_type = types.float32 if exported.abi.result.dtype == "float32" else types.float64
@@ -149,7 +149,8 @@ def _make_impl(built: Any, sig: Any) -> Any:
         context.add_linking_libs([built.library])
         context.active_code_library._reload_init.add(functools.partial(resolve_symbols, declared))
         status = builder.call(fn, call_args)
-        _raise_on_failure(context, builder, status, excinfo, exported.name)
+        _raise_on_failure(context, builder, status, excinfo, exported.name,
+                          rerun=(func, tuple(arg_types), values))
         value = context.cast(builder, builder.load(value_slot), result_type, types.float64)
         dret = context.cast(builder, builder.load(dret_slot), result_type, types.float64)
         adjoints = context.make_tuple(builder, sig.return_type.types[2], [builder.load(s) for s in adjoint_slots])
