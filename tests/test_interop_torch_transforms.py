@@ -150,3 +150,40 @@ def test_the_callers_tensors_are_unchanged() -> None:
     torch.func.hessian(to_torch(one))(x.detach())
     for t, b in zip((x, k, xs), before):
         assert torch.equal(t.detach(), b)
+
+
+@njit
+def doubled_in_place(x):
+    x *= 2.0  # f(x) = 4 sum(x^2): gradient 8x, Hessian 8 I
+    return np.sum(x * x)
+
+
+@njit
+def doubled_out(x):
+    x *= 2.0
+    return x * x  # 4 x^2: Jacobian diag(8x)
+
+
+def test_a_function_writing_its_argument_leaves_the_tensor_and_gets_the_derivative_at_the_point() -> None:
+    """It wrote the caller's tensor (views of its memory) and the backward differentiated at the written point:
+    x twice doubled, the gradient 16x for 8x (found by a user-style probe, 2026-12-04). Oracle: by hand."""
+    x0 = torch.tensor([1.0, 2.0, -3.0], dtype=D)
+    x = x0.clone().requires_grad_()
+    f = to_torch(doubled_in_place)
+    value = f(x)
+    value.backward()
+    assert value.item() == pytest.approx(4.0 * 14.0, rel=1e-15)
+    assert torch.equal(x.detach(), x0)
+    _close(x.grad, 8.0 * x0)
+    _close(torch.func.hessian(f)(x0.clone()), 8.0 * torch.eye(3, dtype=D))
+    xs = torch.stack([x0, 2.0 * x0])
+    batch = xs.clone()
+    _close(torch.func.vmap(torch.func.grad(f))(batch), 8.0 * xs)
+    _close(torch.func.vmap(f)(batch), 4.0 * (xs * xs).sum(dim=1))
+    assert torch.equal(batch, xs)
+    y = x0.clone().requires_grad_()
+    out = to_torch(doubled_out)(y)
+    out.backward(torch.ones(3, dtype=D))
+    _close(out, 4.0 * x0 * x0)
+    _close(y.grad, 8.0 * x0)
+    assert torch.equal(y.detach(), x0)

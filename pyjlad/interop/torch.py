@@ -17,7 +17,8 @@
   :func:`pyjlad.vmap` (a ``prange`` loop over the samples on all cores); other
   batched calls loop over the samples.
 
-Integer tensors are constants. The functions run on the host (CPU tensors).
+Integer tensors are constants. The functions run on the host (CPU tensors), on the tensors' memory, but
+for the arrays ``f`` writes, which it gets copies of: the caller's tensors are never written.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without PyTorch
     raise MissingDependencyError("pyjlad.interop.torch needs PyTorch: pip install torch") from exc
 
+from ..abi import ArrayArg
 from ..batching import vmap
-from ..export import as_numba_function
+from ..export import as_numba_function, export, numba_argtypes
 from ..products import hvp, vjp
 from ..transforms import grad, value_and_gradient
 from . import batches_with_pyjlad_vmap
@@ -91,11 +93,33 @@ class _Functions:
     def uses_pyjlad_vmap(self) -> bool:
         return batches_with_pyjlad_vmap(self.engine)
 
+    def arguments(self, tensors: Sequence[Any], batched: bool = False) -> list[Any]:
+        """The tensors as ``f``'s NumPy arguments: views of their memory, but copies of the arrays ``f`` writes
+        (``batched``: the arrays stack samples on axis 0). A function writing into its argument wrote the
+        caller's tensor (PyTorch cannot see a write through a view), and the backward then differentiated
+        at the moved point (``x *= 2`` in ``f``: ``x`` written twice, the gradient 16x for 8x)."""
+        args = [_numpy(t) for t in tensors]
+        for k in self._writes(args, batched):
+            args[k] = np.array(args[k], copy=True)
+        return args
+
+    def _writes(self, args: list[Any], batched: bool) -> set[int]:
+        """Positions of the array arguments ``f`` writes (all of them where pyjlad cannot tell)."""
+        arrays = {k for k, a in enumerate(args) if isinstance(a, np.ndarray)}
+        if batched and any(args[k].shape[0] == 0 for k in arrays):
+            return arrays
+        sample = tuple(a[0] if batched and k in arrays else a for k, a in enumerate(args))
+        try:
+            abi = export(self.numba_f, numba_argtypes(sample)).abi
+        except Exception:  # noqa: BLE001 - the call itself reports what is wrong with it
+            return arrays
+        return {k for k in arrays if k < len(abi.args) and isinstance(abi.args[k], ArrayArg) and abi.args[k].writes}
+
     def value(self, tensors: Sequence[Any]) -> Any:
-        return torch.as_tensor(np.asarray(self.numba_f(*[_numpy(t) for t in tensors])))
+        return torch.as_tensor(np.asarray(self.numba_f(*self.arguments(tensors))))
 
     def gradients(self, wrt: tuple[int, ...], tensors: Sequence[Any]) -> tuple[Any, ...]:
-        _, grads = value_and_gradient(self.numba_f, *[_numpy(t) for t in tensors], wrt=wrt, engine=self.engine)
+        _, grads = value_and_gradient(self.numba_f, *self.arguments(tensors), wrt=wrt, engine=self.engine)
         return tuple(_tensor(g, tensors[k]) for g, k in zip(grads, wrt))
 
 
@@ -118,7 +142,7 @@ def _make(fns: _Functions) -> type:
 
         @staticmethod
         def forward(k: int, v: Any, *tensors: Any) -> Any:
-            out = hvp(fns.numba_f, tuple(_numpy(t) for t in tensors), _numpy(v), k, engine=fns.engine)
+            out = hvp(fns.numba_f, tuple(fns.arguments(tensors)), _numpy(v), k, engine=fns.engine)
             return _tensor(out, tensors[k])
 
         @staticmethod
@@ -169,7 +193,7 @@ def _make(fns: _Functions) -> type:
                 return _loop(lambda *ts: Gradients.apply(wrt, *ts), dims, tensors, info.batch_size), (0,) * len(wrt)
             moved = _batch_first(dims, tensors)
             axes = tuple(None if d is None else 0 for d in dims)
-            out = fns.batched(grad(fns.numba_f, wrt=wrt), ("grad", wrt), axes)(*[_numpy(t) for t in moved])
+            out = fns.batched(grad(fns.numba_f, wrt=wrt), ("grad", wrt), axes)(*fns.arguments(moved, batched=True))
             out = out if isinstance(out, tuple) else (out,)
             return tuple(_tensor(g, tensors[k]) for g, k in zip(out, wrt)), (0,) * len(wrt)
 
@@ -220,7 +244,7 @@ def _make(fns: _Functions) -> type:
                 return _loop(Value.apply, in_dims, tensors, info.batch_size), 0
             moved = _batch_first(in_dims, tensors)
             axes = tuple(None if d is None else 0 for d in in_dims)
-            out = fns.batched(fns.numba_f, "value", axes)(*[_numpy(t) for t in moved])
+            out = fns.batched(fns.numba_f, "value", axes)(*fns.arguments(moved, batched=True))
             return torch.as_tensor(np.asarray(out)), 0
 
     return Value
@@ -232,7 +256,7 @@ def _make_pullback(fns: _Functions) -> type:
     class Pullback(torch.autograd.Function):
         @staticmethod
         def forward(cotangent: Any, *tensors: Any) -> Any:
-            _, cots = vjp(fns.f, tuple(_numpy(t) for t in tensors), _numpy(cotangent), engine=fns.engine)
+            _, cots = vjp(fns.f, tuple(fns.arguments(tensors)), _numpy(cotangent), engine=fns.engine)
             return tuple(None if c is None or not _is_float(t) else _tensor(c, t) for c, t in zip(cots, tensors))
 
         @staticmethod
