@@ -143,6 +143,16 @@ def _arity_message(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> str:
             f"{advice}")
 
 
+def _readonly_hint(argtypes: tuple[nbtypes.Type, ...]) -> str:
+    """What to try where an argument is a read-only array (Numba 0.68 fails with an ``AttributeError``
+    compiling a write into one, ``x *= 2.0``, instead of its "readonly array" error)."""
+    readonly = [i for i, t in enumerate(argtypes) if isinstance(t, nbtypes.Array) and not t.mutable]
+    if not readonly:
+        return ""
+    return (f" Argument(s) {', '.join(map(str, readonly))} are read-only arrays (writeable=False; JAX's arrays are): "
+            "where the function writes into one, pass a writable copy (np.array(x)) or write into a copy inside it")
+
+
 def compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:
     """Numba's compile result of ``func`` for ``argtypes`` (or the overload it would dispatch them to).
 
@@ -163,6 +173,12 @@ def compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:
             f"({', '.join(map(str, argtypes))}) in nopython mode. pyjlad differentiates "
             "nopython-mode Numba code: change the function so that numba.njit compiles it "
             f"for these arguments.\nNumba said:\n{detail}"
+        ) from None
+    except (AttributeError, AssertionError, KeyError, IndexError) as exc:  # a failure inside Numba itself
+        raise UnsupportedFunctionError(
+            f"Numba failed while compiling {name} for argument types ({', '.join(map(str, argtypes))}) "
+            f"({type(exc).__name__}: {exc}, an error inside Numba, which a call of {name} itself gives too)."
+            f"{_readonly_hint(argtypes)}"
         ) from None
     except (TypeError, RuntimeError) as exc:  # RuntimeError("compilation disabled"): explicit signatures only
         if isinstance(exc, TypeError) and "Signature mismatch" in str(exc):

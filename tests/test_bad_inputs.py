@@ -26,6 +26,17 @@ def _star(*xs):
     return xs[0] * xs[1]
 
 
+def _doubles_in_place(x):
+    x *= 2.0
+    return np.sum(x)
+
+
+def _readonly(values):
+    x = np.array(values, dtype=np.float64)
+    x.flags.writeable = False
+    return x
+
+
 def _with_default(x, y=2.0):
     return x * y
 
@@ -49,6 +60,10 @@ BAD = [
     # tests/test_product_defaults.py)
     ("an argument without a default left out", lambda: pyjlad.jacobian(scale, 1.0), TypeError,
      r"scale\(x, n\) takes 2 argument\(s\) but was given 1: pass n too"),
+    # Numba 0.68 itself fails with a bare AttributeError compiling a write into a read-only array
+    ("a write into a read-only array", lambda: pyjlad.gradient(_doubles_in_place, _readonly([1.0, 2.0])), TypeError,
+     r"Numba failed while compiling _doubles_in_place .* \(AttributeError: .*\bArgument\(s\) 0 are read-only arrays "
+     r".* pass a writable copy"),
     ("too many arguments", lambda: pyjlad.jacobian(_with_default, 1.0, 2.0, 3.0), TypeError,
      r"_with_default\(x, y=2.0\) takes 2 argument\(s\) but was given 3: pass only the arguments it takes"),
     ("float16 array", lambda: pyjlad.gradient(total, np.ones(3, np.float16)), TypeError,
