@@ -64,6 +64,8 @@ def as_numba_function(func: Any) -> Dispatcher | CFunc:
                 f"{describe_function(func)} is compiled in object mode; pyjlad differentiates "
                 "nopython-mode code: decorate it with @numba.njit instead"
             )
+        if _keyword_only(func.py_func):
+            return cached_for(func, ("positional twin",), lambda: _positional_twin(func))
         return func
     if type(func).__module__.startswith("numba.cuda"):
         raise UnsupportedFunctionError(
@@ -79,7 +81,50 @@ def as_numba_function(func: Any) -> Dispatcher | CFunc:
             f"cannot differentiate {func!r}: pass a Python function, a @numba.njit "
             "dispatcher or a @numba.cfunc"
         )
-    return cached_for(func, ("njit",), lambda: numba.njit(func))
+    return as_numba_function(cached_for(func, ("njit",), lambda: numba.njit(func)))
+
+
+def _keyword_only(py: Any) -> bool:
+    """Whether ``py`` has keyword-only parameters after a bare ``*`` (not ``*args``, refused elsewhere)."""
+    code = getattr(py, "__code__", None)
+    return bool(code is not None and code.co_kwonlyargcount and not code.co_flags & inspect.CO_VARARGS)
+
+
+def _positional_twin(func: Dispatcher) -> Dispatcher:
+    """``func`` with its keyword-only parameters made ordinary ones, in the same order with the same defaults
+    (the same code; Numba's options but ``cache``).
+
+    Numba binds a keyword-only parameter when Python calls the function, but not in ``@njit`` code (``g(x,
+    scale=s)`` there is "missing a required argument: 'x'"), where pyjlad's wrappers call it, nor passed by
+    position, as pyjlad's sweeps pass every argument.
+
+    Examples
+    --------
+    >>> import numba
+    >>> def f(x, *, scale=2.0):
+    ...     return x * scale
+    >>> twin = _positional_twin(numba.njit(f))
+    >>> twin(3.0), twin(3.0, 0.5), twin(3.0, scale=0.5)
+    (6.0, 1.5, 1.5)
+    """
+    py = func.py_func
+    code = py.__code__
+    kwonly = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    given = py.__kwdefaults__ or {}
+    defaults = tuple(py.__defaults__ or ())
+    missing = [name for name in kwonly if name not in given]
+    if missing and (defaults or any(name in given for name in kwonly[:kwonly.index(missing[-1])])):
+        raise UnsupportedFunctionError(
+            f"{describe_function(func)}{inspect.signature(py)}: pyjlad passes keyword-only parameters by position, "
+            f"and {', '.join(missing)} has no default after parameters that have one; give it a default or make "
+            "it an ordinary parameter"
+        )
+    twin = pytypes.FunctionType(code.replace(co_argcount=code.co_argcount + len(kwonly), co_kwonlyargcount=0),
+                                py.__globals__, py.__name__, (*defaults, *(given[n] for n in kwonly if n in given))
+                                or None, py.__closure__)
+    twin.__qualname__, twin.__module__, twin.__doc__ = py.__qualname__, py.__module__, py.__doc__
+    options = {k: v for k, v in func.targetoptions.items() if k not in ("nopython", "cache")}
+    return numba.njit(**options)(twin)
 
 
 def numba_argtypes(args: Sequence[Any]) -> tuple[nbtypes.Type, ...]:

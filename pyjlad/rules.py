@@ -303,7 +303,8 @@ def custom_derivative(func: Any) -> CustomDerivative:
         - reverse: ``vjp(*primals, g) -> adjoint`` (a float for one argument,
           a tuple with one float per argument otherwise).
 
-        Rules are ``@njit`` functions; they must not raise. A mode without a
+        Rules are ``@njit`` functions; they must not raise (a rule that raises
+        gives NaN for what it computes). A mode without a
         rule differentiates ``func``'s body.
     """
     return CustomDerivative(func)

@@ -58,14 +58,22 @@ def _loads(buffer: str, n: int, prefix: str) -> list[str]:
     return lines
 
 
+_NAN = "0x7FF8000000000000"
+
+
 def _call_numba(callee: str, ret: str, values: list[str]) -> list[str]:
-    """IR calling Numba's ABI function ``@callee`` and loading its result as ``%res`` (status dropped)."""
+    """IR calling Numba's ABI function ``@callee`` and loading its result as ``%res``; NaN in every field where
+    it raised (its exception cannot cross Enzyme's derivative: the adjoint the rule left unwritten was a
+    silent 0 until 2026-12-04)."""
+    nan = _NAN if ret == "double" else "{ " + ", ".join(f"double {_NAN}" for _ in range(ret.count("double"))) + " }"
     return [
         f"  %res.p = alloca {ret}, align 8",
         "  %exc = alloca ptr, align 8",
         f"  %status = call i32 {symbol_for(callee)}(ptr %res.p, ptr %exc, "
         + ", ".join(f"double %{v}" for v in values) + ")",
-        f"  %res = load {ret}, ptr %res.p, align 8",
+        f"  %res.ok = load {ret}, ptr %res.p, align 8",
+        "  %raised = icmp ne i32 %status, 0",
+        f"  %res = select i1 %raised, {ret} {nan}, {ret} %res.ok",
     ]
 
 

@@ -16,8 +16,9 @@ from numba.core.errors import TypingError
 from numba.extending import typeof_impl
 
 from .engines import default_engine_name, get_engine
-from .errors import ArgumentTypeError, UnsupportedFunctionError
-from .export import describe_function, numba_argtypes, result_type
+from .errors import ArgumentTypeError, PyjladError, UnsupportedFunctionError
+from .export import as_numba_function, describe_function, numba_argtypes, result_type
+from .export_compile import python_function
 from .memo import cached_for
 from .pytrees import (
     CONTAINERS as _CONTAINERS,
@@ -76,7 +77,10 @@ _NAMES = {"_ValueAndGrad": "value_and_grad", "_Grad": "grad", "_ValueAndGradArgs
 def _parameter_count(f: Any) -> int:
     """How many positional parameters ``f``'s Python function has; -1 if unknown or ``*args``
     (then every plain call is taken to give them all)."""
-    py = getattr(f, "py_func", None) or getattr(f, "_pyfunc", None) or f
+    try:  # (a function with keyword-only parameters: of the twin pyjlad differentiates, see as_numba_function)
+        py = python_function(as_numba_function(f))
+    except PyjladError:
+        py = python_function(f)
     try:
         params = inspect.signature(py).parameters.values()
     except (TypeError, ValueError):

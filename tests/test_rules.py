@@ -185,3 +185,33 @@ def test_julia_engine_refuses_rules_clearly() -> None:
     exported = export(square_loss, numba_argtypes((2.0,)))
     with pytest.raises(pyjlad.UnsupportedFunctionError, match="engine='embedded'"):
         julia_module_text(exported)
+
+
+@pyjlad.custom_derivative
+@njit
+def _checked_log(p):
+    return math.log(p) if p > 0.0 else math.nan
+
+
+@_checked_log.defvjp
+@njit
+def _checked_log_vjp(p, g):
+    if p <= 0.0:
+        raise ValueError("the rule: p must be positive")
+    return g / p
+
+
+@njit
+def _sum_of_checked_logs(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += _checked_log(x[i])
+    return s
+
+
+def test_a_rule_that_raises_gives_nan_not_a_silent_zero() -> None:
+    """Its exception cannot cross Enzyme's derivative; the adjoint it left unwritten was read as 0 (a plausible,
+    wrong gradient; found by a user-style probe, 2026-12-04). Oracle: d/dx log x = 1/x by hand."""
+    np.testing.assert_allclose(pyjlad.gradient(_sum_of_checked_logs, np.array([1.0, 4.0])), [1.0, 0.25], rtol=1e-15)
+    got = pyjlad.gradient(_sum_of_checked_logs, np.array([1.0, -2.0, 4.0]))
+    assert got[0] == 1.0 and np.isnan(got[1]) and got[2] == 0.25

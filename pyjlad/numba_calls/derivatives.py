@@ -381,6 +381,9 @@ def _raise_from_function(context: Any, builder: Any, func: Any, argtypes: tuple[
     a ``RuntimeError`` for a call that returns; ``False`` (nothing emitted) where ``func`` is no dispatcher."""
     from numba.core.dispatcher import Dispatcher
 
+    from ..export import as_numba_function
+
+    func = as_numba_function(func)  # (the positional twin of a function with keyword-only parameters)
     if not isinstance(func, Dispatcher):
         return False
     fnty = context.typing_context.resolve_value_type(func)
