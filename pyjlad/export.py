@@ -47,6 +47,7 @@ from .memo import cached_for
 from .parallel_derivatives import PARALLEL_TWIN, parallel_module
 from .portable import PortableModule
 from .portable_pipeline import make_portable
+from .refusals import refuse_objmode
 
 __all__ = [
     "ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function", "result_type",
@@ -163,6 +164,7 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
     else:
         argtypes = tuple(argtypes)
         cres = inspectable_compile_result(serial_dispatcher(target), argtypes)
+        refuse_objmode(target, argtypes, describe_function(target))
         argtypes = tuple(cres.signature.args)
         restype = cres.signature.return_type
         ir = resolve_recursion(cres.library.get_llvm_str(), cres, describe_function(target))

@@ -35,9 +35,9 @@ from typing import Any
 
 from numba.core import config as numba_config
 
-from .errors import EnzymeError
+from .errors import EnzymeError, UnsupportedFunctionError
 
-__all__ = ["Construct", "HELPER_CONSTRUCTS", "enzyme_reason", "explain", "demangle", "uses"]
+__all__ = ["Construct", "HELPER_CONSTRUCTS", "USE_CONSTRUCTS", "refuse_objmode", "enzyme_reason", "explain", "demangle", "uses"]
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,30 @@ class Use:
             f"{self.filename}:{self.line} (in {self.function})"
 
 
+_OBJMODE = Construct("a `with numba.objmode()` block (Python code run by the interpreter)", ("objmode",), True,
+                    "compute that part outside the differentiated function and pass its result in as an argument")
+#: Constructs named by their use in the typed IR alone (no runtime helper of their own): each where Enzyme
+#: fails on a function using it.
+USE_CONSTRUCTS: dict[str, Construct] = {
+    "objmode": _OBJMODE,
+    "cfunc": Construct("a call of a @cfunc (through its address, which Enzyme cannot see into)", ("cfunc",),
+                       True, "call an @njit version of it instead (numba.njit(the_cfunc._pyfunc)), whose body "
+                       "pyjlad differentiates with the caller"),
+}
+
+
+def refuse_objmode(dispatcher: Any, argtypes: tuple, name: str) -> None:
+    """Refuse a function whose typed IR (or a callee's) has a ``numba.objmode`` block, where it is: its
+    module's pickled constants do not survive the passes that prepare Enzyme's input (an ``opt`` parse error
+    before, 2026-12-04), and Enzyme cannot differentiate the interpreter anyway."""
+    places = [u for u in uses(dispatcher, argtypes) if u.label == "objmode"]
+    if places:
+        raise UnsupportedFunctionError(
+            f"pyjlad cannot differentiate {name}: it uses {_OBJMODE.name}, at {places[0].where()}. "
+            f"This is a known limit of pyjlad. What to do: {_OBJMODE.advice}."
+        )
+
+
 def _label_of_callee(typ: Any) -> str | None:
     text = str(typ)
     if text.startswith("jitclass."):  # (a jitclass's constructor; its methods are ClassInstanceType.<name>)
@@ -257,6 +281,12 @@ def uses(dispatcher: Any, argtypes: tuple, *, depth: int = 3, seen: set | None =
             if expr.op == "call":
                 callee = typemap.get(expr.func.name)
                 inner = getattr(callee, "dispatcher", None)
+                if type(inner).__name__ == "ObjModeLiftedWith":
+                    yield here("objmode")
+                    continue
+                if type(callee).__name__ == "FunctionType":  # a first-class function: a @cfunc's address
+                    yield here("cfunc")
+                    continue
                 if inner is not None:
                     name = getattr(inner.py_func, "__qualname__", "helper")
                     yield here(f"call {name}")
@@ -357,6 +387,8 @@ def explain(exported: Any, error: EnzymeError, helpers: list[str]) -> EnzymeErro
     found = [(symbol, construct) for symbol, construct in _constructs_from_helpers(helpers)
              if used.intersection(construct.labels)]
     if not found:
+        found = [(label, construct) for label, construct in USE_CONSTRUCTS.items() if label in used]
+    if not found:
         from_report = _construct_from_report(diagnostics, user_functions)
         found = [from_report] if from_report else []
     lines = []
@@ -367,7 +399,7 @@ def explain(exported: Any, error: EnzymeError, helpers: list[str]) -> EnzymeErro
         places = [u for u in all_uses if u.label in construct.labels]
         lines.append(f"pyjlad cannot differentiate {exported.name}: it uses {construct.name}"
                      + (f" (Numba implements it with {symbol}, which Enzyme cannot see into)"
-                        if construct.limit else "") + ".")
+                        if construct.limit and symbol not in USE_CONSTRUCTS else "") + ".")
         lines += [f"  at {u.where()}" for u in dict.fromkeys(places)][:5]
     known = found and all(c.limit for _, c in found)
     if known:

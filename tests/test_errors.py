@@ -160,6 +160,42 @@ def test_printing_is_refused_with_the_helpers_named() -> None:
         pyjlad.gradient(noisy, 3.0)
 
 
+def test_objmode_is_refused_where_it_is() -> None:
+    """Was an ``opt`` parse error about a pickled constant's length (found by a user-style probe, 2026-12-04)."""
+    import numba
+
+    @njit
+    def with_python(x):
+        s = np.sum(x * x)
+        with numba.objmode(y="float64"):
+            y = 1.0
+        return s * y
+
+    with pytest.raises(TypeError, match=r"it uses a `with numba.objmode\(\)` block .* at .*test_errors.py:\d+ "
+                                        r"\(in .*with_python\).* pass its result in as an argument"):
+        pyjlad.gradient(with_python, np.ones(3))
+
+
+def test_a_cfunc_called_inside_is_named_with_what_to_call_instead() -> None:
+    """Was "no construct of the function could be identified" (found by a user-style probe, 2026-12-04)."""
+    from numba import cfunc
+
+    @cfunc("float64(float64)")
+    def square(v):
+        return v * v
+
+    @njit
+    def total(x):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += square(x[i])
+        return s
+
+    with pytest.raises(pyjlad.EnzymeError, match=r"it uses a call of a @cfunc .*\n  at .*test_errors.py:\d+ "
+                                                 r"\(in .*total\)(.|\n)*call an @njit version of it instead"):
+        pyjlad.gradient(total, np.ones(3))
+
+
 def test_broken_toolchain_is_an_exception(monkeypatch, tmp_path) -> None:
     from pyjlad import toolchain
 
