@@ -109,7 +109,12 @@ def _shadow_for(index: int, arg: Duplicated, write_back: list) -> Any:
             "derivatives into the shadow, which would overwrite the argument: pass a separate array "
             "(e.g. Duplicated(x, np.zeros_like(x)))"
         )
-    if dx.strides == x.strides and dx.flags.writeable:
+    if not dx.flags.writeable:
+        raise ArgumentError(
+            f"argument {index}: the shadow is read-only (writeable=False); Enzyme adds derivatives into it (reverse "
+            "mode) or writes the tangent there (forward): pass a writable array, e.g. np.zeros_like(x)"
+        )
+    if dx.strides == x.strides:
         return dx
     shadow, _ = shadow_like(x, dx)
     write_back.append((dx, shadow))

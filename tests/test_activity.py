@@ -137,3 +137,13 @@ def test_one_activity_enum_for_sweeps_and_drivers() -> None:
     assert call.count("@enzyme_out") == 1 and "ptr @enzyme_const, ptr %p11," in call
     noneed = ad_driver(abi, "reverse", (Activity.DUPNONEED, "const", "active", "const"), salt="s").text
     assert "ptr @enzyme_dupnoneed, ptr %p4, ptr %shadow0," in noneed
+
+
+@pytest.mark.parametrize("mode", [pyjlad.Reverse, pyjlad.Forward])
+def test_a_read_only_shadow_is_refused_in_pyjlads_terms(mode) -> None:
+    """Was NumPy's own ValueError ("assignment destination is read-only"), no PyjladError (a user-style probe)."""
+    x, dx = np.array([1.0, 2.0]), np.zeros(2)
+    dx.flags.writeable = False
+    with pytest.raises(pyjlad.ArgumentError, match=r"argument 0: the shadow is read-only .* pass a writable array"):
+        pyjlad.autodiff(mode, lambda a: np.sum(a * a), pyjlad.Duplicated(x, dx))
+    np.testing.assert_array_equal(x, [1.0, 2.0])

@@ -187,3 +187,19 @@ def test_a_function_writing_its_argument_leaves_the_tensor_and_gets_the_derivati
     _close(out, 4.0 * x0 * x0)
     _close(y.grad, 8.0 * x0)
     assert torch.equal(y.detach(), x0)
+
+
+def test_python_numbers_are_constants() -> None:
+    """A Python int was an AttributeError ('int' object has no attribute 'detach'); now a constant tensor."""
+    f = to_torch(energy)
+    x = _x(5, seed=3).requires_grad_()
+    for k in (2, 0.7):
+        x.grad = None
+        value = f(x, k)
+        value.backward()
+        xr = x.detach().clone().requires_grad_()
+        want = energy_torch(xr, float(k))
+        want.backward()
+        _close(value, want)
+        _close(x.grad, xr.grad)
+    _close(torch.func.grad(f)(x.detach(), 2), torch.func.grad(lambda y: energy_torch(y, 2.0))(x.detach()))

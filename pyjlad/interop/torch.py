@@ -50,6 +50,15 @@ def _numpy(t: Any) -> Any:
     return array[()] if array.ndim == 0 else array
 
 
+def _constant(t: Any) -> Any:
+    """``t`` as a tensor where it is a Python or NumPy number (a float as float64, as NumPy types it)."""
+    if isinstance(t, (float, np.floating)):
+        return torch.as_tensor(np.asarray(t, dtype=np.float64 if isinstance(t, float) else t.dtype))
+    if isinstance(t, (bool, int, np.integer, np.bool_)):
+        return torch.as_tensor(np.asarray(t))
+    return t
+
+
 def _is_float(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
 
@@ -300,7 +309,9 @@ def to_torch(f: Any, *, engine: str | None = None) -> Any:
     value = _make(_Functions(f, engine))
 
     def call(*tensors: Any) -> Any:
-        return value.apply(*tensors)
+        # A Python number is a constant tensor (autograd saves tensors only; an int was an AttributeError), a
+        # float a float64 one (torch's default dtype would round it to float32).
+        return value.apply(*(_constant(t) for t in tensors))
 
     call.__wrapped__ = f
     return call
