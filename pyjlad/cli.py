@@ -108,13 +108,22 @@ def _load_function(spec: str):
     module_name, attr = spec.rsplit(":", 1)
     if module_name.endswith(".py"):
         path = Path(module_name).resolve()
+        if not path.is_file():
+            raise SystemExit(f"error: {module_name}: no such file")
         sys.path.insert(0, str(path.parent))
         module_name = path.stem
     else:
         sys.path.insert(0, str(Path.cwd()))
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise SystemExit(f"error: cannot import {module_name!r} ({exc}): give a module importable from this "
+                         "directory, or path/to/file.py") from None
     obj = module
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SystemExit(f"error: {module_name} has no {attr!r} (it defines: "
+                             f"{', '.join(n for n in sorted(vars(module)) if not n.startswith('_'))[:300]})")
         obj = getattr(obj, part)
     return obj
 
@@ -128,6 +137,11 @@ def _export(args: argparse.Namespace) -> int:
     func = _load_function(args.function)
     try:
         argtypes, _ = sigutils.normalize_signature(f"({args.signature},)" if args.signature else "()")
+    except (SyntaxError, NameError, TypeError, AttributeError) as exc:
+        print(f"error: --signature {args.signature!r} is not a list of Numba types ({type(exc).__name__}: {exc}); "
+              "write e.g. --signature 'float64[:], float64'", file=sys.stderr)
+        return 2
+    try:
         exported = export(func, argtypes)
     except PyjladError as exc:
         print(f"error: {exc}", file=sys.stderr)

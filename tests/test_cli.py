@@ -141,3 +141,18 @@ def test_a_closed_pipe_is_no_traceback() -> None:
     proc.stdout.close()  # as `pyjlad doctor | head -1` does
     _, err = proc.communicate(timeout=120)
     assert b"Traceback" not in err
+
+
+@pytest.mark.parametrize(("spec", "signature", "said"), [
+    ("missing.py:f", "float64", "error: missing.py: no such file"),
+    ("nomodule_here:f", "float64", "error: cannot import 'nomodule_here'"),
+    ("m.py:g", "float64", "error: m has no 'g' (it defines: f, njit"),
+    ("m.py:f", "float64[:", "error: --signature 'float64[:' is not a list of Numba types"),
+])
+def test_export_mistakes_are_one_error_line_not_a_traceback(tmp_path: Path, spec: str, signature: str,
+                                                           said: str) -> None:
+    """Each printed a Python traceback before (a user-style probe, 2026-12-04)."""
+    (tmp_path / "m.py").write_text("from numba import njit\n\n@njit\ndef f(x):\n    return x * x\n")
+    proc = _run("export", spec, "--signature", signature, "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert proc.returncode != 0
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
