@@ -26,6 +26,7 @@ from . import stable_names as sn
 from .branch_selects import resolve_branch_selects
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
+from .guarded_selects import branch_guarded_selects
 from .integer_minmax import integer_min_max_as_selects
 from .inverse_calls import INVERSE, inverse_declarations, inverse_pairs_in
 from .ir import analysis, downlevel
@@ -285,6 +286,15 @@ def freeze_selects(module: Module, context: PortableContext) -> Module:
     return map_items(module, lambda d: freeze_carried_selects(d)[0], where=definitions_named(context.rewritten))
 
 
+def guarded_selects(module: Module, context: PortableContext) -> Module:
+    """Write a speculated float ``select`` whose discarded side's derivative depends on its values as a branch.
+
+    Enzyme's adjoint of the discarded side is ``0 * value``: NaN where the guard failed because the value is
+    NaN or infinite (``np.nanvar``'s gradient was all NaN; see :mod:`pyjlad.guarded_selects`).
+    """
+    return map_items(module, branch_guarded_selects, where=definitions_named(context.rewritten))
+
+
 def integer_min_max(module: Module, context: PortableContext) -> Module:
     """Write each integer ``min``/``max`` intrinsic as an ``icmp`` and a ``select``, which Enzyme differentiates.
 
@@ -402,6 +412,7 @@ PORTABLE = Pipeline("portable", (
     Pass("branch-selects", branch_selects, "bodies of Numba's functions"),
     Pass("opaque-address-comparisons", opaque_address_comparisons, "bodies of Numba's functions; a helper added"),
     Pass("freeze-carried-selects", freeze_selects, "bodies of Numba's functions"),
+    Pass("guarded-selects", guarded_selects, "bodies of Numba's functions: blocks added"),
     Pass("integer-min-max", integer_min_max, "bodies of Numba's functions"),
     Pass("down-level", down_level, "syntax, vector intrinsics", form="text"),
     Pass("translate-attribute-groups", translate_attribute_groups, "attribute groups"),
