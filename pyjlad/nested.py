@@ -23,6 +23,7 @@ digest covers the inner module's text, ABI, mode and activities.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -220,6 +221,9 @@ def nested_modules(external_functions: Sequence[str]) -> list[str]:
 _BLAS_FAILURES = ("AdjointGenerator::handleBLAS", "AdjointGenerator::handle_")
 
 
+_FRAME_RE = re.compile(r"\s*#\d+ 0x[0-9a-f]+ ")
+
+
 def _describe(name: str) -> str:
     sweep = _SWEEPS[name]
     kind = "pyjlad.grad" if sweep.mode == "reverse" else "a forward-mode derivative"
@@ -236,13 +240,19 @@ def explain_failure(outer_name: str, external_functions: Sequence[str], error: E
     called = ", ".join(_describe(name) for name in inner)
     message = (f"pyjlad cannot differentiate {outer_name} through the derivative it calls from @njit code "
                f"({called}): Enzyme failed on the second derivative. ")
-    if any(marker in diagnostics for marker in _BLAS_FAILURES):
-        functions = ", ".join(sorted({_SWEEPS[name].exported.name for name in inner}))
+    with_blas = sorted({_SWEEPS[name].exported.name for name in inner
+                        if any(f.startswith("cblas_") for f in _SWEEPS[name].exported.module.external_functions)})
+    if with_blas or any(marker in diagnostics for marker in _BLAS_FAILURES):
+        # (forward mode over such a derivative crashed elsewhere: in LLVM's verifier, no BLAS frame on the stack)
+        functions = ", ".join(with_blas or sorted({_SWEEPS[name].exported.name for name in inner}))
         message += (f"{functions} uses np.dot, @ or another BLAS/LAPACK call, whose derivative (BLAS calls "
                     "again) Enzyme v0.0.289 cannot differentiate a second time; write that product in "
                     f"{functions} as np.sum(x * y) or a loop. ")
     lines = [line for line in diagnostics.splitlines() if line.strip()]
     last = next((line for line in reversed(lines) if "Assertion" in line or "error:" in line or "UNREACHABLE" in line),
-                lines[-1] if lines else "")
+                None)
+    if last is None:  # a crash: its stack, whose last frame (``_start``) says nothing
+        crashed = "Stack dump:" in diagnostics or any(_FRAME_RE.match(line) for line in lines)
+        last = "opt crashed inside Enzyme (its stack is in the report)" if crashed else (lines[-1] if lines else "")
     message += f"Enzyme's message: {last.strip()[:400]}. Enzyme's full report is in exc.diagnostics."
     return NestedDerivativeError(message, diagnostics=diagnostics)

@@ -324,6 +324,18 @@ def test_second_derivative_through_blas_is_refused_in_the_users_terms():
     np.testing.assert_array_equal(x, X)
 
 
+def test_forward_mode_through_blas_is_refused_in_the_users_terms_too():
+    """Forward mode over that derivative crashed elsewhere (LLVM's verifier, no BLAS frame on the stack): the
+    message quoted the stack's last frame (``#37 0x... _start``) and named nothing (a user-style probe)."""
+    from pyjlad.nested import NestedDerivativeError
+
+    with pytest.raises(NestedDerivativeError) as info:
+        pyjlad.jvp(blas_penalty, (X.copy(),), (np.ones_like(X),))
+    message = str(info.value)
+    assert "blas_square uses np.dot" in message and "np.sum(x * y)" in message
+    assert "#" not in message.split("Enzyme's message:")[1]
+
+
 # ------------------------------------------------------------------ the export keeps a declaration only
 def test_export_declares_the_inner_driver_and_keeps_none_of_its_machine_code():
     from pyjlad.export import export
