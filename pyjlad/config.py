@@ -277,6 +277,31 @@ def opt_timeout_s() -> float:
         raise ToolchainSettingError(str(exc)) from None
 
 
+def opt_memory_bytes() -> int:
+    """``PYJLAD_OPT_MEMORY``: the address space (bytes) one Enzyme run (``opt``) may take; default three quarters
+    of this machine's memory (at least 2 GiB); ``0``: no limit. Enzyme's derivative of a small function can grow
+    without bound (a 10-line Kalman filter took 24 GB until the kernel killed processes at random): with the
+    limit, ``opt`` stops with "out of memory" and pyjlad raises an :class:`~pyjlad.errors.EnzymeError`.
+
+    Raises
+    ------
+    ToolchainSettingError
+        If the value is not a whole number of bytes.
+    """
+    try:
+        return byte_count("PYJLAD_OPT_MEMORY", _default_opt_memory())
+    except SettingError as exc:
+        raise ToolchainSettingError(str(exc)) from None
+
+
+def _default_opt_memory() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that says: no limit
+        return 0
+    return max(2 << 30, total * 3 // 4)
+
+
 def opt_override() -> str | None:
     """``PYJLAD_OPT``: LLVM 15's ``opt`` to run Enzyme with.
 

@@ -49,6 +49,27 @@ def test_opt_timeout_must_be_a_positive_number_of_seconds(monkeypatch, bad):
     assert config.opt_timeout_s() == 12.5
 
 
+def test_opt_memory_is_bytes_and_caps_the_process(monkeypatch):
+    import subprocess
+    import sys
+
+    from pyjlad.toolchain.runner import _limit_memory
+
+    monkeypatch.setenv("PYJLAD_OPT_MEMORY", "lots")
+    with pytest.raises(ToolchainError, match="PYJLAD_OPT_MEMORY='lots'"):
+        config.opt_memory_bytes()
+    monkeypatch.delenv("PYJLAD_OPT_MEMORY")
+    assert config.opt_memory_bytes() >= 2 << 30
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        _limit_memory(child.pid, 3 << 30)
+        limits = open(f"/proc/{child.pid}/limits").read()
+        assert re.search(rf"Max address space\s+{3 << 30}\s+{3 << 30}\s+bytes", limits), limits
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.parametrize("name, read, default", [
     ("PYJLAD_CACHE_MAX_BYTES", cache.max_bytes, "2147483648"),
     ("PYJLAD_LOCK_TIMEOUT", cache.lock_timeout, "600"),

@@ -95,21 +95,32 @@ class Toolchain:
             "-o", "-",
             "-",
         ]
-        timeout = config.opt_timeout_s()
+        timeout, memory = config.opt_timeout_s(), config.opt_memory_bytes()
+        data = ir if isinstance(ir, bytes) else ir.encode()
         try:
-            data = ir if isinstance(ir, bytes) else ir.encode()
-            proc = subprocess.run(cmd, input=data, capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise EnzymeError(
-                f"Enzyme did not finish differentiating {what} within {timeout:.0f} s "
-                "(raise PYJLAD_OPT_TIMEOUT to wait longer)"
-            ) from exc
+            with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+                _limit_memory(proc.pid, memory)
+                try:
+                    stdout, stderr_bytes = proc.communicate(data, timeout=timeout)
+                except subprocess.TimeoutExpired as exc:
+                    proc.kill()
+                    proc.communicate()
+                    raise EnzymeError(
+                        f"Enzyme did not finish differentiating {what} within {timeout:.0f} s "
+                        "(raise PYJLAD_OPT_TIMEOUT to wait longer)"
+                    ) from exc
         except OSError as exc:  # not a program (ENOEXEC), not permitted, gone since it was located
             raise _cannot_run(self.opt, exc) from exc
-        stderr = proc.stderr.decode(errors="replace")
+        stderr = stderr_bytes.decode(errors="replace")
         if proc.returncode != 0:
-            raise EnzymeError(_describe_failure(proc.returncode, stderr, what), diagnostics=stderr)
-        return proc.stdout
+            message = _describe_failure(proc.returncode, stderr, what)
+            if memory and any(sign in stderr for sign in ("out of memory", "bad_alloc", "terminate called")):
+                message = (f"Enzyme ran out of memory differentiating {what}: it may take {memory / 2**30:.1f} GiB "
+                           "(PYJLAD_OPT_MEMORY). Its derivative of this function grows without bound in Enzyme "
+                           "v0.0.289; smaller pieces (a helper differentiated on its own, fewer matrix products "
+                           "per loop step) may fit.\n" + message)
+            raise EnzymeError(message, diagnostics=stderr)
+        return stdout
 
     def run_text(self, ir: str, passes: str, *, what: str, defines: str) -> str:
         """``opt``'s IR text for ``passes`` over ``ir`` (no differentiation: a step before Enzyme), checked before
@@ -168,6 +179,20 @@ _KEY_LINE = re.compile(
     r"^error:|Assertion|Illegal|Enzyme:|cannot|Cannot|unknown function|LLVM ERROR|not handled|"
     r"Unhandled|Stack dump|Segmentation|Aborted"
 )
+
+
+def _limit_memory(pid: int, limit: int) -> None:
+    """Cap the address space of process ``pid`` (``opt``, just started) at ``limit`` bytes (``0``: no cap). Set
+    from outside, not in the child before ``exec`` (``preexec_fn`` is unsafe in a process with threads); the
+    child has allocated next to nothing yet."""
+    if not limit:
+        return
+    try:
+        import resource
+
+        resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, OSError, ValueError):  # no prlimit here, or the process is gone already
+        pass
 
 
 def _describe_failure(returncode: int, stderr: str, what: str) -> str:
