@@ -23,7 +23,6 @@ digest covers the inner module's text, ABI, mode and activities.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -221,7 +220,10 @@ def nested_modules(external_functions: Sequence[str]) -> list[str]:
 _BLAS_FAILURES = ("AdjointGenerator::handleBLAS", "AdjointGenerator::handle_")
 
 
-_FRAME_RE = re.compile(r"\s*#\d+ 0x[0-9a-f]+ ")
+def _stack_frame(line: str) -> bool:
+    """Whether ``line`` is a frame of LLVM's crash stack (``#12 0x00007f... name``)."""
+    parts = line.split()
+    return len(parts) >= 2 and parts[0][:1] == "#" and parts[0][1:].isdigit() and parts[1].startswith("0x")
 
 
 def _describe(name: str) -> str:
@@ -252,7 +254,7 @@ def explain_failure(outer_name: str, external_functions: Sequence[str], error: E
     last = next((line for line in reversed(lines) if "Assertion" in line or "error:" in line or "UNREACHABLE" in line),
                 None)
     if last is None:  # a crash: its stack, whose last frame (``_start``) says nothing
-        crashed = "Stack dump:" in diagnostics or any(_FRAME_RE.match(line) for line in lines)
+        crashed = "Stack dump:" in diagnostics or any(_stack_frame(line) for line in lines)
         last = "opt crashed inside Enzyme (its stack is in the report)" if crashed else (lines[-1] if lines else "")
     message += f"Enzyme's message: {last.strip()[:400]}. Enzyme's full report is in exc.diagnostics."
     return NestedDerivativeError(message, diagnostics=diagnostics)
