@@ -137,7 +137,7 @@ class LooseDerivativeCheck:
         raise EnzymeError(
             f"the gradient of {self.name} cannot be trusted: Enzyme could not deduce what some of the function's "
             f"memory holds and built its derivative assuming it (loose types), and that derivative disagrees with "
-            f"finite differences of the function (along a random direction: {found[0]:.6g} against "
-            f"{found[1]:.6g}). pyjlad does not return it. A copy of floats Enzyme took for integers does this "
+            f"finite differences of the function (along a random direction, at the arguments of its first call for "
+            f"these argument types: {found[0]:.6g} against {found[1]:.6g}). pyjlad does not return it, then or later. A copy of floats Enzyme took for integers does this "
             "(its adjoint is lost); please report it with the function (PYJLAD_DUMP_IR=<dir> writes the modules)",
             diagnostics=f"directional derivative {found[0]!r}, central differences (Richardson) {found[1]!r}")
