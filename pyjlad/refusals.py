@@ -262,7 +262,7 @@ def uses(dispatcher: Any, argtypes: tuple, *, depth: int = 3, seen: set | None =
     seen = set() if seen is None else seen
     cres = _overload(dispatcher, argtypes)
     annotation = getattr(cres, "type_annotation", None)
-    if annotation is None or id(cres) in seen:
+    if getattr(annotation, "typemap", None) is None or id(cres) in seen:  # (loaded from Numba's disk cache: a str)
         return
     seen.add(id(cres))
     typemap, calltypes = annotation.typemap, annotation.calltypes
