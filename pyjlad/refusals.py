@@ -332,8 +332,12 @@ def _construct_from_report(diagnostics: str, user_functions: set[str]) -> tuple[
         qualname = path.split(".")[-1]
         for function in user_functions:
             if path.endswith(function) or qualname == function.split(".")[-1]:
-                return path, Construct(f"your function {function}", (f"call {function}",), False,
-                                       "simplifying that function (or splitting it) may avoid it")
+                short = function.split(".")[-1]
+                return path, Construct(
+                    f"your function {function}", (f"call {function}",), False,
+                    f"decorating {short} with @numba.njit(inline='always') often avoids it (Numba then compiles "
+                    f"its body into the caller, which Enzyme differentiates as one function: a matrix exponential "
+                    f"helper failed so and worked inlined), or simplify {short}")
     return None
 
 

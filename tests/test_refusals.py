@@ -339,3 +339,73 @@ def test_a_refusal_says_when_numbas_debug_information_is_on(monkeypatch):
     message = str(explain(exported, EnzymeError("Enzyme failed", diagnostics=diagnostics), []))
     assert "NUMBA_DEBUGINFO=1, or NUMBA_ENABLE_PROFILING=1" in message
     assert "differentiate in a process without those variables" in message
+
+
+def _expm_body(A):
+    n = A.shape[0]
+    nrm = np.max(np.sum(np.abs(A), axis=1))
+    s = 0
+    while nrm > 0.5:
+        nrm /= 2.0
+        s += 1
+    As = A / 2.0 ** s
+    E = np.eye(n)
+    term = np.eye(n)
+    for k in range(1, 10):
+        term = _square_product(term, As) / k
+        E = E + term
+    for _ in range(s):
+        E = _square_product(E, E)
+    return E
+
+
+@njit
+def _square_product(A, B):
+    n = A.shape[0]
+    C = np.zeros((n, n))
+    for i in range(n):
+        for k in range(n):
+            for j in range(n):
+                C[i, j] += A[i, k] * B[k, j]
+    return C
+
+
+_expm_helper = njit(_expm_body)
+_expm_inlined = njit(inline="always")(_expm_body)
+
+
+@njit
+def _sum_of_expm(A):
+    return np.sum(_expm_helper(A))
+
+
+@njit
+def _sum_of_expm_inlined(A):
+    return np.sum(_expm_inlined(A))
+
+
+def test_a_failing_helper_is_named_with_numbas_inlining_as_the_advice_and_it_works():
+    """A scaling-and-squaring helper: Enzyme v0.0.289's reverse mode fails on it as a call ("function failed
+    verification"), and differentiates it inlined (a user-style probe, 2026-12-04). Oracle: the same truncated
+    series and squarings in JAX (float64)."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    A = np.array([[0.3, -0.2, 0.1], [0.05, 0.4, -0.3], [0.2, 0.1, -0.5]]) * 3
+    with pytest.raises(EnzymeError) as info:
+        pyjlad.grad(_sum_of_expm)(A.copy())
+    assert "decorating _expm_body with @numba.njit(inline='always') often avoids it" in str(info.value)
+    jnp = jax.numpy
+    s = int(np.ceil(np.log2(np.max(np.sum(np.abs(A), axis=1)) / 0.5)))  # the helper's halvings at this A
+
+    def twin(a):
+        term = E = jnp.eye(3)
+        for k in range(1, 10):
+            term = term @ (a / 2.0 ** s) / k
+            E = E + term
+        for _ in range(s):
+            E = E @ E
+        return jnp.sum(E)
+
+    assert _sum_of_expm_inlined(A.copy()) == pytest.approx(float(twin(A)), rel=1e-13)
+    np.testing.assert_allclose(pyjlad.grad(_sum_of_expm_inlined)(A.copy()), np.asarray(jax.grad(twin)(A)),
+                               rtol=1e-12)
