@@ -40,7 +40,7 @@ import itertools
 from .ir.lexer import split_top_level, words
 from .ir.module import Instruction, parse_instruction
 
-__all__ = ["freeze_carried_selects"]
+__all__ = ["float_select", "freeze_carried_selects"]
 
 _FLOATS = frozenset({"double", "float", "half"})
 
@@ -78,8 +78,9 @@ def _float_phi_incoming(instruction: Instruction) -> set[str] | None:
     return {value for value, _ in instruction.phi_incoming()}
 
 
-def _float_select(instruction: Instruction) -> tuple[str, str, str] | None:
-    """``(type, true value, false value)`` of a ``select`` between floats; ``None`` for anything else."""
+def float_select(instruction: Instruction) -> tuple[str, str, str, str] | None:
+    """``(condition, type, true value, false value)`` of a ``select`` between floats (scalars or vectors);
+    ``None`` for anything else (also read by :mod:`pyjlad.guarded_selects`)."""
     if instruction.opcode != "select" or instruction.result is None:
         return None
     parts = [words(part) for part in split_top_level(instruction.after_opcode())]
@@ -89,7 +90,7 @@ def _float_select(instruction: Instruction) -> tuple[str, str, str] | None:
     if (len(condition) < 2 or not _is_condition_type(condition[-2]) or not all(map(_is_flag, condition[:-2]))
             or len(true) != 2 or len(false) != 2 or not _is_float_type(true[0]) or not _is_float_type(false[0])):
         return None
-    return true[0], true[1], false[1]
+    return condition[-1], true[0], true[1], false[1]
 
 
 def _frozen_name(name: str) -> str:
@@ -155,10 +156,10 @@ def freeze_carried_selects(define: str) -> tuple[str, bool]:
             continue
         if (values := _float_phi_incoming(instruction)) is not None:
             incoming[instruction.result] = values
-        elif (select := _float_select(instruction)) is not None:
+        elif (select := float_select(instruction)) is not None:
             selects.append((k, instruction.result, select))
     changed = False
-    for k, name, (ty, true, false) in reversed(selects):
+    for k, name, (_, ty, true, false) in reversed(selects):
         if not any(name in incoming.get(operand, ()) for operand in (true, false)):
             continue
         indent = lines[k][:lines[k].index(name)]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .carried_selects import float_select
 from .ir.cfg import blocks
 from .ir.instructions import Instruction, parse_instruction
 
@@ -56,16 +57,10 @@ def _movable(instruction: Instruction) -> bool:
     return True
 
 
-def _float_select(instruction: Instruction) -> tuple[str, str, str, str] | None:
-    """``(condition, type, true value, false value)`` of a scalar float ``select``; ``None`` otherwise."""
-    if instruction.opcode != "select" or instruction.result is None:
-        return None
-    words = [t.text for t in instruction.after_opcode() if t.kind not in ("ws", "comment") and t.text != ","]
-    while words and words[0] in ("fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"):
-        words = words[1:]
-    if len(words) != 6 or words[0] != "i1" or words[2] not in _FLOATS or words[4] != words[2]:
-        return None
-    return words[1], words[2], words[3], words[5]
+def _scalar_float_select(instruction: Instruction) -> tuple[str, str, str, str] | None:
+    """``(condition, type, true value, false value)`` of a scalar ``double``/``float`` select; ``None`` otherwise."""
+    found = float_select(instruction)
+    return found if found is not None and found[0].startswith("%") and found[1] in _FLOATS else None
 
 
 def _chain(value: str, defined: dict[str, int], lines: list[Instruction | None], uses: Counter,
@@ -98,7 +93,7 @@ def _split_once(body: list[str], counter: list[int]) -> list[str] | None:
         parsed = parsed_body[offset:offset + len(lines)]
         defined = {ins.result: k for k, ins in enumerate(parsed) if ins is not None and ins.result}
         for index, instruction in enumerate(parsed):
-            found = _float_select(instruction) if instruction is not None else None
+            found = _scalar_float_select(instruction) if instruction is not None else None
             if found is None or not name:
                 continue
             condition, kind, if_true, if_false = found

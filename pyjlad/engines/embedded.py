@@ -352,12 +352,12 @@ class Compiled:
                 caller._can_compile = False
         return built
 
-    def _first_call(self, caller: Any, args: tuple[Any, ...], shadows: tuple[Any, ...],
-                    seed: Any) -> LooseDerivativeCheck | None:
-        """Compile the caller for these argument types (:meth:`_compile_for`) and note their Python types as
-        called; the loose-types check to run around this call, where it applies."""
+    def _first_call(self, caller: Any, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: Any,
+                    kinds: tuple[type, ...]) -> LooseDerivativeCheck | None:
+        """Compile the caller for these argument types (:meth:`_compile_for`) and note their Python types
+        (``kinds``) as called; the loose-types check to run around this call, where it applies."""
         check = self._loose_check(self._compile_for(caller, args, shadows, seed))
-        self._kinds.add((*map(type, args), *map(type, shadows)))
+        self._kinds.add(kinds)
         if check is not None and check.applies(args, shadows, seed):
             check.before(args, shadows)
             return check
@@ -385,14 +385,14 @@ class Compiled:
                 # Types not called with before: compiled for exactly these first. Numba's dispatcher, its
                 # compiling disabled, would otherwise convert a scalar to a type compiled before (a float
                 # to an int, a float64 to a float32) and call that derivative without a word.
-                check = self._first_call(caller, args, shadows, seed)
+                check = self._first_call(caller, args, shadows, seed, kinds)
                 call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
             try:
                 status, value, dret, *adjoints = call(*args, *shadows, seed)
             except TypeError as exc:
                 if "No matching definition" not in str(exc):
                     raise
-                check = self._first_call(caller, args, shadows, seed)
+                check = self._first_call(caller, args, shadows, seed, kinds)
                 call = caller if not self._recursive else functools.partial(on_deep_stack, caller)
                 status, value, dret, *adjoints = call(*args, *shadows, seed)
         except NotImplementedError:
