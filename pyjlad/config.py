@@ -280,7 +280,7 @@ def opt_timeout_s() -> float:
 def opt_memory_bytes() -> int:
     """``PYJLAD_OPT_MEMORY``: the address space (bytes) one Enzyme run (``opt``) may take; default three quarters
     of this machine's memory (at least 2 GiB); ``0``: no limit. Enzyme's derivative of a small function can grow
-    without bound (a 10-line Kalman filter took 24 GB until the kernel killed processes at random): with the
+    without bound (a 10-line Kalman recursion filled the machine until the kernel killed processes): with the
     limit, ``opt`` stops with "out of memory" and pyjlad raises an :class:`~pyjlad.errors.EnzymeError`.
 
     Raises
