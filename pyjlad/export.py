@@ -190,6 +190,11 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
                                                           form=form, never_written=never_written_data(abi.args)))
 
     args_abi = [arg_abi(i, t) for i, t in enumerate(argtypes)]
+    if isinstance(restype, nbtypes.Generator):
+        raise UnsupportedFunctionError(
+            f"{name} is a generator (it yields): pyjlad differentiates a function that returns a real scalar; "
+            "accumulate what it yields into a variable and return that (or np.sum of an array of them)"
+        )
     if not isinstance(restype, (nbtypes.Float, nbtypes.Integer, nbtypes.Boolean, nbtypes.NoneType)):
         raise UnsupportedFunctionError(
             f"{name} returns {restype}; pyjlad needs a function that returns a real scalar: "

@@ -174,15 +174,21 @@ def _refuse_unsupported_value(index: int, value: Any) -> None:
         )
 
 
+def _takes_star_args(func: Dispatcher) -> bool:
+    """Whether ``func``'s Python function has a ``*args`` parameter."""
+    py_func = getattr(func, "py_func", None)
+    return py_func is not None and any(p.kind is inspect.Parameter.VAR_POSITIONAL
+                                       for p in inspect.signature(py_func).parameters.values())
+
+
 def _arity_message(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> str:
     """Why ``len(argtypes)`` arguments do not fit ``func``, in terms of its Python signature."""
     name = describe_function(func)
     signature = inspect.signature(func.py_func)
-    params = signature.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+    if _takes_star_args(func):
         return (f"{name}{signature} takes *args, which pyjlad cannot compile for a fixed argument list: "
                 "name each argument in the def (def f(x, y): ...)")
-    omitted = [p.name for p in list(params)[len(argtypes):]]
+    omitted = [p.name for p in list(signature.parameters.values())[len(argtypes):]]
     advice = f"pass {', '.join(omitted)} too" if omitted else "pass only the arguments it takes"
     return (f"{name}{signature} takes {len(signature.parameters)} argument(s) but was given {len(argtypes)}: "
             f"{advice}")
@@ -208,6 +214,8 @@ def compile_result(func: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> Any:
         compilation is disabled and no signature fits.
     """
     name = describe_function(func)
+    if _takes_star_args(func):  # Numba would take one argument for the whole tuple: refused before it does
+        raise UnsupportedFunctionError(_arity_message(func, argtypes))
     try:
         func.compile(argtypes)
     except nberrors.NumbaError as exc:

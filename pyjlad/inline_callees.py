@@ -37,7 +37,7 @@ from .ir import Function, Module, parse
 from .ir.lexer import tokenize
 from .portable import LIBM_FUNCTIONS as _LIBM
 
-__all__ = ["inlinable", "mark_inlinable", "INLINE_PASSES"]
+__all__ = ["inlinable", "mark_inlinable", "more_inlinable", "INLINE_PASSES"]
 
 #: ``opt``'s passes that inline what :func:`mark_inlinable` marked (and nothing else).
 INLINE_PASSES = "always-inline"
@@ -75,8 +75,12 @@ def _forbidden(function: Function, module: Module) -> bool:
     return any(a == "noinline" or a.startswith('"enzyme_') for a in attributes)
 
 
-def inlinable(module: Module) -> list[Function]:
+def inlinable(module: Module, whatever_they_call: bool = False) -> list[Function]:
     """The definitions of ``module`` that :func:`mark_inlinable` marks (see the module's docstring).
+
+    ``whatever_they_call``: also the callees that call something else (a helper that sorts, solves or calls
+    another kept helper; those calls stay calls in its inlined body): the retry after Enzyme failed on a
+    module where such a helper was left a call (:func:`more_inlinable`).
 
     Examples
     --------
@@ -102,7 +106,7 @@ def inlinable(module: Module) -> list[Function]:
                   and called[f.symbol] > 0 and mentioned[f.symbol] == called[f.symbol]
                   and not _forbidden(f, module) and not any(word in f.name for word in _KEPT_WORDS)}
     declared = {f.symbol for f in module.declarations}
-    changed = True
+    changed = not whatever_they_call
     while changed:  # a candidate that calls what is neither known nor a candidate is not one
         changed = False
         for symbol, function in list(candidates.items()):
@@ -120,11 +124,30 @@ def _known_call(callee: str, candidates: dict[str, Function], declared: set[str]
             or (callee in declared and callee[1:] in _LIBM))
 
 
-def mark_inlinable(text: str) -> tuple[str, int]:
+def mark_inlinable(text: str, whatever_they_call: bool = False) -> tuple[str, int]:
     """``text`` with :func:`inlinable`'s definitions marked ``alwaysinline``, and how many were marked (0: the
     text unchanged)."""
     module = parse(text)
-    chosen = inlinable(module)
+    chosen = inlinable(module, whatever_they_call)
     for function in chosen:
         function.attributes.append("alwaysinline")
     return (module.render() if chosen else text), len(chosen)
+
+
+def more_inlinable(text: str) -> bool:
+    """Whether ``inlinable(..., whatever_they_call=True)`` chooses more of ``text``'s callees than :func:`inlinable`.
+
+    Enzyme v0.0.289's reverse mode failed ("function failed verification": ``Instruction does not dominate all
+    uses``) on a scaling-and-squaring ``expm`` helper called from the function, a helper that ``np.sort`` kept a
+    call; with its body inlined it differentiated it right. What such a retry costs is paid only where Enzyme
+    failed.
+
+    >>> text = ('define linkonce_odr i32 @_ZN5numba4sortE(ptr %p) {\n  ret i32 0\n}\n'
+    ...         'define linkonce_odr i32 @_ZN5numba4helpE(ptr %p) {\n'
+    ...         '  %a = call i32 @_ZN5numba4sortE(ptr %p)\n  ret i32 %a\n}\n'
+    ...         'define i32 @entry(ptr %p) {\n  %a = call i32 @_ZN5numba4helpE(ptr %p)\n  ret i32 %a\n}\n')
+    >>> mark_inlinable(text)[1], mark_inlinable(text, whatever_they_call=True)[1], more_inlinable(text)
+    (0, 1, True)
+    """
+    module = parse(text)
+    return len(inlinable(module, True)) > len(inlinable(module))

@@ -13,6 +13,7 @@ import builtins
 import importlib
 import inspect
 import pkgutil
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,9 @@ def test_errors_not_provoked_here_keep_their_builtin(pyjlad_class: type, builtin
     defect, or a missing package: ``except MemoryError`` and the like must still catch them."""
     assert issubclass(pyjlad_class, PyjladError)
     assert issubclass(pyjlad_class, builtin)
+
+
+def test_readme_counts_the_rows_of_the_error_table() -> None:
+    """README's count of docs/errors.md's cases is the table's (it said 71 of 72 once)."""
+    rows = re.findall(r"^\| [0-9]+ \|", (PACKAGE.parent / "docs" / "errors.md").read_text(), re.MULTILINE)
+    assert f"`docs/errors.md` lists {len(rows)} cases" in (PACKAGE.parent / "README.md").read_text()

@@ -146,8 +146,26 @@ def test_generator_is_refused() -> None:
     def gen(x):
         yield x
 
-    with pytest.raises(TypeError, match="generator.*real scalar"):
+    with pytest.raises(TypeError, match=r"gen is a generator \(it yields\): .* real scalar; accumulate what it yields"):
         pyjlad.gradient(gen, 1.0)
+
+
+def _first_twice(*a):
+    return a[0] * 2.0
+
+
+def _product_of(*xs):
+    return xs[0] * xs[1]
+
+
+@pytest.mark.parametrize("f, args", [(_first_twice, (1.0,)), (_product_of, (1.0, 2.0)), (njit(_first_twice), (1.0,))],
+                         ids=["one-argument", "two-arguments", "njit"])
+def test_star_args_are_refused_with_the_signature(f, args) -> None:
+    """With one argument, Numba compiled ``*a`` as that argument (``a[0]`` of a float then failed to type, and
+    the message said Numba could not compile a function a call of it compiles); now every count is refused
+    alike (docs/errors.md row 41)."""
+    with pytest.raises(TypeError, match=r"\(\*(a|xs)\) takes \*args, .*name each argument in the def"):
+        pyjlad.gradient(f, *args)
 
 
 def test_printing_is_refused_with_the_helpers_named() -> None:

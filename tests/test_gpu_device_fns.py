@@ -242,6 +242,15 @@ def _numba_cuda_missing() -> str:
     return ""
 
 
+@pytest.mark.skipif(not _numba_cuda_missing(), reason="numba-cuda is installed: declare() links (tested below)")
+def test_declaring_without_numba_cuda_says_to_install_it() -> None:
+    """Numba 0.68 still ships a ``numba.cuda`` of its own, whose ``declare_device`` takes no ``link``: a bare
+    ``TypeError`` from it before, now what to install."""
+    g = pg.device_grad(sin_sum, (float64, float64[::1]), wrt=(0, 1))
+    with pytest.raises(pyjlad.ArgumentError, match=r"needs numba-cuda \(pip install numba-cuda\)"):
+        g.declare()
+
+
 @pytest.mark.skipif(bool(_numba_cuda_missing()), reason=_numba_cuda_missing() or "-")
 @pytest.mark.parametrize("arch,cc", [("sm_80", (8, 0)), ("sm_90", (9, 0))])
 def test_user_kernel_calling_the_derivative_links(arch: str, cc: tuple[int, int], tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from numba import njit
 
 import pyjlad
-from pyjlad.inline_callees import inlinable, mark_inlinable
+from pyjlad.inline_callees import inlinable, mark_inlinable, more_inlinable
 from pyjlad.ir import parse
 
 jax = pytest.importorskip("jax")
@@ -78,6 +78,19 @@ def test_sorting_and_selection_are_kept() -> None:
 def test_callees_that_say_so_are_kept(attrs, extra) -> None:
     text = _module({"_ZN5numba1fE": attrs}, ["  %a = call i32 @_ZN5numba1fE(ptr %p)"], extra)
     assert _chosen(text) == []
+
+
+def test_the_retry_chooses_callees_whatever_they_call() -> None:
+    """The retry after Enzyme failed (:func:`more_inlinable`): a callee calling LAPACK or Numba's sort is chosen
+    too (those calls stay calls); what says ``noinline``, is passed by address or sorts itself still is not."""
+    text = _module({"_ZN5numba5outerE": "", "_ZN5numba4misc9quicksort3runE": "", "_ZN5numba6pinnedE": " noinline"},
+                   ["  %a = call i32 @_ZN5numba5outerE(ptr %p)", "  %b = call i32 @_ZN5numba6pinnedE(ptr %p)"],
+                   "declare i32 @numba_xxgetrf(ptr)\n")
+    text = text.replace("@_ZN5numba5outerE(ptr %p) {\n", "@_ZN5numba5outerE(ptr %p) {\n"
+                        "  %x = call i32 @_ZN5numba4misc9quicksort3runE(ptr %p)\n  %y = call i32 @numba_xxgetrf(ptr %p)\n")
+    assert _chosen(text) == [] and more_inlinable(text)
+    assert [f.name for f in inlinable(parse(text), whatever_they_call=True)] == ["_ZN5numba5outerE"]
+    assert mark_inlinable(text, whatever_they_call=True)[1] == 1
 
 
 def test_address_taken_callees_are_kept() -> None:
@@ -186,3 +199,93 @@ def test_user_helper_forward_mode_matches_jax() -> None:
     np.testing.assert_allclose(got, float(expected), rtol=1e-12)
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(t, t0)
+
+
+@njit
+def _product(A, B):
+    n = A.shape[0]
+    C = np.zeros((n, n))
+    for i in range(n):
+        for k in range(n):
+            for j in range(n):
+                C[i, j] += A[i, k] * B[k, j]
+    return C
+
+
+@njit
+def _expm_axis_sum(A):
+    n = A.shape[0]
+    nrm = np.max(np.sum(np.abs(A), axis=1))  # the axis check formats its message with Numba's string code: a call
+    s = 0
+    while nrm > 0.5:
+        nrm /= 2.0
+        s += 1
+    As = A / 2.0 ** s
+    E = np.eye(n)
+    term = np.eye(n)
+    for k in range(1, 10):
+        term = _product(term, As) / k
+        E = E + term
+    for _ in range(s):
+        E = _product(E, E)
+    return E
+
+
+@njit
+def _expm_ordered_norms(A):
+    n = A.shape[0]
+    nrm = np.sort(np.sum(np.abs(A), axis=1))[-1]  # Numba's sort: the helper stays a call at first
+    s = 0
+    while nrm > 0.5:
+        nrm /= 2.0
+        s += 1
+    As = A / 2.0 ** s
+    E = np.eye(n)
+    term = np.eye(n)
+    for k in range(1, 10):
+        term = _product(term, As) / k
+        E = E + term
+    for _ in range(s):
+        E = _product(E, E)
+    return E
+
+
+@njit
+def _sum_of_expm_axis_sum(A):
+    return np.sum(_expm_axis_sum(A))
+
+
+@njit
+def _sum_of_expm_ordered_norms(A):
+    return np.sum(_expm_ordered_norms(A))
+
+
+def _expm_jax(a, halvings):
+    """The same series in JAX, halving ``halvings`` times (the count the helpers reach at the test's point)."""
+    term = E = jnp.eye(a.shape[0])
+    for k in range(1, 10):
+        term = term @ (a / 2.0 ** halvings) / k
+        E = E + term
+    for _ in range(halvings):
+        E = E @ E
+    return jnp.sum(E)
+
+
+_EXPM_POINT = np.array([[0.3, -0.2, 0.1], [0.05, 0.4, -0.3], [0.2, 0.1, -0.5]]) * 3
+
+
+@pytest.mark.parametrize("f", [_sum_of_expm_axis_sum, _sum_of_expm_ordered_norms], ids=["axis-sum", "sorting"])
+def test_matrix_exponential_helpers_match_jax(f, tmp_path, monkeypatch) -> None:
+    """A scaling-and-squaring helper (a user-style probe, 2026-12-04): Enzyme v0.0.289's reverse mode failed on it
+    as a call ("function failed verification"); pyjlad left it one because ``np.sum(a, axis=1)`` (its axis check
+    formats a message with Numba's string code) or ``np.sort`` is a call in it. The retry after that failure
+    inlines it. Oracle: the same series in JAX (float64); the caller's array is unchanged."""
+    A = _EXPM_POINT.copy()
+    halvings = int(np.ceil(np.log2(np.max(np.sum(np.abs(A), axis=1)) / 0.5)))
+    expected = np.asarray(jax.grad(_expm_jax)(jnp.asarray(A), halvings))
+    assert f(A.copy()) == pytest.approx(float(_expm_jax(jnp.asarray(A), halvings)), rel=1e-13)
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    monkeypatch.setenv("PYJLAD_DUMP_IR", str(tmp_path))
+    np.testing.assert_allclose(pyjlad.grad(f)(A), expected, rtol=1e-12)
+    np.testing.assert_array_equal(A, _EXPM_POINT)
+    assert list(tmp_path.glob("*/*-enzyme.input-helpers-inlined.ll"))

@@ -276,6 +276,8 @@ def test_every_setting_is_documented_and_every_documented_setting_is_read() -> N
     readme = (PACKAGE.parent / "README.md").read_text()
     assert "docs/settings.md" in readme and "pyjlad/config.py" in readme
     assert not {name for name in names if f"`{name}`" not in readme}
+    listed = readme.split("Every environment setting (", 1)[1].split(")", 1)[0]
+    assert set(re.findall(r"`(PYJLAD_[A-Z0-9_]+)`", listed)) == names, "README's list of every setting is not"
 
 
 def test_each_setting_has_its_own_documented_function() -> None:

@@ -21,7 +21,7 @@ from ..errors import (
     EnzymeError,
 )
 from ..export import ExportedFunction
-from ..inline_callees import INLINE_PASSES, mark_inlinable
+from ..inline_callees import INLINE_PASSES, mark_inlinable, more_inlinable
 from ..ir.edit import tag_integer_accesses, type_float_copies, type_float_fills
 from ..ir.instructions import parse_instruction
 from ..ir.module import parse
@@ -262,6 +262,15 @@ def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tu
     return None
 
 
+#: How :meth:`pyjlad.toolchain.runner.Toolchain.run` reports an ``opt`` stopped at its time or memory limit.
+_RESOURCE_FAILURES = ("did not finish differentiating", "ran out of memory differentiating")
+
+
+def _out_of_resources(exc: EnzymeError) -> bool:
+    """Whether Enzyme was stopped at ``PYJLAD_OPT_TIMEOUT`` or ``PYJLAD_OPT_MEMORY`` rather than failing."""
+    return any(sign in str(exc) for sign in _RESOURCE_FAILURES)
+
+
 def _integers_typed(module: str | bytes) -> str:
     """``module`` with its integer loads and stores typed for Enzyme (:func:`pyjlad.ir.edit.tag_integer_accesses`).
 
@@ -334,16 +343,19 @@ def _copies_typed(module: str | bytes) -> str:
     return type_float_copies(parse(text, strict=False)).render()
 
 
-def _callees_inlined(toolchain: Toolchain, module_text: str, what: str, entry: str) -> str:
+def _callees_inlined(toolchain: Toolchain, module_text: str, what: str, entry: str,
+                     whatever_they_call: bool = False) -> str:
     """``module_text`` with Numba's compiled callees inlined where :mod:`pyjlad.inline_callees` allows (``opt``'s
-    ``always-inline`` pass; the text unchanged when none may be)."""
-    marked, count = mark_inlinable(module_text)
+    ``always-inline`` pass; the text unchanged when none may be); ``whatever_they_call``: see
+    :func:`pyjlad.inline_callees.inlinable`."""
+    marked, count = mark_inlinable(module_text, whatever_they_call)
     if not count:
         return module_text
     return toolchain.run_text(marked, INLINE_PASSES, what=what, defines=entry)
 
 
-def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str) -> str | bytes:
+def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str,
+                  whatever_they_call: bool = False) -> str | bytes:
     """The module Enzyme gets: ``module_text`` linked with the modules it needs, the entry's temporaries scoped
     (:mod:`pyjlad.memory_scopes`), small constant-trip loops unrolled (:data:`UNROLL_CONSTANT_LOOPS`), every
     loop's trip count its own (:mod:`pyjlad.trip_counts`), the fills of float arrays typed (:func:`_fills_typed`),
@@ -359,7 +371,7 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # calls in module order, and the inner ones must be lowered before the outer one reaches them.
     nested = nested_modules(exported.enzyme_module.external_functions)
     # Numba's compiled callees inlined first (pyjlad.inline_callees): their temporaries become the entry's own.
-    module_text = _callees_inlined(toolchain, module_text, exported.name, exported.abi.entry)
+    module_text = _callees_inlined(toolchain, module_text, exported.name, exported.abi.entry, whatever_they_call)
     # The entry's own temporaries told apart from its caller's memory, so that Enzyme does not cache what it
     # can read again (pyjlad.memory_scopes).
     scoped = scope_temporaries(module_text, exported.abi.entry) if config.scope_temporaries() else module_text
@@ -424,6 +436,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     dump(label, "driver", module_text)
     module, typed, copies, blas_loops = _enzyme_input(toolchain, exported, module_text), False, False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
+    first_failure: EnzymeError | None = None  # set when every attempt is made again with more callees inlined
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); no loop-invariant caches
     # (NO_HOISTED_CACHES, on the GPU too); on the CPU, the caches of loops whose early exits are raises or NaN tests
@@ -496,11 +509,24 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 _log.debug("Enzyme failed on %s (%s); retrying with options %s", exported.name,
                            exc.diagnostics.strip().splitlines()[-1][:200] if exc.diagnostics.strip() else exc,
                            " ".join(attempt[1]))
+            if (attempt is None and first_failure is None and not _out_of_resources(exc)
+                    and more_inlinable(module_text)):
+                # Every attempt again with Numba's helpers inlined whatever they call (pyjlad.inline_callees): Enzyme
+                # failed on a helper left a call that it differentiates inlined. Not after running out of time or
+                # memory, which a second run would only repeat.
+                _log.debug("Enzyme failed on %s: retrying with its helpers inlined", exported.name)
+                first_failure = exc
+                module = _enzyme_input(toolchain, exported, module_text, whatever_they_call=True)
+                typed = copies = blas_loops = False
+                dump(label, "enzyme.input-helpers-inlined", module)
+                passes, options = PASSES, base
+                continue
             if attempt is None:
+                failure = first_failure or exc  # the function as it is written, if inlining did not help
                 if nested_modules_called(exported):
-                    raise explain_nested(exported.name, exported.enzyme_module.external_functions, exc) from None
+                    raise explain_nested(exported.name, exported.enzyme_module.external_functions, failure) from None
                 # In the user's terms: the construct, where it is used, what to write instead.
-                raise explain(exported, exc, unknown_externals(exported)) from None
+                raise explain(exported, failure, unknown_externals(exported)) from None
             passes, options = attempt
 
 

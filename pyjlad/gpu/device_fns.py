@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import inspect
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -204,6 +205,21 @@ def _numba_result(kinds: list[str]) -> nbtypes.Type:
     return nbtypes.Tuple([as_numba[k] for k in kinds])
 
 
+def _numba_cuda() -> Any:
+    """numba-cuda's ``numba.cuda``; an :class:`ArgumentError` where only Numba's own, which cannot link PTX, is
+    there."""
+    try:
+        from numba import cuda
+
+        links = "link" in inspect.signature(cuda.declare_device).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):  # no CUDA target at all
+        links = False
+    if not links:
+        raise ArgumentError("calling a derivative in a @cuda.jit kernel needs numba-cuda (pip install numba-cuda): "
+                            "Numba's own numba.cuda cannot link its PTX")
+    return cuda
+
+
 class DeviceDerivative:
     """The derivative of a device function, as a device function (see the module's docstring).
 
@@ -265,15 +281,11 @@ class DeviceDerivative:
         Raises
         ------
         ArgumentError
-            numba-cuda is not installed.
+            numba-cuda is not installed (Numba's own ``numba.cuda``, which Numba 0.68 still ships, cannot link
+            PTX: its ``declare_device`` takes no ``link``).
         """
         if arch not in self._declared:
-            try:
-                from numba import cuda
-                cuda.declare_device  # noqa: B018 (numba's own old numba.cuda has it too; numba-cuda required)
-            except ImportError as exc:  # pragma: no cover - depends on the environment
-                raise ArgumentError("calling a derivative in a @cuda.jit kernel needs numba-cuda "
-                                    "(pip install numba-cuda)") from exc
+            cuda = _numba_cuda()
             self._declared[arch] = cuda.declare_device(self.name, self.signature, link=str(self.ptx_file(arch)))
         return self._declared[arch]
 
