@@ -22,7 +22,7 @@ import pyjlad
 from pyjlad import cache
 from pyjlad.activity import Activity
 from pyjlad.engines import compiled_sweep, differentiate, embedded, loose_check, objects
-from pyjlad.engines.loose_check import LooseDerivativeCheck, directional_mismatch
+from pyjlad.engines.loose_check import LooseDerivativeCheck, LooseHessianCheck, directional_mismatch
 from pyjlad.export import numba_argtypes
 from pyjlad.sweep import Sweep
 
@@ -156,3 +156,82 @@ def test_an_error_orthogonal_to_the_first_direction_is_caught_by_another(monkeyp
     monkeypatch.setattr(loose_check, "DIRECTIONS", 3)
     with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted"):
         _checked(wrong, x)
+
+
+# Hessian-vector products (reverse over forward) built with loose types -------------------------------------------
+
+def median_of_sorted_tail_squared(x):
+    y = x.copy()
+    y.sort()
+    return np.median(y[2:]) ** 2 + np.sum(np.sin(x))
+
+
+def smallest_squares_times_exp_sum(x):
+    y = np.sort(x)
+    return np.sum(y[:3] * y[:3]) * np.sum(np.exp(x))
+
+
+def test_a_wrong_loose_typed_hessian_vector_product_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real one, with pyjlad's typing on (a user-style probe, 2026-12-04): Enzyme v0.0.289 needs loose types for
+    the Hessian-vector product of ``np.median`` of a sorted copy, and that product lost the term
+    ``grad m (grad s . v)`` (entries 3 and 4 off by 1.69 against ``jax``) while the gradient and the jvp were
+    right. Refused, then and later; and so is ``hessian``, whose first column alone (``e_0``) is blind to it."""
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    x, v = X.copy(), np.linspace(-1.0, 1.0, 8)
+    f = njit(median_of_sorted_tail)
+    with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of median_of_sorted_tail cannot be trusted"):
+        pyjlad.hvp(f, (x,), v)
+    with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted"):  # and on every later call
+        pyjlad.hvp(f, (x,), v)
+    np.testing.assert_array_equal(x, X)
+    g = njit(median_of_sorted_tail_squared)
+    with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of median_of_sorted_tail_squared"):
+        pyjlad.hessian(g, X.copy())
+
+
+def test_a_right_loose_typed_hessian_vector_product_passes_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sum of the three smallest squares times a sum of exponentials: loose types too, and right (``jax``)."""
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    f = njit(smallest_squares_times_exp_sum)
+    assert _built(f, (X,)).loose_types  # (the gradient's build: the product's is loose-typed as well)
+
+    def twin(x):
+        y = jnp.sort(x)
+        return jnp.sum(y[:3] * y[:3]) * jnp.sum(jnp.exp(x))
+
+    v = np.random.default_rng(5).standard_normal(8)
+    expected = np.asarray(jax.jvp(jax.grad(twin), (jnp.asarray(X),), (jnp.asarray(v),))[1])
+    np.testing.assert_allclose(pyjlad.hvp(f, (X.copy(),), v.copy()), expected, rtol=1e-10)
+    np.testing.assert_allclose(pyjlad.hessian(f, X.copy()), np.asarray(jax.hessian(twin)(jnp.asarray(X))), rtol=1e-10)
+
+
+def _quartic(x):
+    return float(np.sum(x ** 4)) + float(x[0] * x[1])
+
+
+def _quartic_hessian(x):
+    """Hand-derived: diag(12 x^2) plus 1 at (0, 1) and (1, 0)."""
+    h = np.diag(12.0 * x * x)
+    h[0, 1] = h[1, 0] = 1.0
+    return h
+
+
+def _hessian_checked(x, v, hv, product=None):
+    check = LooseHessianCheck(_quartic, "quartic", wrt=0)
+    check.before((x,), (v, np.zeros_like(x), np.zeros_like(x)))
+    check.after((v, np.zeros_like(x), hv), (), 0.0, product=product)
+
+
+def test_the_hessian_check_judges_the_calls_vector_and_others_from_the_derivative() -> None:
+    x = np.array([0.5, -1.0, 2.0])
+    h = _quartic_hessian(x)
+    e0 = np.array([1.0, 0.0, 0.0])
+    _hessian_checked(x, e0, h @ e0, product=lambda w: h @ w)  # right
+    wrong = h.copy()
+    wrong[2, 2] = 0.0  # a lost term e_0 cannot see
+    _hessian_checked(x, e0, wrong @ e0)  # the call's own vector alone is blind to it
+    with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of quartic cannot be trusted"):
+        _hessian_checked(x, e0, wrong @ e0, product=lambda w: wrong @ w)
+    v = np.array([0.3, 1.0, -2.0])
+    with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted"):
+        _hessian_checked(x, v, wrong @ v)

@@ -78,7 +78,7 @@ from .differentiate import (
 )
 from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
 from .hvp_driver import hvp_driver
-from .loose_check import LooseDerivativeCheck, loose_derivative_check
+from .loose_check import LooseDerivativeCheck, LooseHessianCheck, another_vector, loose_derivative_check
 from .objects import built_with_loose_types, mark_loose_types
 from .objects import load_library as _load_library
 from .pool import failed_bytes
@@ -353,7 +353,7 @@ class Compiled:
         return built
 
     def _first_call(self, caller: Any, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: Any,
-                    kinds: tuple[type, ...]) -> LooseDerivativeCheck | None:
+                    kinds: tuple[type, ...]) -> LooseDerivativeCheck | LooseHessianCheck | None:
         """Compile the caller for these argument types (:meth:`_compile_for`) and note their Python types
         (``kinds``) as called; the loose-types check to run around this call, where it applies."""
         check = self._loose_check(self._compile_for(caller, args, shadows, seed))
@@ -363,10 +363,17 @@ class Compiled:
             return check
         return None
 
-    def _loose_check(self, built: Built) -> LooseDerivativeCheck | None:
-        """The check of ``built`` if it is a loose-typed derivative the check can judge (see loose_check)."""
+    def _loose_check(self, built: Built) -> LooseDerivativeCheck | LooseHessianCheck | None:
+        """The check of ``built`` if it is a loose-typed derivative the check can judge (see loose_check).
+
+        A loose-typed sweep of several directions (vector mode) is refused instead: the products then sweep one
+        direction at a time (:mod:`pyjlad.vector_sweeps`), where Hessian-vector products are checked (a Hessian
+        in vector mode had so lost a term of ``np.median``'s of a sorted copy)."""
         if not built.loose_types:
             return None
+        if self.sweep.width > 1:
+            raise EnzymeError(f"the vector-mode derivative of {built.exported.name} needed loose types, which are "
+                              "checked one direction at a time")
         primal = as_numba_function(self.func)
         if self._recursive:  # (its calls nest as deep as the derivative's: on a deep stack too)
             primal = functools.partial(on_deep_stack, primal)
@@ -415,7 +422,7 @@ class Compiled:
             reraise_from_function(self.func, args)
         if check is not None:  # the first call for these types of a loose-typed derivative (see loose_check)
             try:
-                check.after(shadows, adjoints, seed)
+                check.after(shadows, adjoints, seed, product=another_vector(call, args, shadows, seed))
             except EnzymeError as exc:
                 self._refused = exc
                 raise

@@ -14,6 +14,12 @@ jump; randomness) or the function fails on the moved point, the check says nothi
 
 Cost: fifteen calls of the function, once. Float64 arguments only (a float32 function's differences are too
 coarse to judge by).
+
+A loose-typed Hessian-vector product (:func:`pyjlad.hvp`, reverse over forward) is checked alike
+(:class:`LooseHessianCheck`): its projections on three random directions against mixed second differences of
+the function. The product of ``np.median`` of a sorted copy times a sum of squares lost a term so while its
+gradient and jvp were right (``tests/test_loose_check.py``). Other sweeps (forward mode, vector mode) are not
+checked.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import numpy as np
 from ..errors import EnzymeError
 from ..rules import calls_custom_rules
 
-__all__ = ["DIRECTIONS", "LooseDerivativeCheck", "directional_mismatch", "loose_derivative_check"]
+__all__ = ["DIRECTIONS", "LooseDerivativeCheck", "LooseHessianCheck", "another_vector", "directional_mismatch",
+           "loose_derivative_check"]
 
 #: Relative disagreement at which a derivative is refused (a lost adjoint is usually all of a component).
 _TOLERANCE = 1e-3
@@ -37,11 +44,13 @@ _ROUNDING = 1e3 * np.finfo(np.float64).eps
 
 
 def directional_mismatch(f: Callable[[tuple[Any, ...]], float], args: tuple[Any, ...],
-                         direction: dict[int, Any], derivative: float) -> tuple[float, float] | None:
+                         direction: dict[int, Any], derivative: float,
+                         relative_step: float = 1e-6) -> tuple[float, float] | None:
     """``(derivative, differences)`` where the central differences of ``f`` along ``direction`` (argument
     index -> a step of its shape) are smooth and disagree with ``derivative``; else ``None``.
 
-    ``f(args)`` is called on fresh copies of the arrays each time.
+    ``f(args)`` is called on fresh copies of the arrays each time; the step is ``relative_step`` times the
+    largest of 1 and the moved arguments' magnitudes.
 
     Examples
     --------
@@ -54,7 +63,7 @@ def directional_mismatch(f: Callable[[tuple[Any, ...]], float], args: tuple[Any,
     (0.0, -9.0...)
     """
     scale = max([1.0, *(float(np.max(np.abs(args[i]))) for i in direction)])
-    step = 1e-6 * scale
+    step = relative_step * scale
 
     def moved(t: float) -> float:
         return f(tuple(np.array(a, copy=True) + t * direction[i] if i in direction
@@ -85,10 +94,27 @@ def loose_derivative_check(sweep: Any, exported: Any, driver: Any,
     """The check of a loose-typed derivative (``sweep`` of ``exported``, called through ``driver``), or
     ``None`` where it cannot judge it: other than one reverse-mode sweep, a result other than float64, or
     a function calling a custom rule (its derivative is the rule's, not the function's)."""
-    if (sweep.kind, sweep.mode, sweep.width) != ("ad", "reverse", 1) or exported.abi.result.dtype != "float64" \
+    if sweep.width != 1 or exported.abi.result.dtype != "float64" \
             or calls_custom_rules(exported.module.external_functions):
         return None
+    if sweep.kind == "hvp":
+        writes = any(getattr(arg, "writes", False) for arg in exported.abi.args)
+        return LooseHessianCheck(primal, exported.name, sweep.wrt, other_vectors=not writes)
+    if (sweep.kind, sweep.mode) != ("ad", "reverse"):
+        return None
     return LooseDerivativeCheck(primal, exported.name, driver.shadow_args, driver.active_scalars)
+
+
+def _refusal(what: str, name: str, found: tuple[float, float], along: str) -> EnzymeError:
+    """The error of a loose-typed derivative that failed its check."""
+    return EnzymeError(
+        f"the {what} of {name} cannot be trusted: Enzyme could not deduce what some of the function's "
+        f"memory holds and built its derivative assuming it (loose types), and that derivative disagrees with "
+        f"finite differences of the function ({along}, at the arguments of its first call for these argument "
+        f"types: {found[0]:.6g} against {found[1]:.6g}). pyjlad does not return it, then or later. A copy of "
+        "floats Enzyme took for integers does this (its adjoint is lost); please report it with the function "
+        "(PYJLAD_DUMP_IR=<dir> writes the modules)",
+        diagnostics=f"directional derivative {found[0]!r}, central differences (Richardson) {found[1]!r}")
 
 
 class LooseDerivativeCheck:
@@ -116,7 +142,8 @@ class LooseDerivativeCheck:
         self._args = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
         self._shadows = [np.array(s, copy=True) for s in shadows]
 
-    def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float) -> None:
+    def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float,
+              product: Callable[[Any], Any] | None = None) -> None:
         """Raise :class:`~pyjlad.errors.EnzymeError` where the call's derivative fails the check along any of
         :data:`DIRECTIONS` random directions (one alone misses an error nearly orthogonal to it: one whose
         projection is under the tolerance, about 6% of the time for an error of 1% of the gradient)."""
@@ -132,12 +159,99 @@ class LooseDerivativeCheck:
             found = directional_mismatch(lambda a: float(self.primal(*a)), args, direction, derivative / seed)
             if found is not None:
                 break
-        if found is None:
-            return
-        raise EnzymeError(
-            f"the gradient of {self.name} cannot be trusted: Enzyme could not deduce what some of the function's "
-            f"memory holds and built its derivative assuming it (loose types), and that derivative disagrees with "
-            f"finite differences of the function (along a random direction, at the arguments of its first call for "
-            f"these argument types: {found[0]:.6g} against {found[1]:.6g}). pyjlad does not return it, then or later. A copy of floats Enzyme took for integers does this "
-            "(its adjoint is lost); please report it with the function (PYJLAD_DUMP_IR=<dir> writes the modules)",
-            diagnostics=f"directional derivative {found[0]!r}, central differences (Richardson) {found[1]!r}")
+        if found is not None:
+            raise _refusal("gradient", self.name, found, "along a random direction")
+
+
+#: The Hessian check's steps, relative: its second differences divide rounding by two steps, not one.
+_HESSIAN_STEP = 1e-4
+
+
+class LooseHessianCheck:
+    """The check of one loose-typed Hessian-vector product ``H v`` (with respect to argument ``wrt``): the
+    projection ``u . H v`` on a random ``u`` against central differences along ``u`` of the central differences
+    of the function along ``v`` (a mixed second difference, taken at two outer steps and extrapolated, as
+    :func:`directional_mismatch` does); then, with ``other_vectors``, the same for ``H w`` of :data:`DIRECTIONS`
+    random ``w``, which :meth:`after` gets from the derivative itself (``product``): the first call's ``v`` can
+    be blind to a lost term (a Hessian's first column ``e_0``, where the term is in other rows). The same
+    interface as :class:`LooseDerivativeCheck`; the call's shadows are ``(v, gradient, H v)``. Not
+    ``other_vectors`` for a function writing into an argument (a second call would start from what it wrote).
+
+    Cost: up to eighty calls of the function and three of the derivative, once.
+    """
+
+    def __init__(self, primal: Callable[..., Any], name: str, wrt: int, other_vectors: bool = True) -> None:
+        self.primal, self.name, self.wrt, self.other_vectors = primal, name, wrt, other_vectors
+        self._args: tuple[Any, ...] = ()
+        self._v: Any = None
+
+    def applies(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float) -> bool:
+        """Whether the check can judge this call: a float64 argument ``wrt`` and vector ``v``."""
+        x, v = args[self.wrt], shadows[0]
+        return (isinstance(x, np.ndarray) and x.dtype == np.float64 and isinstance(v, np.ndarray)
+                and v.dtype == np.float64) or (isinstance(x, float) and isinstance(v, float))
+
+    def before(self, args: tuple[Any, ...], shadows: tuple[Any, ...]) -> None:
+        """Keep the arguments and ``v`` as they are before the call."""
+        self._args = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+        self._v = np.array(shadows[0], copy=True) if isinstance(shadows[0], np.ndarray) else shadows[0]
+
+    def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float,
+              product: Callable[[Any], Any] | None = None) -> None:
+        """Raise :class:`~pyjlad.errors.EnzymeError` where ``H v``, or ``H w = product(w)`` of a random ``w``,
+        fails the check."""
+        rng = np.random.default_rng(20261204)
+        v = self._v
+        pairs = [(v, np.array(shadows[2], dtype=np.float64, copy=True).reshape(np.shape(v)))]
+        for _ in range(DIRECTIONS if product is not None and self.other_vectors else 0):
+            w = rng.standard_normal(np.shape(v)) if isinstance(v, np.ndarray) else float(rng.standard_normal())
+            pairs.append((w, np.asarray(product(w), dtype=np.float64).reshape(np.shape(v))))
+        for w, hw in pairs:
+            if not np.any(np.asarray(w) != 0):
+                continue
+            u = rng.standard_normal(np.shape(v)) if isinstance(v, np.ndarray) else float(rng.standard_normal())
+            found = self._mismatch(w, hw, u)
+            if found is not None:
+                raise _refusal("Hessian-vector product", self.name, found,
+                               "a second difference along the vector and a random direction")
+
+    def _mismatch(self, w: Any, hw: Any, u: Any) -> tuple[float, float] | None:
+        """:func:`directional_mismatch` of ``u . H w`` against the mixed second difference along ``u`` and ``w``."""
+        args, wrt = self._args, self.wrt
+        inner = _HESSIAN_STEP * max(1.0, float(np.max(np.abs(args[wrt]))))
+        scale = inner / float(np.max(np.abs(w)))
+
+        def moved(a: tuple[Any, ...], t: float) -> tuple[Any, ...]:
+            return tuple(x + t * w if k == wrt else (np.array(x, copy=True) if isinstance(x, np.ndarray) else x)
+                         for k, x in enumerate(a))
+
+        def along_w(a: tuple[Any, ...]) -> float:
+            return (float(self.primal(*moved(a, scale))) - float(self.primal(*moved(a, -scale)))) / (2 * scale)
+
+        return directional_mismatch(along_w, args, {wrt: u}, float(np.sum(u * hw)), _HESSIAN_STEP)
+
+
+def another_vector(call: Callable[..., Any], args: tuple[Any, ...], shadows: tuple[Any, ...],
+                    seed: Any) -> Callable[[Any], Any]:
+    """For the loose-types check of a Hessian-vector product (shadows ``(v, gradient, H v)``): ``H w`` for
+    another ``w``, computed in the call's own shadows (their types are the compiled ones) and those put back as
+    the call left them."""
+    def product(w: Any) -> Any:
+        kept = [np.array(s, copy=True) if isinstance(s, np.ndarray) else s for s in shadows]
+        try:
+            if isinstance(shadows[0], np.ndarray):
+                shadows[0][...] = w
+                vector = shadows[0]
+            else:
+                vector = float(w)
+            for s in shadows[1:]:
+                s[...] = 0
+            status = call(*args, vector, *shadows[1:], seed)[0]
+            if status != 0:
+                raise EnzymeError("the loose-types check's second Hessian-vector product failed")
+            return np.array(shadows[2], copy=True)
+        finally:
+            for s, k in zip(shadows, kept):
+                if isinstance(s, np.ndarray):
+                    s[...] = k
+    return product
