@@ -146,7 +146,8 @@ class LooseDerivativeCheck:
               product: Callable[[Any], Any] | None = None) -> None:
         """Raise :class:`~pyjlad.errors.EnzymeError` where the call's derivative fails the check along any of
         :data:`DIRECTIONS` random directions (one alone misses an error nearly orthogonal to it: one whose
-        projection is under the tolerance, about 6% of the time for an error of 1% of the gradient)."""
+        projection is under the tolerance, about 6% of the time for an error of 1% of the gradient).
+        ``product``: unused (a gradient's call already gives every component; :class:`LooseHessianCheck` uses it)."""
         args = self._args
         rng = np.random.default_rng(20261130)
         gradients = {i: np.asarray(after) - before for i, before, after in zip(self.shadow_args, self._shadows, shadows)}
