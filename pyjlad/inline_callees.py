@@ -135,7 +135,7 @@ def mark_inlinable(text: str, whatever_they_call: bool = False) -> tuple[str, in
 
 
 def more_inlinable(text: str) -> bool:
-    """Whether ``inlinable(..., whatever_they_call=True)`` chooses more of ``text``'s callees than :func:`inlinable`.
+    r"""Whether ``inlinable(..., whatever_they_call=True)`` chooses more of ``text``'s callees than :func:`inlinable`.
 
     Enzyme v0.0.289's reverse mode failed ("function failed verification": ``Instruction does not dominate all
     uses``) on a scaling-and-squaring ``expm`` helper called from the function, a helper that ``np.sort`` kept a

@@ -216,22 +216,73 @@ def _quartic_hessian(x):
     return h
 
 
-def _hessian_checked(x, v, hv, product=None):
+def _hessian_checked(x, v, hv, hessian_at=None):
+    """``LooseHessianCheck.after`` for a product ``hv`` of ``_quartic`` at ``x`` along ``v``; ``hessian_at(x)``: the
+    derivative's Hessian at other points (its products through ``again``)."""
     check = LooseHessianCheck(_quartic, "quartic", wrt=0)
     check.before((x,), (v, np.zeros_like(x), np.zeros_like(x)))
-    check.after((v, np.zeros_like(x), hv), (), 0.0, product=product)
+    again = None if hessian_at is None else (lambda point, w: ([w, None, hessian_at(point[0]) @ w], []))
+    check.after((v, np.zeros_like(x), hv), (), 0.0, again=again)
+
+
+def _lost_corner(x):
+    wrong = _quartic_hessian(x)
+    wrong[2, 2] = 0.0  # a lost term e_0 cannot see
+    return wrong
 
 
 def test_the_hessian_check_judges_the_calls_vector_and_others_from_the_derivative() -> None:
     x = np.array([0.5, -1.0, 2.0])
-    h = _quartic_hessian(x)
     e0 = np.array([1.0, 0.0, 0.0])
-    _hessian_checked(x, e0, h @ e0, product=lambda w: h @ w)  # right
-    wrong = h.copy()
-    wrong[2, 2] = 0.0  # a lost term e_0 cannot see
-    _hessian_checked(x, e0, wrong @ e0)  # the call's own vector alone is blind to it
+    _hessian_checked(x, e0, _quartic_hessian(x) @ e0, hessian_at=_quartic_hessian)  # right (hand-derived)
+    _hessian_checked(x, e0, _lost_corner(x) @ e0)  # the call's own vector alone is blind to it
     with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of quartic cannot be trusted"):
-        _hessian_checked(x, e0, wrong @ e0, product=lambda w: wrong @ w)
+        _hessian_checked(x, e0, _lost_corner(x) @ e0, hessian_at=_lost_corner)
     v = np.array([0.3, 1.0, -2.0])
     with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted"):
-        _hessian_checked(x, v, wrong @ v)
+        _hessian_checked(x, v, _lost_corner(x) @ v)
+
+
+def _weighted_squares(x, u):
+    return float(np.sum(u * x * x))
+
+
+def test_a_first_call_where_the_lost_term_vanishes_is_judged_at_a_point_near_it_too() -> None:
+    """At ``u = 0`` a derivative that lost ``2 u x`` agrees with the differences (both 0); the derivative at the
+    moved point (through ``again``) does not. Hand-derived gradient: ``2 u x``."""
+    x, u = np.array([1.0, -2.0]), np.zeros(2)
+    check = LooseDerivativeCheck(_weighted_squares, "weighted", shadow_args=(0,), active_scalars=())
+    check.before((x, u), (np.zeros(2),))
+    check.after((np.zeros(2),), (), 1.0)  # the first point alone passes
+    check.before((x, u), (np.zeros(2),))
+    check.after((np.zeros(2),), (), 1.0, again=lambda point: ([2.0 * point[1] * point[0]], []))  # right
+    check.before((x, u), (np.zeros(2),))
+    with pytest.raises(pyjlad.EnzymeError, match="gradient of weighted cannot be trusted"):
+        check.after((np.zeros(2),), (), 1.0, again=lambda point: ([np.zeros(2)], []))
+
+
+def _matrix_steps(p, u0, nsteps):
+    n = u0.shape[0]
+    A = np.eye(n) / (2.0 + p[0])
+    u = u0.copy()
+    for _ in range(nsteps):
+        v = u.copy()
+        for _ in range(4):
+            v = v - A @ (v * p[1] - u)
+        u = v
+    return np.sum(u ** 2)
+
+
+def test_a_wrong_hessian_first_called_at_a_state_of_zeros_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user-style probe (2026-12-04): ``A @ (...)`` in a fixed loop inside a loop of ``nsteps``. Its
+    Hessian-vector product needs loose types and is wrong in Enzyme v0.0.289 (Hessian ``[[0.564, 8.52], [8.52,
+    99.3]]`` against ``jax``'s ``[[0.694, 10.2], [10.2, 108.25]]`` at ``u0 = [0.1, 0.5, 0.9, 0.3]``); first
+    called at ``u0 = 0``, where it and the differences are both 0, it passed the check and every later call
+    was wrong. Now judged at a point near the first one too: refused."""
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    f = njit(_matrix_steps)
+    p = np.array([1.3, 0.7])
+    with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of _matrix_steps cannot be trusted"):
+        pyjlad.hvp(f, (p, np.zeros(4), 3), np.array([1.0, 0.0]))
+    with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted"):
+        pyjlad.hessian(f, p, np.array([0.1, 0.5, 0.9, 0.3]), 3)

@@ -78,7 +78,7 @@ from .differentiate import (
 )
 from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
 from .hvp_driver import hvp_driver
-from .loose_check import LooseDerivativeCheck, LooseHessianCheck, another_vector, loose_derivative_check
+from .loose_check import LooseDerivativeCheck, LooseHessianCheck, loose_derivative_check, rerun
 from .objects import built_with_loose_types, mark_loose_types
 from .objects import load_library as _load_library
 from .pool import failed_bytes
@@ -422,7 +422,7 @@ class Compiled:
             reraise_from_function(self.func, args)
         if check is not None:  # the first call for these types of a loose-typed derivative (see loose_check)
             try:
-                check.after(shadows, adjoints, seed, product=another_vector(call, args, shadows, seed))
+                check.after(shadows, adjoints, seed, again=rerun(call, shadows, seed))
             except EnzymeError as exc:
                 self._refused = exc
                 raise

@@ -32,8 +32,8 @@ import numpy as np
 from ..errors import EnzymeError
 from ..rules import calls_custom_rules
 
-__all__ = ["DIRECTIONS", "LooseDerivativeCheck", "LooseHessianCheck", "another_vector", "directional_mismatch",
-           "loose_derivative_check"]
+__all__ = ["DIRECTIONS", "LooseDerivativeCheck", "LooseHessianCheck", "directional_mismatch", "loose_derivative_check",
+           "perturbed", "rerun"]
 
 #: Relative disagreement at which a derivative is refused (a lost adjoint is usually all of a component).
 _TOLERANCE = 1e-3
@@ -143,25 +143,39 @@ class LooseDerivativeCheck:
         self._shadows = [np.array(s, copy=True) for s in shadows]
 
     def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float,
-              product: Callable[[Any], Any] | None = None) -> None:
+              again: Callable[..., Any] | None = None) -> None:
         """Raise :class:`~pyjlad.errors.EnzymeError` where the call's derivative fails the check along any of
         :data:`DIRECTIONS` random directions (one alone misses an error nearly orthogonal to it: one whose
-        projection is under the tolerance, about 6% of the time for an error of 1% of the gradient).
-        ``product``: unused (a gradient's call already gives every component; :class:`LooseHessianCheck` uses it)."""
-        args = self._args
+        projection is under the tolerance, about 6% of the time for an error of 1% of the gradient); then, with
+        ``again`` (:func:`rerun`), the derivative at a point near the call's, every float argument moved at
+        random (:func:`perturbed`): a first call where the lost term vanishes (a state of zeros) passed before,
+        and every later call was wrong."""
         rng = np.random.default_rng(20261130)
         gradients = {i: np.asarray(after) - before for i, before, after in zip(self.shadow_args, self._shadows, shadows)}
         gradients.update((i, float(adjoint)) for i, adjoint in zip(self.active_scalars, adjoints))
-        found = None
+        found = self._judge(self._args, gradients, seed, rng)
+        if found is None and again is not None:
+            point = perturbed(self._args, rng)
+            rerun_result = again(point)
+            if rerun_result is not None:
+                later, later_adjoints = rerun_result
+                moved = {i: np.asarray(g) for i, g in zip(self.shadow_args, later)}
+                moved.update((i, float(adjoint)) for i, adjoint in zip(self.active_scalars, later_adjoints))
+                found = self._judge(point, moved, seed, rng)
+        if found is not None:
+            raise _refusal("gradient", self.name, found, "along a random direction")
+
+    def _judge(self, args: tuple[Any, ...], gradients: dict[int, Any], seed: float,
+               rng: np.random.Generator) -> tuple[float, float] | None:
+        """The first mismatch of ``gradients`` at ``args`` along :data:`DIRECTIONS` random directions."""
         for _ in range(DIRECTIONS):
             direction = {i: rng.standard_normal(np.shape(g)) if isinstance(g, np.ndarray) else float(rng.standard_normal())
                          for i, g in gradients.items()}
             derivative = sum(float(np.sum(g * direction[i])) for i, g in gradients.items())
             found = directional_mismatch(lambda a: float(self.primal(*a)), args, direction, derivative / seed)
             if found is not None:
-                break
-        if found is not None:
-            raise _refusal("gradient", self.name, found, "along a random direction")
+                return found
+        return None
 
 
 #: The Hessian check's steps, relative: its second differences divide rounding by two steps, not one.
@@ -198,27 +212,33 @@ class LooseHessianCheck:
         self._v = np.array(shadows[0], copy=True) if isinstance(shadows[0], np.ndarray) else shadows[0]
 
     def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float,
-              product: Callable[[Any], Any] | None = None) -> None:
-        """Raise :class:`~pyjlad.errors.EnzymeError` where ``H v``, or ``H w = product(w)`` of a random ``w``,
+              again: Callable[..., Any] | None = None) -> None:
+        """Raise :class:`~pyjlad.errors.EnzymeError` where ``H v``, or ``H w`` of a random ``w`` the derivative
+        gives through ``again`` (:func:`rerun`) at the call's point and at a point near it (:func:`perturbed`),
         fails the check."""
         rng = np.random.default_rng(20261204)
-        v = self._v
-        pairs = [(v, np.array(shadows[2], dtype=np.float64, copy=True).reshape(np.shape(v)))]
-        for _ in range(DIRECTIONS if product is not None and self.other_vectors else 0):
-            w = rng.standard_normal(np.shape(v)) if isinstance(v, np.ndarray) else float(rng.standard_normal())
-            pairs.append((w, np.asarray(product(w), dtype=np.float64).reshape(np.shape(v))))
-        for w, hw in pairs:
+        v, args = self._v, self._args
+        cases = [(args, v, np.array(shadows[2], dtype=np.float64, copy=True).reshape(np.shape(v)))]
+        if again is not None:
+            points = [args] * (DIRECTIONS if self.other_vectors else 0) + [perturbed(args, rng)]
+            for point in points:
+                w = rng.standard_normal(np.shape(v)) if isinstance(v, np.ndarray) else float(rng.standard_normal())
+                rerun_result = again(point, w)
+                if rerun_result is not None:
+                    cases.append((point, w, np.asarray(rerun_result[0][2], dtype=np.float64).reshape(np.shape(v))))
+        for point, w, hw in cases:
             if not np.any(np.asarray(w) != 0):
                 continue
             u = rng.standard_normal(np.shape(v)) if isinstance(v, np.ndarray) else float(rng.standard_normal())
-            found = self._mismatch(w, hw, u)
+            found = self._mismatch(point, w, hw, u)
             if found is not None:
                 raise _refusal("Hessian-vector product", self.name, found,
                                "a second difference along the vector and a random direction")
 
-    def _mismatch(self, w: Any, hw: Any, u: Any) -> tuple[float, float] | None:
-        """:func:`directional_mismatch` of ``u . H w`` against the mixed second difference along ``u`` and ``w``."""
-        args, wrt = self._args, self.wrt
+    def _mismatch(self, args: tuple[Any, ...], w: Any, hw: Any, u: Any) -> tuple[float, float] | None:
+        """:func:`directional_mismatch` of ``u . H w`` at ``args`` against the mixed second difference along ``u``
+        and ``w``."""
+        wrt = self.wrt
         inner = _HESSIAN_STEP * max(1.0, float(np.max(np.abs(args[wrt]))))
         scale = inner / float(np.max(np.abs(w)))
 
@@ -232,27 +252,59 @@ class LooseHessianCheck:
         return directional_mismatch(along_w, args, {wrt: u}, float(np.sum(u * hw)), _HESSIAN_STEP)
 
 
-def another_vector(call: Callable[..., Any], args: tuple[Any, ...], shadows: tuple[Any, ...],
-                    seed: Any) -> Callable[[Any], Any]:
-    """For the loose-types check of a Hessian-vector product (shadows ``(v, gradient, H v)``): ``H w`` for
-    another ``w``, computed in the call's own shadows (their types are the compiled ones) and those put back as
-    the call left them."""
-    def product(w: Any) -> Any:
+#: How far :func:`perturbed` moves each float argument, relative to its largest magnitude (at least 1).
+_PERTURBATION = 0.1
+
+
+def perturbed(args: tuple[Any, ...], rng: np.random.Generator) -> tuple[Any, ...]:
+    """``args`` with every float64 array and float moved at random by about :data:`_PERTURBATION` of its scale
+    (arrays in their own memory order); other arguments as they are.
+
+    >>> import numpy as np
+    >>> x, n = np.zeros(3), 4
+    >>> y, m = perturbed((x, n), np.random.default_rng(0))
+    >>> bool(np.all(y != 0)) and m == 4 and not np.shares_memory(x, y)
+    True
+    """
+    out: list[Any] = []
+    for a in args:
+        if isinstance(a, np.ndarray) and a.dtype == np.float64 and a.size:
+            moved = np.empty_like(a)
+            moved[...] = a + _PERTURBATION * max(1.0, float(np.max(np.abs(a)))) * rng.standard_normal(a.shape)
+            out.append(moved)
+        elif isinstance(a, float):
+            out.append(a + _PERTURBATION * max(1.0, abs(a)) * float(rng.standard_normal()))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def rerun(call: Callable[..., Any], shadows: tuple[Any, ...], seed: Any) -> Callable[..., Any]:
+    """``again(point, vector=None)``: the call's derivative once more at ``point`` (arguments of the call's types),
+    in the call's own shadows (their types are the compiled ones), all zeroed first, the first one set to
+    ``vector`` where given (a Hessian-vector product's ``v``); returns copies of the shadows after it and its
+    adjoints, or ``None`` where it fails there. The shadows are put back as the call left them."""
+    def again(point: tuple[Any, ...], vector: Any = None) -> tuple[list[Any], list[Any]] | None:
         kept = [np.array(s, copy=True) if isinstance(s, np.ndarray) else s for s in shadows]
+        values = list(shadows)
         try:
-            if isinstance(shadows[0], np.ndarray):
-                shadows[0][...] = w
-                vector = shadows[0]
-            else:
-                vector = float(w)
-            for s in shadows[1:]:
-                s[...] = 0
-            status = call(*args, vector, *shadows[1:], seed)[0]
+            for s in shadows:
+                if isinstance(s, np.ndarray):
+                    s[...] = 0
+            if vector is not None:
+                if isinstance(shadows[0], np.ndarray):
+                    shadows[0][...] = vector
+                else:
+                    values[0] = float(vector)
+            try:
+                status, _, _, *adjoints = call(*point, *values, seed)
+            except Exception:  # noqa: BLE001 - not a point this derivative can be called at (a layout): not judged
+                return None
             if status != 0:
-                raise EnzymeError("the loose-types check's second Hessian-vector product failed")
-            return np.array(shadows[2], copy=True)
+                return None
+            return [np.array(s, copy=True) if isinstance(s, np.ndarray) else s for s in values], list(adjoints)
         finally:
             for s, k in zip(shadows, kept):
                 if isinstance(s, np.ndarray):
                     s[...] = k
-    return product
+    return again

@@ -1,0 +1,94 @@
+"""``np.logaddexp``/``np.logaddexp2`` at a tie (``x == y``) differentiated as the smooth functions
+(:mod:`pyjlad.smooth_ties`).
+
+Numba's implementation returns ``x + log(2)`` where ``x == y``, whose derivative Enzyme took: ``(1, 0)``
+instead of ``(1/2, 1/2)`` and a zero second derivative. Softplus ``np.logaddexp(0.0, z)`` at ``z = 0``, a
+logistic regression started at zero weights, so had a wrong gradient and a zero Hessian (a user-style probe,
+2026-12-04). Oracle: ``jax`` in float64 on the same programs; inputs copied before each call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+import pyjlad
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+jax.config.update("jax_enable_x64", True)
+
+RNG = np.random.default_rng(20261204)
+X = RNG.normal(size=(12, 3))
+Y = (RNG.random(12) > 0.5).astype(np.float64)
+
+
+@njit
+def _pair(a, b):
+    return np.logaddexp(a, b)
+
+
+@njit
+def _pair2(a, b):
+    return np.logaddexp2(a, b)
+
+
+@njit
+def _logreg_loops(theta, X, y):
+    s = 0.0
+    for i in range(X.shape[0]):
+        z = 0.0
+        for j in range(X.shape[1]):
+            z += X[i, j] * theta[j]
+        s += np.logaddexp(0.0, z) - y[i] * z
+    return s
+
+
+@njit
+def _logreg_matmul(theta, X, y):
+    z = X @ theta
+    return np.sum(np.logaddexp(0.0, z) - y * z)
+
+
+@njit
+def _softplus_sum(x):
+    return np.sum(np.logaddexp(x, 0.0))
+
+
+def _logreg_jax(theta, X, y):
+    z = X @ theta
+    return jnp.sum(jnp.logaddexp(0.0, z) - y * z)
+
+
+@pytest.mark.parametrize("f, twin", [(_pair, jnp.logaddexp), (_pair2, jnp.logaddexp2)], ids=["logaddexp", "logaddexp2"])
+@pytest.mark.parametrize("a, b", [(1.0, 1.0), (-3.5, -3.5), (0.0, 0.0), (1.0, 2.5), (4.0, -1.0)])
+def test_a_pair_at_and_off_a_tie_matches_jax(f, twin, a, b) -> None:
+    expected = jax.grad(twin, argnums=(0, 1))(a, b)
+    got = pyjlad.gradient(f, a, b, wrt=(0, 1))
+    np.testing.assert_allclose(got, [float(e) for e in expected], rtol=1e-13)
+
+
+@pytest.mark.parametrize("f", [_logreg_loops, _logreg_matmul], ids=["loops", "matmul"])
+def test_logistic_regression_at_zero_weights_matches_jax(f) -> None:
+    theta, x, y = np.zeros(3), X.copy(), Y.copy()
+    expected = np.asarray(jax.grad(_logreg_jax)(jnp.zeros(3), jnp.asarray(X), jnp.asarray(Y)))
+    np.testing.assert_allclose(pyjlad.gradient(f, theta, x, y), expected, rtol=1e-12)
+    hessian = np.asarray(jax.hessian(_logreg_jax)(jnp.zeros(3), jnp.asarray(X), jnp.asarray(Y)))
+    np.testing.assert_allclose(pyjlad.hessian(f, theta, x, y), hessian, rtol=1e-12)
+    np.testing.assert_array_equal(x, X)
+    np.testing.assert_array_equal(theta, np.zeros(3))
+
+
+def test_softplus_of_an_array_at_zero_and_infinite_ties_keep_their_values() -> None:
+    """At ``x = 0``: gradient 1/2 and Hessian diagonal 1/4 (``jax``); ``logaddexp(-inf, -inf)`` is still ``-inf``
+    (the tie branch's reason) in the value the gradient call computes."""
+    x = np.array([0.0, 0.0, 1.5])
+    np.testing.assert_allclose(pyjlad.gradient(_softplus_sum, x.copy()),
+                               np.asarray(jax.grad(lambda v: jnp.sum(jnp.logaddexp(v, 0.0)))(x)), rtol=1e-13)
+    np.testing.assert_allclose(pyjlad.hessian(_softplus_sum, x.copy()),
+                               np.asarray(jax.hessian(lambda v: jnp.sum(jnp.logaddexp(v, 0.0)))(x)), rtol=1e-13)
+    value, _ = pyjlad.value_and_gradient(_pair, -np.inf, -np.inf, wrt=(0, 1))
+    assert value == -np.inf
+    value, _ = pyjlad.value_and_gradient(_pair, np.inf, np.inf, wrt=(0, 1))
+    assert value == np.inf
