@@ -37,7 +37,7 @@ from .ir.names import is_entry_name, symbol_for
 from .ir.pipeline import Pass, Pipeline
 from .ir.rewrite import definitions_named, drop_debug_attachments, items_of, map_items, rename
 from .nested import declare_nested_drivers
-from .smooth_ties import smooth_ties
+from .smooth_ties import smooth_sinc_zero, smooth_ties
 
 __all__ = ["PORTABLE", "PortableContext", "make_portable"]
 
@@ -296,11 +296,12 @@ def guarded_selects(module: Module, context: PortableContext) -> Module:
     return map_items(module, branch_guarded_selects, where=definitions_named(context.rewritten))
 
 
-def smooth_logaddexp_ties(module: Module, context: PortableContext) -> Module:
-    """Write the tie branch of ``np.logaddexp``/``np.logaddexp2`` (``x == y``: ``x + log(2)``) with the same value
-    and the smooth function's derivatives there; Enzyme's derivative of ``x + log(2)`` was ``(1, 0)`` (see
-    :mod:`pyjlad.smooth_ties`)."""
-    return map_items(module, smooth_ties, where=definitions_named(context.rewritten))
+def smooth_special_points(module: Module, context: PortableContext) -> Module:
+    """Write the special points of Numba's implementations of smooth functions with their values and the
+    functions' derivatives there: the tie branch of ``np.logaddexp``/``np.logaddexp2`` (``x == y``: ``x +
+    log(2)``, whose derivative Enzyme took as ``(1, 0)``) and ``np.sinc`` at 0 (``sinc(1e-20)``, a constant to
+    Enzyme: a Hessian of 0). See :mod:`pyjlad.smooth_ties`."""
+    return map_items(module, lambda d: smooth_sinc_zero(smooth_ties(d)), where=definitions_named(context.rewritten))
 
 
 def integer_min_max(module: Module, context: PortableContext) -> Module:
@@ -421,7 +422,7 @@ PORTABLE = Pipeline("portable", (
     Pass("opaque-address-comparisons", opaque_address_comparisons, "bodies of Numba's functions; a helper added"),
     Pass("freeze-carried-selects", freeze_selects, "bodies of Numba's functions"),
     Pass("guarded-selects", guarded_selects, "bodies of Numba's functions: blocks added"),
-    Pass("smooth-logaddexp-ties", smooth_logaddexp_ties, "bodies of Numba's functions: instructions added"),
+    Pass("smooth-special-points", smooth_special_points, "bodies of Numba's functions: instructions added"),
     Pass("integer-min-max", integer_min_max, "bodies of Numba's functions"),
     Pass("down-level", down_level, "syntax, vector intrinsics", form="text"),
     Pass("translate-attribute-groups", translate_attribute_groups, "attribute groups"),

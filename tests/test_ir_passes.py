@@ -375,7 +375,7 @@ def test_the_portable_pipeline_names_every_pass_in_order() -> None:
     names = [p.name for p in PORTABLE.passes]
     assert names == ["nested-drivers", "kind-specific-blas", "inverse-pairs", "stable-names", "extract", "split-excinfo-slots",
                      "split-result-slots", "branch-selects",
-                     "opaque-address-comparisons", "freeze-carried-selects", "guarded-selects", "smooth-logaddexp-ties", "integer-min-max", "down-level",
+                     "opaque-address-comparisons", "freeze-carried-selects", "guarded-selects", "smooth-special-points", "integer-min-max", "down-level",
                      "translate-attribute-groups", "unique-names",
                      "dedupe-declarations", "declare-libm-calls", "refuse-target-intrinsics"]
     assert all(p.summary for p in PORTABLE.passes)  # each documents why it exists

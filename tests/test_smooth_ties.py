@@ -92,3 +92,44 @@ def test_softplus_of_an_array_at_zero_and_infinite_ties_keep_their_values() -> N
     assert value == -np.inf
     value, _ = pyjlad.value_and_gradient(_pair, np.inf, np.inf, wrt=(0, 1))
     assert value == np.inf
+
+
+@njit
+def _sinc_sum(x):
+    return np.sum(np.sinc(x))
+
+
+@njit
+def _sinc_loop(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += np.sinc(x[i]) * (i + 1.0)
+    return s
+
+
+@njit
+def _sinc_scalar(a):
+    return np.sinc(a)
+
+
+@pytest.mark.parametrize("f, weights", [(_sinc_sum, np.ones(4)), (_sinc_loop, np.arange(1.0, 5.0))],
+                         ids=["array", "loop"])
+def test_sinc_at_zero_has_its_second_derivative(f, weights) -> None:
+    """Numba's ``np.sinc`` evaluates ``sinc(1e-20)`` at 0, a constant to Enzyme: its Hessian there was 0, not
+    ``-pi^2/3`` (the value and gradient were right). Oracle: ``jax`` on the same sum."""
+    x = np.array([0.0, 0.5, -0.0, 1.25])
+
+    def twin(v):
+        return jnp.sum(jnp.sinc(v) * weights)
+
+    assert f(x.copy()) == pytest.approx(float(twin(x)), rel=1e-15)
+    np.testing.assert_allclose(pyjlad.gradient(f, x.copy()), np.asarray(jax.grad(twin)(x)), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(pyjlad.hessian(f, x.copy()), np.asarray(jax.hessian(twin)(x)), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(pyjlad.hvp(f, (x.copy(),), np.ones(4)),
+                               np.asarray(jax.hessian(twin)(x)) @ np.ones(4), rtol=1e-12, atol=1e-15)
+
+
+def test_sinc_of_a_number_at_zero() -> None:
+    assert pyjlad.gradient(_sinc_scalar, 0.0) == 0.0
+    assert pyjlad.hessian(_sinc_scalar, 0.0) == pytest.approx(-np.pi ** 2 / 3, rel=1e-14)
+    assert pyjlad.hessian(_sinc_scalar, 0.3) == pytest.approx(float(jax.hessian(jnp.sinc)(0.3)), rel=1e-12)
