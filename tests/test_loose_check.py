@@ -288,25 +288,12 @@ def test_a_wrong_hessian_first_called_at_a_state_of_zeros_is_refused(monkeypatch
         pyjlad.hessian(f, p, np.array([0.1, 0.5, 0.9, 0.3]), 3)
 
 
-@njit
-def _scaled_smallest(x):
-    y = np.sort(x)
-    return y[:3] * np.sum(np.exp(x))
-
-
-@pytest.mark.parametrize("mode", ["reverse", "forward"])
-def test_a_jacobian_whose_vector_mode_needs_loose_types_sweeps_one_direction_at_a_time(mode, monkeypatch) -> None:
-    """Enzyme's vector mode needs loose types here (``np.sort``); such a sweep is not used (not checked): the
-    Jacobian comes from one direction per sweep. Oracle: ``jax.jacrev``."""
+def test_a_hessian_vector_product_of_a_max_that_enzyme_gets_wrong_is_refused(monkeypatch) -> None:
+    """``hvp`` of ``np.max(x * x)`` needs loose types and Enzyme v0.0.289's product is all zeros (``jax``:
+    ``2 w_k`` at ``k = argmax x^2``): refused since the check covers products (found by this check in the
+    test suite's own run, 2026-12-04). ``hessian`` of it sweeps in vector mode, which is right there
+    (``tests/test_selected_element.py``) and not checked."""
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
-    widths = []
-    check = embedded.Compiled._loose_check
-
-    def spy(self, built):
-        widths.append((self.sweep.width, built.loose_types))
-        return check(self, built)
-
-    monkeypatch.setattr(embedded.Compiled, "_loose_check", spy)
-    expected = np.asarray(jax.jacrev(lambda x: jnp.sort(x)[:3] * jnp.sum(jnp.exp(x)))(jnp.asarray(X)))
-    np.testing.assert_allclose(pyjlad.jacobian(_scaled_smallest, X.copy(), mode=mode), expected, rtol=1e-12)
-    assert any(width > 1 and loose for width, loose in widths) and (1, True) in widths
+    f = njit(lambda x: np.max(x * x))
+    with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of .* cannot be trusted"):
+        pyjlad.hvp(f, (np.array([0.3, -2.0, 1.0, 0.7]),), np.array([0.5, 1.0, -1.0, 0.25]))

@@ -364,16 +364,9 @@ class Compiled:
         return None
 
     def _loose_check(self, built: Built) -> LooseDerivativeCheck | LooseHessianCheck | None:
-        """The check of ``built`` if it is a loose-typed derivative the check can judge (see loose_check).
-
-        A loose-typed sweep of several directions (vector mode) is refused instead: the products then sweep one
-        direction at a time (:mod:`pyjlad.vector_sweeps`), where Hessian-vector products are checked (a Hessian
-        in vector mode had so lost a term of ``np.median``'s of a sorted copy)."""
+        """The check of ``built`` if it is a loose-typed derivative the check can judge (see loose_check)."""
         if not built.loose_types:
             return None
-        if self.sweep.width > 1:
-            raise EnzymeError(f"the vector-mode derivative of {built.exported.name} needed loose types, which are "
-                              "checked one direction at a time")
         primal = as_numba_function(self.func)
         if self._recursive:  # (its calls nest as deep as the derivative's: on a deep stack too)
             primal = functools.partial(on_deep_stack, primal)
