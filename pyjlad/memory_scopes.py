@@ -64,7 +64,7 @@ __all__ = ["ALLOCATIONS", "REFERENCE_COUNTS", "Origin", "pointer_origins", "scop
 
 #: pyjlad's allocators (:mod:`pyjlad.runtime`, ``nrt.ll``): a new block, header and data, no destructor.
 ALLOCATIONS = frozenset({"@NRT_MemInfo_alloc_aligned", "@NRT_MemInfo_alloc_safe_aligned", "@NRT_MemInfo_alloc",
-                         "@NRT_MemInfo_new_varsize"})
+                         "@NRT_MemInfo_new_varsize", "@NRT_MemInfo_alloc_zeroed"})
 #: pyjlad's reference counting (:mod:`pyjlad.runtime`): an atomic add to the header; a decrement to zero frees.
 REFERENCE_COUNTS = frozenset({"@NRT_incref", "@NRT_decref"})
 #: The offset of a MemInfo's ``data`` field (``refct, dtor, dtor_info, data, size, external_allocator``).

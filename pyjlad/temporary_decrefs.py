@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .ir.cfg import block_label
+from .ir.cfg import block_label, phi_retargeted
 from .ir.instructions import parse_instruction
 
 __all__ = ["DECREF", "inline_temporary_decrefs"]
@@ -59,15 +59,6 @@ def _written_out(header: str, name: str, counts: str) -> list[str]:
             f"  call void @free(ptr {header})",
             f"  br label %{name}.done",
             f"{name}.done:"]
-
-
-def _phi_retargeted(line: str, ends: dict[str, str]) -> str:
-    """``line`` with every incoming block of a ``phi`` that was split renamed to the block that now ends it."""
-    instruction = parse_instruction(line) if " phi " in line else None
-    if instruction is None or instruction.opcode != "phi":
-        return line
-    return "".join(f"%{ends[t.text[1:]]}" if t.kind == "local" and t.text[1:] in ends else t.text
-                   for t in instruction.tokens)
 
 
 def inline_temporary_decrefs(body: list[str], is_temporary: Callable[[str], bool], counts: str) -> list[str]:
@@ -128,4 +119,4 @@ def inline_temporary_decrefs(body: list[str], is_temporary: Callable[[str], bool
         ends[block] = f"{name}.done"
     if not ends:
         return body
-    return [_phi_retargeted(line, ends) for line in out]
+    return [phi_retargeted(line, ends) for line in out]

@@ -16,6 +16,7 @@ from typing import Any
 from .. import cache, config
 from ..blas_loops import blas_as_loops
 from ..block_order import dominance_ordered
+from ..empty_fills import guard_empty_fills
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import (
     EnzymeError,
@@ -39,9 +40,11 @@ from ..refusals import HELPER_CONSTRUCTS, explain
 from ..rules import is_rule_symbol, rule_modules
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
+from ..targets.nvptx import NVPTX_TRIPLE
 from ..toolchain import Toolchain, locate
 from ..trip_counts import distinct_trip_counts
 from ..unread_tape_slots import unread_slots_on_the_stack
+from ..zeroed_allocations import zeroed_allocations
 from .blas import BLAS_NAME
 
 __all__ = ["HOST_TARGET", "NO_HOISTED_CACHES", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS",
@@ -383,13 +386,26 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     return dominance_ordered(distinct_trip_counts(_fills_typed(unrolled)))
 
 
+#: What a module with a parallel loop (:mod:`pyjlad.openmp_loops`) calls.
+_PARALLEL = "@__kmpc_fork_call"
+
+
 def _fills_typed(module_text: str) -> str:
     """``module_text`` with each fill of a float array made stores Enzyme types (:func:`pyjlad.ir.edit.type_float_fills`):
     always, since an untyped one gives no error, a silently wrong gradient (its adjoint is not zeroed in the
-    reverse sweep)."""
+    reverse sweep); before that, an array zeroed right after its allocation allocated zeroed instead
+    (:func:`pyjlad.zeroed_allocations.zeroed_allocations`: no fill left to type; serial CPU code only); and every fill
+    left whose length may be zero made conditional
+    (:func:`pyjlad.empty_fills.guard_empty_fills`): Enzyme aborts on a fill its own simplification left with a
+    length of 0."""
     if "@llvm.memset" not in module_text:
         return module_text
-    return type_float_fills(parse(module_text, strict=False)).render()
+    module = parse(module_text, strict=False)
+    # Not on a GPU (no calloc), nor in a parallel derivative, whose large fills all its threads do
+    # (pyjlad.openmp_fills): calloc would zero on one.
+    if NVPTX_TRIPLE not in module_text and _PARALLEL not in module_text:
+        zeroed_allocations(module)
+    return guard_empty_fills(type_float_fills(module)).render()
 
 
 def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
@@ -408,7 +424,7 @@ def enzyme_input_key() -> str:
     may be wrong)."""
     scoped = ("temporaries scoped, their decrefs written out" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
@@ -449,7 +465,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     # (pyjlad.openmp_fills).
     # And in every derivative, stack slots Enzyme moved to the heap for a tape field nothing reads put back on the
     # stack (pyjlad.unread_tape_slots: nothing would free them).
-    parallel = "@__kmpc_fork_call" in module_text
+    parallel = _PARALLEL in module_text
     rewrite = _parallel_rewrite if parallel else (
         _private_rewrite if BODY_PREFIX in module_text else unread_slots_on_the_stack)
     while True:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .instructions import parse_instruction
 from .lexer import Token, tokenize
 
-__all__ = ["ControlFlow", "Loop", "block_label", "blocks", "successors"]
+__all__ = ["ControlFlow", "Loop", "block_label", "blocks", "phi_retargeted", "successors"]
 
 
 def block_label(line: str) -> str | None:
@@ -45,6 +46,20 @@ def blocks(body: list[str]) -> list[tuple[str, list[str]]]:
     if len(found) > 1 and not any(line.strip() and not line.lstrip().startswith(";") for line in found[0][1]):
         found[:2] = [(found[1][0], found[0][1] + found[1][1])]  # the entry block has a label
     return found
+
+
+def phi_retargeted(line: str, ends: dict[str, str]) -> str:
+    """``line`` with each incoming block of a ``phi`` that is a key of ``ends`` renamed to its value: after a block
+    was split, the block its terminator is in now (other lines unchanged).
+
+    >>> phi_retargeted("  %p = phi ptr [ %a, %fill ], [ null, %entry ]", {"fill": "fill.done"})
+    '  %p = phi ptr [ %a, %fill.done ], [ null, %entry ]'
+    """
+    instruction = parse_instruction(line) if " phi " in line else None
+    if instruction is None or instruction.opcode != "phi":
+        return line
+    return "".join(f"%{ends[t.text[1:]]}" if t.kind == "local" and t.text[1:] in ends else t.text
+                   for t in instruction.tokens)
 
 
 def successors(lines: list[str]) -> list[str]:

@@ -25,6 +25,7 @@
 ;   @NRT_MemInfo_alloc_safe_aligned,  share one body; only the parameter list differs)
 ;   @NRT_MemInfo_alloc, @NRT_MemInfo_new_varsize, @NRT_MemInfo_new_varsize_dtor
 ;   @NRT_Allocate, @NRT_Free      raw malloc/free (formatting of exception messages)
+;   @NRT_MemInfo_alloc_zeroed     pyjlad's own: a zeroed block (calloc), see pyjlad.zeroed_allocations
 ;
 ; The data follows the 48-byte header, so it is 16-byte aligned (malloc's guarantee) rather
 ; than `align`-aligned: Numba's IR never assumes more than the element alignment (8 bytes),
@@ -131,6 +132,28 @@ init:
   ret ptr %mi
 }
 
+; pyjlad's own (pyjlad.zeroed_allocations, not Numba's): a MemInfo whose data starts at zero, for
+; an allocation Numba's code zeroes right away (np.zeros); calloc, whose block and shadow Enzyme
+; knows start at zero, in place of malloc and a fill Enzyme would have to type. The header's
+; dtor, dtor_info and external_allocator fields are the zeros calloc wrote.
+define linkonce_odr ptr @NRT_MemInfo_alloc_zeroed(i64 %size, i32 %align) {
+entry:
+  %total = add i64 %size, 48
+  %mi = call ptr @calloc(i64 1, i64 %total)
+  %failed = icmp eq ptr %mi, null
+  br i1 %failed, label %fail, label %init
+fail:
+  ret ptr null
+init:
+  %data = getelementptr i8, ptr %mi, i64 48
+  store i64 1, ptr %mi, align 8
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  store ptr %data, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  store i64 %size, ptr %sizefield, align 8
+  ret ptr %mi
+}
+
 ; Raw allocation and a MemInfo of Numba's default allocator (dtor NULL), used by runtime code
 ; such as the formatting of exception messages.
 define linkonce_odr ptr @NRT_Allocate(i64 %size) {
@@ -228,5 +251,6 @@ init:
 ; differentiated code, such as NumPy arrays passed in by Python, which are alive for the whole
 ; call), never for the temporaries whose frees Enzyme must postpone to the reverse pass.
 declare noalias ptr @malloc(i64)
+declare noalias ptr @calloc(i64, i64)
 declare void @free(ptr)
 declare void @pyjlad_NRT_MemInfo_call_dtor(ptr) nofree "enzyme_inactive"
