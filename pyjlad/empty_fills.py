@@ -27,7 +27,7 @@ and never the conditional code whose tests fold a length to 0).
 
 from __future__ import annotations
 
-from .ir.cfg import block_label, phi_retargeted
+from .ir.cfg import split_blocks
 from .ir.instructions import parse_instruction
 from .ir.module import Module
 
@@ -94,26 +94,11 @@ def guarded_body(body: list[str], first: int = 0) -> tuple[list[str], int]:
       %q = phi ptr [ %p, %pyjlad.fill.0.done ], [ null, %entry ]
       ret void
     """
-    out: list[str] = []
-    ends: dict[str, str] = {}  # a split block's name -> the name of the block its terminator is in now
-    block, count = "", 0
-    for line in body:
-        label = block_label(line)
-        if label is not None:
-            block = label if not label.startswith('"') else ""
-            out.append(line)
-            continue
-        fill = _variable_length(line) if block else None
-        if fill is None:
-            out.append(line)
-            continue
-        name = f"{_PREFIX}{first + count}"
-        count += 1
-        out += _guarded(line, *fill, name)
-        ends[block] = f"{name}.done"
-    if not ends:
-        return body, 0
-    return [phi_retargeted(line, ends) for line in out], count
+    def expand(line: str, count: int) -> list[str] | None:
+        fill = _variable_length(line)
+        return _guarded(line, *fill, f"{_PREFIX}{first + count}") if fill is not None else None
+
+    return split_blocks(body, expand)
 
 
 def guard_empty_fills(module: Module) -> Module:

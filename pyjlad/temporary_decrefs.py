@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .ir.cfg import block_label, phi_retargeted
+from .ir.cfg import split_blocks
 from .ir.instructions import parse_instruction
 
 __all__ = ["DECREF", "inline_temporary_decrefs"]
@@ -100,23 +100,11 @@ def inline_temporary_decrefs(body: list[str], is_temporary: Callable[[str], bool
       %p = phi ptr [ %mi, %pyjlad.decref.0.done ]
       ret void
     """
-    out: list[str] = []
-    ends: dict[str, str] = {}  # a split block's name -> the name of the block its terminator is in now
-    block, written = "", 0
-    for line in body:
-        label = block_label(line)
-        if label is not None:
-            block = label if not label.startswith('"') else ""
-            out.append(line)
-            continue
-        instruction = parse_instruction(line) if DECREF in line and block else None
+    def expand(line: str, count: int) -> list[str] | None:
+        instruction = parse_instruction(line) if DECREF in line else None
         call = instruction.call() if instruction is not None and instruction.opcode == "call" else None
         if call is None or call.callee != DECREF or len(call.values) != 1 or not is_temporary(call.values[0]):
-            out.append(line)
-            continue
-        name, written = f"{_PREFIX}{written}", written + 1
-        out += _written_out(call.values[0], name, counts)
-        ends[block] = f"{name}.done"
-    if not ends:
-        return body
-    return [phi_retargeted(line, ends) for line in out]
+            return None
+        return _written_out(call.values[0], f"{_PREFIX}{count}", counts)
+
+    return split_blocks(body, expand)[0]

@@ -15,12 +15,13 @@ through the header.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .instructions import parse_instruction
 from .lexer import Token, tokenize
 
-__all__ = ["ControlFlow", "Loop", "block_label", "blocks", "phi_retargeted", "successors"]
+__all__ = ["ControlFlow", "Loop", "block_label", "blocks", "phi_retargeted", "split_blocks", "successors"]
 
 
 def block_label(line: str) -> str | None:
@@ -60,6 +61,48 @@ def phi_retargeted(line: str, ends: dict[str, str]) -> str:
         return line
     return "".join(f"%{ends[t.text[1:]]}" if t.kind == "local" and t.text[1:] in ends else t.text
                    for t in instruction.tokens)
+
+
+def split_blocks(body: list[str], expand: Callable[[str, int], list[str] | None]) -> tuple[list[str], int]:
+    """``body`` with instruction lines replaced by the lines ``expand`` gives, which may open blocks of their own.
+
+    ``expand(line, count)`` (``count``: how many lines were expanded before) returns ``None`` to keep ``line``,
+    or the lines that replace it; the last of those, if a label, opens the block the rest of the split block
+    goes on in, and each ``phi`` that named the split block as an incoming block names that one instead. Only
+    lines in a block with a plain name are offered (an entry block without a label, or a quoted name, has no
+    name to branch back to).
+
+    Returns
+    -------
+    (list of str, int)
+        The new body (``body`` itself when nothing was expanded) and how many lines were.
+
+    >>> body = ["b:", "  call void @g()", "  br label %c", "c:", "  %p = phi i1 [ 0, %b ]"]
+    >>> new, n = split_blocks(body, lambda line, k: [line, f"  br label %b.{k}", f"b.{k}:"] if "@g" in line else None)
+    >>> new
+    ['b:', '  call void @g()', '  br label %b.0', 'b.0:', '  br label %c', 'c:', '  %p = phi i1 [ 0, %b.0 ]']
+    """
+    out: list[str] = []
+    ends: dict[str, str] = {}  # a split block's name -> the name of the block its terminator is in now
+    block, count = "", 0
+    for line in body:
+        label = block_label(line)
+        if label is not None:
+            block = label if not label.startswith('"') else ""
+            out.append(line)
+            continue
+        lines = expand(line, count) if block else None
+        if lines is None:
+            out.append(line)
+            continue
+        count += 1
+        out += lines
+        opened = block_label(lines[-1]) if lines else None
+        if opened is not None:
+            ends[block] = opened
+    if not count:
+        return body, 0
+    return [phi_retargeted(line, ends) for line in out], count
 
 
 def successors(lines: list[str]) -> list[str]:
