@@ -60,7 +60,7 @@ from .ir.instructions import Instruction, parse_instruction
 from .ir.lexer import split_top_level, words
 from .temporary_decrefs import DECREF, inline_temporary_decrefs
 
-__all__ = ["ALLOCATIONS", "REFERENCE_COUNTS", "Origin", "pointer_origins", "scope_temporaries"]
+__all__ = ["ALLOCATIONS", "DATA_FIELD", "REFERENCE_COUNTS", "Origin", "pointer_origins", "scope_temporaries"]
 
 #: pyjlad's allocators (:mod:`pyjlad.runtime`, ``nrt.ll``): a new block, header and data, no destructor.
 ALLOCATIONS = frozenset({"@NRT_MemInfo_alloc_aligned", "@NRT_MemInfo_alloc_safe_aligned", "@NRT_MemInfo_alloc",
@@ -68,7 +68,7 @@ ALLOCATIONS = frozenset({"@NRT_MemInfo_alloc_aligned", "@NRT_MemInfo_alloc_safe_
 #: pyjlad's reference counting (:mod:`pyjlad.runtime`): an atomic add to the header; a decrement to zero frees.
 REFERENCE_COUNTS = frozenset({"@NRT_incref", "@NRT_decref"})
 #: The offset of a MemInfo's ``data`` field (``refct, dtor, dtor_info, data, size, external_allocator``).
-_DATA_FIELD = "24"
+DATA_FIELD = "24"
 _MOVES = frozenset({"getelementptr", "bitcast", "addrspacecast", "freeze", "phi", "select"})
 _NOT_MEMORY = frozenset({"null", "undef", "poison", "zeroinitializer"})
 _SCOPED = ("!alias.scope", "!noalias")
@@ -106,7 +106,7 @@ def _is_data_field(instruction: Instruction, header: str) -> bool:
     """Whether ``instruction`` is ``getelementptr [inbounds] i8, ptr <header>, i64 24``."""
     parts = [words(part) for part in split_top_level(instruction.after_opcode())]
     return (len(parts) == 3 and parts[0][-1] == "i8" and parts[1] == ["ptr", header]
-            and parts[2] == ["i64", _DATA_FIELD])
+            and parts[2] == ["i64", DATA_FIELD])
 
 
 def pointer_origins(function: Function, allocations: Iterable[str] = ALLOCATIONS) -> dict[str, Origin]:

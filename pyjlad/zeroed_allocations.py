@@ -27,6 +27,7 @@ from .ir.cfg import ControlFlow, block_label, successors
 from .ir.edit import declare
 from .ir.instructions import Instruction, parse_instruction
 from .ir.module import Module, parse
+from .memory_scopes import DATA_FIELD
 
 __all__ = ["ZEROED_ALLOCATOR", "zeroed_allocations"]
 
@@ -34,8 +35,6 @@ __all__ = ["ZEROED_ALLOCATOR", "zeroed_allocations"]
 _ALLOCATORS = frozenset({"@NRT_MemInfo_alloc_aligned", "@NRT_MemInfo_alloc_safe_aligned"})
 #: Their zeroing counterpart, defined in ``nrt.ll`` (``calloc``).
 ZEROED_ALLOCATOR = "@NRT_MemInfo_alloc_zeroed"
-#: The offset of a MemInfo's ``data`` field.
-_DATA_FIELD = "24"
 
 
 def _allocation(line: str) -> tuple[Instruction, str] | None:
@@ -87,7 +86,7 @@ def _zeroed_fill(graph: ControlFlow, predecessors: dict[str, list[str]], block: 
                 return None
             where, lines, index = onward, graph.lines[onward], 0
         elif (instruction.opcode == "getelementptr" and operands == [allocation.result]
-              and line.rstrip().endswith(f"i64 {_DATA_FIELD}") and " i8, " in line):
+              and line.rstrip().endswith(f"i64 {DATA_FIELD}") and " i8, " in line):
             field = instruction.result
         elif instruction.opcode == "load" and field is not None and operands == [field] and " load ptr, " in line:
             data = instruction.result
