@@ -107,6 +107,9 @@ def test_hessian_of_newton_steps_with_solve_and_matmul_matches_jax(caplog, monke
 def test_hvp_of_newton_steps_matches_jax():
     x, A = _problem()
     v = np.linspace(-1.0, 1.0, 3)
-    grad_x = jax.grad(lambda y: _newton_loss_jax(y, jnp.asarray(A)))
-    expected = np.asarray(jax.jvp(grad_x, (jnp.asarray(x),), (jnp.asarray(v),))[1])
+    x0, A0, v0 = x.copy(), A.copy(), v.copy()
+    grad_x = jax.grad(lambda y: _newton_loss_jax(y, jnp.asarray(A0)))
+    expected = np.asarray(jax.jvp(grad_x, (jnp.asarray(x0),), (jnp.asarray(v0),))[1])
     np.testing.assert_allclose(pyjlad.hvp(_newton_loss, (x, A), v), expected, rtol=1e-9, atol=1e-12)
+    for array, copy in ((x, x0), (A, A0), (v, v0)):
+        np.testing.assert_array_equal(array, copy)
