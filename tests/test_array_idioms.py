@@ -422,7 +422,7 @@ def test_integer_accesses_are_typed_only_after_every_other_attempt_failed(monkey
     real = differentiate._differentiate
 
     def spy(toolchain, module, passes, what, options=(), host=False, rewrite=None):
-        seen.append("!tbaa" in (module.decode() if isinstance(module, bytes) else module))
+        seen.append('!"long"' in (module.decode() if isinstance(module, bytes) else module))  # integer tags
         return real(toolchain, module, passes, what, options, host, rewrite)
 
     monkeypatch.setattr(differentiate, "_differentiate", spy)

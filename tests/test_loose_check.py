@@ -289,11 +289,13 @@ def test_a_wrong_hessian_first_called_at_a_state_of_zeros_is_refused(monkeypatch
 
 
 def test_a_hessian_vector_product_of_a_max_that_enzyme_gets_wrong_is_refused(monkeypatch) -> None:
-    """``hvp`` of ``np.max(x * x)`` needs loose types and Enzyme v0.0.289's product is all zeros (``jax``:
+    """``hvp`` of ``np.max(x * x)`` needed loose types and Enzyme v0.0.289's product was all zeros (``jax``:
     ``2 w_k`` at ``k = argmax x^2``): refused since the check covers products (found by this check in the
-    test suite's own run, 2026-12-04). ``hessian`` of it sweeps in vector mode, which is right there
-    (``tests/test_selected_element.py``) and not checked."""
+    test suite's own run, 2026-12-04). Since the float accesses are typed before loose types it builds typed and
+    right (``tests/test_float_accesses.py``); with that typing switched off here (``_floats_typed`` the
+    identity), the wrong loose-typed product is built again and must still be refused."""
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    monkeypatch.setattr(differentiate, "_floats_typed", lambda m: m.decode() if isinstance(m, bytes) else m)
     f = njit(lambda x: np.max(x * x))
     with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of .* cannot be trusted"):
         pyjlad.hvp(f, (np.array([0.3, -2.0, 1.0, 0.7]),), np.array([0.5, 1.0, -1.0, 0.25]))

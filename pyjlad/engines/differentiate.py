@@ -23,7 +23,7 @@ from ..errors import (
 )
 from ..export import ExportedFunction
 from ..inline_callees import INLINE_PASSES, mark_inlinable, more_inlinable
-from ..ir.edit import tag_integer_accesses, type_float_copies, type_float_fills
+from ..ir.edit import tag_float_accesses, tag_integer_accesses, type_float_copies, type_float_fills
 from ..ir.instructions import parse_instruction
 from ..ir.module import parse
 from ..ir.pipeline import dump
@@ -284,6 +284,17 @@ def _integers_typed(module: str | bytes) -> str:
     return tag_integer_accesses(parse(text, strict=False)).render()
 
 
+def _floats_typed(module: str | bytes) -> str:
+    """``module`` with its float loads and stores typed for Enzyme (:func:`pyjlad.ir.edit.tag_float_accesses`).
+
+    Before loose types, after a type failure: Enzyme v0.0.289 does not take an LLVM ``double`` for a float, and a
+    Hessian-vector product's reverse sweep over the forward derivative met a ``phi`` of tangents loaded from a
+    shadow it could not type; with loose types that product was wrong (``np.max(x * x)``: all zeros). Typed so,
+    it builds without them (``tests/test_float_accesses.py``)."""
+    text = module.decode() if isinstance(module, bytes) else module
+    return tag_float_accesses(parse(text, strict=False)).render()
+
+
 #: Enzyme could not type a ``store`` (forward mode: what it writes into memory it may shadow; see
 #: :func:`_integers_typed`).
 _STORE_TYPE_FAILURE = "Cannot deduce type of store"
@@ -421,10 +432,11 @@ def enzyme_input_key() -> str:
     ``PYJLAD_SCOPE_TEMPORARIES`` setting, and what scoping does (a temporary's ``NRT_decref`` written out
     since 2026-12-02, :mod:`pyjlad.temporary_decrefs`: a derivative cached before that is not read); the fills
     of float arrays typed (:func:`_fills_typed`, since 2026-12-04: a derivative cached before is not read, it
-    may be wrong)."""
+    may be wrong); the float accesses typed before any attempt with loose types (:func:`_floats_typed`, since
+    2026-12-04: a loose-typed derivative cached before is built again, typed)."""
     scoped = ("temporaries scoped, their decrefs written out" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
@@ -452,6 +464,8 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     dump(label, "driver", module_text)
     module, typed, copies, blas_loops = _enzyme_input(toolchain, exported, module_text), False, False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
+    # While the float accesses are typed (_floats_typed): the module and the failure before; () once tried.
+    floats: tuple[Any, ...] | None = None
     first_failure: EnzymeError | None = None  # set when every attempt is made again with more callees inlined
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); no loop-invariant caches
@@ -476,7 +490,11 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
             if report is not None:
                 report["loose_types"] = _LOOSE_TYPES in options
             return derivative
-        except EnzymeError as exc:
+        except EnzymeError as raised:
+            exc = raised
+            if floats:  # the float accesses typed did not help: the module and the failure as before them
+                (module, exc), floats = floats, ()
+                _log.debug("typing the float accesses of %s did not help: without them", exported.name)
             if _BLAS_RULE_UNDIFFERENTIABLE in exc.diagnostics and not blas_loops:
                 # A second derivative (reverse over forward) of a matrix product: Enzyme's forward-mode BLAS rule
                 # calls cblas_?lascl, which its reverse mode cannot differentiate. The products as loops instead.
@@ -514,6 +532,13 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 dump(label, "enzyme.input-integers-typed", module)
                 passes, options = PASSES, base
                 continue
+            if attempt is not None and _LOOSE_TYPES in attempt[1] and floats is None:
+                # Before loose types, which assume what Enzyme could not deduce: the float accesses typed. Where that
+                # fails too, the module as it was, and the attempts as before.
+                _log.debug("Enzyme could not type %s: retrying with its float accesses typed", exported.name)
+                floats, module = (module, exc), _floats_typed(module)
+                dump(label, "enzyme.input-floats-typed", module)
+                continue
             if attempt is not None and _LOOSE_TYPES in attempt[1] and not copies:
                 # Loose types take a copy Enzyme cannot type for integers, losing the adjoint through it; Enzyme
                 # stops at its first failure, which can be another (a phi of Numba's quicksort, before the copy
@@ -534,6 +559,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 first_failure = exc
                 module = _enzyme_input(toolchain, exported, module_text, whatever_they_call=True)
                 typed = copies = blas_loops = False
+                floats = None
                 dump(label, "enzyme.input-helpers-inlined", module)
                 passes, options = PASSES, base
                 continue

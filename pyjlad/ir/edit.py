@@ -10,6 +10,7 @@ Each edits the module in place, re-rendering only what it changes: every other b
 * :func:`declare`: append a declaration unless the module already has the function.
 * :func:`drop_attributes`: remove function attributes from every attribute group.
 * :func:`tag_integer_accesses`: give every integer load and store one TBAA type, "long".
+* :func:`tag_float_accesses`: give every float load and store its TBAA type, "double" or "float".
 * :func:`mark_enzyme_calls`: give every ``__enzyme_autodiff``/``__enzyme_fwddiff`` call one more marker.
 * :func:`type_float_copies`: tell Enzyme what a ``memcpy``/``memmove`` of float array elements copies.
 """
@@ -26,7 +27,7 @@ from .module import AttributeGroup, Function, GlobalVariable, Metadata, Module, 
 from .rewrite import map_items
 
 __all__ = ["rename_callees", "renamed_line", "drop_repeated_declarations", "declare", "drop_attributes",
-           "drop_empty_attribute_groups", "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies",
+           "drop_empty_attribute_groups", "tag_float_accesses", "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies",
            "type_float_fills",
            "FLOAT_TYPE_HINTS", "type_hint_declaration"]
 
@@ -212,8 +213,11 @@ def _without_groups(text: str, refs: set[str]) -> str:
     return substitute(text, "attrgroup", lambda ref: "\0" if ref in refs else ref).replace(" \0", "").replace("\0", "")
 
 
-#: The integer element types :func:`tag_integer_accesses` tags (i8 is left alone: C's char type aliases all).
-_TAGGED_INTEGERS = frozenset({"i16", "i32", "i64"})
+#: The TBAA type :func:`tag_integer_accesses` gives each integer element type (i8 is left alone: C's char type
+#: aliases all).
+_INTEGER_TYPES = {"i16": "long", "i32": "long", "i64": "long"}
+#: The TBAA type :func:`tag_float_accesses` gives each float element type (the names Enzyme's type analysis reads).
+_FLOAT_TYPES = {"double": "double", "float": "float"}
 
 
 def tag_integer_accesses(module: Module) -> Module:
@@ -240,41 +244,87 @@ def tag_integer_accesses(module: Module) -> Module:
     !2 = !{!"long", !1, i64 0}
     !3 = !{!2, !2, i64 0}
     """
+    return _tag_accesses(module, _INTEGER_TYPES)
+
+
+def tag_float_accesses(module: Module) -> Module:
+    r"""``module`` with a TBAA tag of type ``"double"`` (``"float"``) on every load and store of a ``double``
+    (``float``) or a vector of them that has none, in place: what Enzyme's type analysis reads to know that
+    memory holds floats. Numba's array elements carry no such tag, and Enzyme v0.0.289 does not take an LLVM
+    ``double`` for a float: where nothing else types a value (the tangent a forward derivative loads from a
+    shadow, which a Hessian-vector product's reverse sweep differentiates) it stops, and with loose types it
+    builds a derivative that can be wrong (:mod:`pyjlad.engines.differentiate` tries this before them).
+
+    Each type in a type tree of its own (its own root): LLVM takes two accesses whose types have different roots
+    to alias, as it does an access without a tag and any other, so the tags tell it nothing about aliasing (a
+    float store and an integer load of the same memory, :func:`tag_integer_accesses`'s, may still alias); they
+    only type the memory for Enzyme.
+
+    Examples
+    --------
+    >>> m = parse("define void @f(ptr %p) {\n  %v = load <2 x double>, ptr %p, align 8\n"
+    ...           "  store i64 0, ptr %p, align 8\n  store atomic float 0.0, ptr %p seq_cst, align 4\n"
+    ...           "  ret void\n}\n")
+    >>> print(tag_float_accesses(m).render(), end="")
+    define void @f(ptr %p) {
+      %v = load <2 x double>, ptr %p, align 8, !tbaa !3
+      store i64 0, ptr %p, align 8
+      store atomic float 0.0, ptr %p seq_cst, align 4
+      ret void
+    }
+    !0 = !{!"pyjlad TBAA: double"}
+    !1 = !{!"omnipotent char", !0, i64 0}
+    !2 = !{!"double", !1, i64 0}
+    !3 = !{!2, !2, i64 0}
+    """
+    return _tag_accesses(module, _FLOAT_TYPES, own_roots=True)
+
+
+def _tag_accesses(module: Module, types: dict[str, str], own_roots: bool = False) -> Module:
+    """``module`` with a TBAA tag on every non-atomic load and store of an element type ``types`` names (or a
+    vector of one) that has no tag: the TBAA type ``types`` gives that element type. In place. With
+    ``own_roots``, each TBAA type in a type tree of its own (see :func:`tag_float_accesses`)."""
+    found = [(body, index, types[element]) for function in module.definitions
+             for body in [function.body or []] for index, line in enumerate(body)
+             if "tbaa" not in line and (element := _accessed_element(line)) in types]
+    if not found:
+        return module
     numbers = [int(symbol[1:]) for symbol in module.metadata if symbol[1:].isdigit()]
-    root = max(numbers, default=-1) + 1
-    tag = f"!{root + 3}"
-    tagged = False
-    for function in module.definitions:
-        body = function.body or []
-        for index, line in enumerate(body):
-            if "tbaa" in line or not _integer_access(line):
-                continue
-            body[index] = line.rstrip() + f", !tbaa {tag}"
-            tagged = True
-    if tagged:
-        module.items += [Metadata(f"!{root}", '!{!"Simple C/C++ TBAA"}'),
-                         Metadata(f"!{root + 1}", f'!{{!"omnipotent char", !{root}, i64 0}}'),
-                         Metadata(f"!{root + 2}", f'!{{!"long", !{root + 1}, i64 0}}'),
-                         Metadata(tag, f"!{{!{root + 2}, !{root + 2}, i64 0}}")]
+    next_number = max(numbers, default=-1) + 1
+    tags: dict[str, str] = {}
+    root = None
+    for name in dict.fromkeys(name for _, _, name in found):
+        if root is None or own_roots:
+            root = f"!{next_number}"
+            title = f"pyjlad TBAA: {name}" if own_roots else "Simple C/C++ TBAA"
+            module.items += [Metadata(root, f'!{{!"{title}"}}'),
+                             Metadata(f"!{next_number + 1}", f'!{{!"omnipotent char", {root}, i64 0}}')]
+            char, next_number = f"!{next_number + 1}", next_number + 2
+        node, tags[name] = f"!{next_number}", f"!{next_number + 1}"
+        module.items += [Metadata(node, f'!{{!"{name}", {char}, i64 0}}'),
+                         Metadata(tags[name], f"!{{{node}, {node}, i64 0}}")]
+        next_number += 2
+    for body, index, name in found:
+        body[index] = body[index].rstrip() + f", !tbaa {tags[name]}"
     return module
 
 
-def _integer_access(line: str) -> bool:
-    """Whether body ``line`` is a non-atomic ``load``/``store`` of an integer type :data:`_TAGGED_INTEGERS` names
-    (or a vector of one)."""
+def _accessed_element(line: str) -> str | None:
+    """The element type body ``line`` loads or stores (of a vector: its elements'), where it is a non-atomic,
+    non-volatile ``load``/``store``; else ``None``."""
     if "load" not in line and "store" not in line:
-        return False
+        return None
     instruction = parse_instruction(line)
     if instruction is None or instruction.opcode not in ("load", "store"):
-        return False
+        return None
     words = [t.text for t in significant(list(instruction.tokens))]
     start = words.index(instruction.opcode) + 1
     if start < len(words) and words[start] in ("atomic", "volatile"):
-        return False  # (left as they are)
+        return None  # (left as they are)
     first = words[start:start + 4]
     if first[:1] == ["<"] and len(first) == 4 and first[2] == "x":
-        return first[3] in _TAGGED_INTEGERS
-    return first[:1] != [] and first[0] in _TAGGED_INTEGERS
+        return first[3]
+    return first[0] if first else None
 
 
 #: The calls Enzyme lowers (pyjlad's own ``__enzyme_fwddiff_<suffix>`` names included).
