@@ -95,6 +95,7 @@ class OutputLayout:
             )
         out = []
         for position, (part, (kind, shape, dtype)) in enumerate(zip(parts, self.items)):
+            what = "the cotangent" if self.kind == "array" else f"cotangent entry {position}"
             if kind == "const":
                 continue
             if part is None and self.kind == "tuple":  # an entry not differentiated: a zero cotangent
@@ -102,13 +103,13 @@ class OutputLayout:
                 continue
             if kind == "scalar":
                 if np.ndim(part) != 0:
-                    raise ArgumentError(f"cotangent entry {position} must be a float, like {name}'s result")
+                    raise ArgumentError(f"{what} must be a float, like {name}'s result")
                 out.append(np.array([part], dtype=dtype))
             else:
                 array = np.asarray(part, dtype=dtype)
                 if array.shape != shape:
                     raise ArgumentError(
-                        f"cotangent entry {position} has shape {array.shape}; {name}'s result has shape {shape}"
+                        f"{what} has shape {array.shape}; {name}'s result has shape {shape}"
                     )
                 # A fresh buffer, never the caller's array: Enzyme zeroes an output's
                 # shadow once it has propagated the seed.

@@ -115,3 +115,20 @@ def test_bad_settings_do_not_break_import_and_are_named_when_used():
     proc = _run(code, PYJLAD_OPT="/nonexistent/opt", PYJLAD_DISABLE_DISK_CACHE="1")
     assert proc.returncode == 0, proc.stderr
     assert "refused: PYJLAD_OPT='/nonexistent/opt' is not an executable file" in proc.stdout
+
+
+@njit
+def _pair(x):
+    return x * 2.0, np.sum(x)
+
+
+def test_a_cotangent_of_the_wrong_shape_is_named_as_the_results_kind_is() -> None:
+    """One array result: "the cotangent", not "entry 0" of a tuple there is none of (a user-style probe,
+    2026-12-04); a tuple result: the entry."""
+    x = np.ones(3)
+    with pytest.raises(pyjlad.ArgumentError, match=r"^the cotangent has shape \(2,\); .*result has shape \(3,\)"):
+        pyjlad.vjp(scale, (x, 2.0), np.ones(2))
+    with pytest.raises(pyjlad.ArgumentError, match=r"^cotangent entry 0 has shape \(2,\)"):
+        pyjlad.vjp(_pair, (x,), (np.ones(2), 1.0))
+    with pytest.raises(pyjlad.ArgumentError, match=r"^cotangent entry 1 must be a float"):
+        pyjlad.vjp(_pair, (x,), (np.ones(3), np.ones(3)))
