@@ -5,7 +5,8 @@ Enzyme v0.0.289 does not take an LLVM ``double`` for a float. The Hessian-vector
 (reverse over forward) stopped on a ``phi`` of tangents the forward derivative loads from a shadow ("Cannot
 deduce type of phi"), and with loose types, the retry after it, the product was all zeros (refused by the
 loose-types check since 2026-12-04). With every float load and store tagged with its TBAA type it builds
-without loose types, and right. Oracles: ``jax`` in float64, the hand-derived ``2 v_k e_k`` at
+without loose types, and right; so do those of ``np.min(x * x + 1.0)`` and ``np.max(np.exp(x) * x)``, which
+needed loose types too. Oracles: ``jax`` in float64, the hand-derived ``2 v_k e_k`` at
 ``k = argmax x^2``, and LLVM's own alias analysis (``opt -passes=aa-eval``) for what the tags tell LLVM.
 """
 
@@ -69,29 +70,40 @@ def test_accesses_tagged_already_and_atomic_ones_are_left_alone() -> None:
     assert tag_float_accesses(parse(text)).render() == text
 
 
-def _max_of_squares(x):
-    return np.max(x * x)
-
-
 def _hvp_sweep_built(f, args):
     compiled = compiled_sweep(f, Sweep("hvp", "reverse", (), 0), None)
     return compiled._build_once(numba_argtypes(args))
 
 
+# NumPy's max/min reductions of an expression: each needed loose types for its Hessian-vector product (the first
+# was all zeros with them). (function, jax twin, the selected index, the second derivative there by hand: the
+# Hessian is that times e_k e_k^T.)
+REDUCTIONS = {
+    "max of squares": (lambda x: np.max(x * x), lambda y: jnp.max(y * y),
+                       lambda x: np.argmax(x * x), lambda xk: 2.0),
+    "min of squares plus one": (lambda x: np.min(x * x + 1.0), lambda y: jnp.min(y * y + 1.0),
+                                lambda x: np.argmin(x * x), lambda xk: 2.0),
+    "max of x exp(x)": (lambda x: np.max(np.exp(x) * x), lambda y: jnp.max(jnp.exp(y) * y),
+                        lambda x: np.argmax(np.exp(x) * x), lambda xk: (xk + 2.0) * np.exp(xk)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
 @pytest.mark.parametrize("x", [np.array([0.3, -2.0, 1.0, 0.7]), np.array([1.5, 0.2, -0.1, -0.9, 0.4])])
-def test_the_hessian_vector_product_of_a_max_is_built_typed_and_right(monkeypatch: pytest.MonkeyPatch,
-                                                                      x: np.ndarray) -> None:
+def test_the_hessian_vector_product_of_a_reduction_is_built_typed_and_right(monkeypatch: pytest.MonkeyPatch,
+                                                                            name: str, x: np.ndarray) -> None:
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
-    f = njit(_max_of_squares)
+    function, twin, selected, second = REDUCTIONS[name]
+    f = njit(function)
     v = np.linspace(0.5, -1.0, x.size)
     x0, v0 = x.copy(), v.copy()
     got = pyjlad.hvp(f, (x,), v)
-    k = int(np.argmax(x0 * x0))
+    k = int(selected(x0))
     expected = np.zeros_like(x0)
-    expected[k] = 2.0 * v0[k]  # hand-derived: the Hessian of max_j x_j^2 is 2 e_k e_k^T
+    expected[k] = second(x0[k]) * v0[k]  # hand-derived
     np.testing.assert_allclose(got, expected, rtol=1e-14, atol=0)
-    twin = jax.jvp(jax.grad(lambda y: jnp.max(y * y)), (jnp.asarray(x0),), (jnp.asarray(v0),))[1]
-    np.testing.assert_allclose(got, np.asarray(twin), rtol=1e-14, atol=0)
+    product = jax.jvp(jax.grad(twin), (jnp.asarray(x0),), (jnp.asarray(v0),))[1]
+    np.testing.assert_allclose(got, np.asarray(product), rtol=1e-14, atol=0)
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(v, v0)
     assert not _hvp_sweep_built(f, (x,)).loose_types
