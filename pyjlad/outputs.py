@@ -175,6 +175,7 @@ def _make_wrapper(func: Any, nargs: int, layout: OutputLayout) -> Any:
             lines.append(f"    {out}[0] = {source}")
     source, wrapper_name = "\n".join(lines), f"{_identifier(name)}_outputs"
     wrapper = numba.njit(_defined(source, wrapper_name, target))
+    wrapper.results_of = name  # type: ignore[attr-defined]  # (named so in messages about its derivative)
     if getattr(target, "targetoptions", {}).get("parallel"):
         twin = _parallel_twin(target, source, wrapper_name)
         twin.results_of = name  # type: ignore[attr-defined]

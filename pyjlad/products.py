@@ -123,7 +123,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
         return None, as_result(arg_shadows[position], views[written])
     value = as_numba_function(f)(*primals)
     layout = output_layout(value, describe_function(f))
-    buffers = [np.empty(shape, dtype) for _, shape, dtype in layout.buffers]
+    buffers = [np.zeros(shape, dtype) for _, shape, dtype in layout.buffers]
     out_shadows = [np.zeros_like(b) for b in buffers]
     wrapper = output_wrapper(f, len(primals), layout)
     sweep = Sweep("ad", "forward", (Activity.DUP,) * len(buffers) + tuple(arg_acts))
@@ -213,7 +213,7 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     value = as_numba_function(f)(*primals)
     layout = output_layout(value, describe_function(f))
     seeds = layout.seeds(cotangent, describe_function(f))
-    buffers = [np.empty(shape, dtype) for _, shape, dtype in layout.buffers]
+    buffers = [np.zeros(shape, dtype) for _, shape, dtype in layout.buffers]
     wrapper = output_wrapper(f, len(primals), layout)
     sweep = Sweep("ad", "reverse", (Activity.DUP,) * len(buffers) + tuple(arg_acts))
     compiled = compiled_sweep(wrapper, sweep, engine)

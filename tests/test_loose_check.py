@@ -255,10 +255,10 @@ def test_a_first_call_where_the_lost_term_vanishes_is_judged_at_a_point_near_it_
     check.before((x, u), (np.zeros(2),))
     check.after((np.zeros(2),), (), 1.0)  # the first point alone passes
     check.before((x, u), (np.zeros(2),))
-    check.after((np.zeros(2),), (), 1.0, again=lambda point: ([2.0 * point[1] * point[0]], []))  # right
+    check.after((np.zeros(2),), (), 1.0, again=lambda point, start: ([2.0 * point[1] * point[0]], []))  # right
     check.before((x, u), (np.zeros(2),))
     with pytest.raises(pyjlad.EnzymeError, match="gradient of weighted cannot be trusted"):
-        check.after((np.zeros(2),), (), 1.0, again=lambda point: ([np.zeros(2)], []))
+        check.after((np.zeros(2),), (), 1.0, again=lambda point, start: ([np.zeros(2)], []))
 
 
 def _matrix_steps(p, u0, nsteps):

@@ -78,7 +78,7 @@ from .differentiate import (
 )
 from .driver import OUT_OF_MEMORY, RELEASE, ZEROED, Driver, ad_driver
 from .hvp_driver import hvp_driver
-from .loose_check import LooseDerivativeCheck, LooseHessianCheck, loose_derivative_check, rerun
+from .loose_check import LooseCheck, loose_derivative_check, rerun
 from .objects import built_with_loose_types, mark_loose_types
 from .objects import load_library as _load_library
 from .pool import failed_bytes
@@ -353,7 +353,7 @@ class Compiled:
         return built
 
     def _first_call(self, caller: Any, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: Any,
-                    kinds: tuple[type, ...]) -> LooseDerivativeCheck | LooseHessianCheck | None:
+                    kinds: tuple[type, ...]) -> LooseCheck | None:
         """Compile the caller for these argument types (:meth:`_compile_for`) and note their Python types
         (``kinds``) as called; the loose-types check to run around this call, where it applies."""
         check = self._loose_check(self._compile_for(caller, args, shadows, seed))
@@ -363,14 +363,21 @@ class Compiled:
             return check
         return None
 
-    def _loose_check(self, built: Built) -> LooseDerivativeCheck | LooseHessianCheck | None:
+    def _loose_check(self, built: Built) -> LooseCheck | None:
         """The check of ``built`` if it is a loose-typed derivative the check can judge (see loose_check)."""
         if not built.loose_types:
             return None
+        if self.sweep.width > 1:
+            # Not checked: the vector sweeps (pyjlad.vector_sweeps) take this for a sweep Enzyme cannot build
+            # and go one direction at a time, whose sweeps are checked.
+            name = getattr(self.func, "results_of", None) or describe_function(self.func)
+            raise EnzymeError(f"the vector-mode derivative of {name} needed loose types; "
+                              "it is not checked, so not used")
         primal = as_numba_function(self.func)
         if self._recursive:  # (its calls nest as deep as the derivative's: on a deep stack too)
             primal = functools.partial(on_deep_stack, primal)
-        return loose_derivative_check(self.sweep, built.exported, built.driver, primal)
+        return loose_derivative_check(self.sweep, built.exported, built.driver, primal,
+                                      name=getattr(self.func, "results_of", None))
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
         if self._refused is not None:
@@ -415,7 +422,7 @@ class Compiled:
             reraise_from_function(self.func, args)
         if check is not None:  # the first call for these types of a loose-typed derivative (see loose_check)
             try:
-                check.after(shadows, adjoints, seed, again=rerun(call, shadows, seed))
+                check.after(shadows, adjoints, seed, again=rerun(call, shadows, seed), dret=dret)
             except EnzymeError as exc:
                 self._refused = exc
                 raise

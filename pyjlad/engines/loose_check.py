@@ -18,22 +18,28 @@ coarse to judge by).
 A loose-typed Hessian-vector product (:func:`pyjlad.hvp`, reverse over forward) is checked alike
 (:class:`LooseHessianCheck`): its projections on three random directions against mixed second differences of
 the function. The product of ``np.median`` of a sorted copy times a sum of squares lost a term so while its
-gradient and jvp were right (``tests/test_loose_check.py``). Other sweeps (forward mode, vector mode) are not
-checked.
+gradient and jvp were right (``tests/test_loose_check.py``).
+
+Reverse sweeps of functions returning nothing are checked alike: a function writing its output into an argument,
+and the wrappers through which ``vjp`` and ``jacobian`` differentiate an array result (the cotangent seeds the
+buffers the wrapper writes; :class:`LooseDerivativeCheck` says what is compared). Forward sweeps (``jvp``,
+forward ``jacobian``) are checked by :class:`LooseTangentCheck`. A vector sweep (several directions at once) built
+with loose types is not used: the vector products then go one direction at a time, each sweep checked. Not
+checked: derivatives called from ``@njit`` code (:mod:`pyjlad.numba_calls`), which run no Python around a call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
 from ..errors import EnzymeError
 from ..rules import calls_custom_rules
 
-__all__ = ["DIRECTIONS", "LooseDerivativeCheck", "LooseHessianCheck", "directional_mismatch", "loose_derivative_check",
-           "perturbed", "rerun"]
+__all__ = ["DIRECTIONS", "LooseCheck", "LooseDerivativeCheck", "LooseHessianCheck", "LooseTangentCheck", "directional_mismatch",
+           "loose_derivative_check", "perturbed", "rerun"]
 
 #: Relative disagreement at which a derivative is refused (a lost adjoint is usually all of a component).
 _TOLERANCE = 1e-3
@@ -89,20 +95,31 @@ def directional_mismatch(f: Callable[[tuple[Any, ...]], float], args: tuple[Any,
     return derivative, differences
 
 
-def loose_derivative_check(sweep: Any, exported: Any, driver: Any,
-                           primal: Callable[..., Any]) -> LooseDerivativeCheck | None:
-    """The check of a loose-typed derivative (``sweep`` of ``exported``, called through ``driver``), or
-    ``None`` where it cannot judge it: other than one reverse-mode sweep, a result other than float64, or
-    a function calling a custom rule (its derivative is the rule's, not the function's)."""
-    if sweep.width != 1 or exported.abi.result.dtype != "float64" \
+def loose_derivative_check(sweep: Any, exported: Any, driver: Any, primal: Callable[..., Any],
+                           name: str | None = None) -> LooseCheck | None:
+    """The check of a loose-typed derivative (``sweep`` of ``exported``, called through ``driver``; ``name``: the
+    function's in messages, where ``exported`` is pyjlad's wrapper of it), or ``None`` where it cannot judge it: a result other than float64 or nothing (a function writing its output
+    into an argument, or pyjlad's wrapper writing an array result into buffers), a sweep other than one
+    direction of reverse or forward mode or a Hessian-vector product, or a function calling a custom rule (its
+    derivative is the rule's, not the function's)."""
+    if sweep.width != 1 or exported.abi.result.dtype not in ("float64", "none") \
             or calls_custom_rules(exported.module.external_functions):
         return None
+    name = name or exported.name
+    returns_value = exported.abi.result.dtype != "none"
     if sweep.kind == "hvp":
+        if not returns_value:
+            return None
         writes = any(getattr(arg, "writes", False) for arg in exported.abi.args)
-        return LooseHessianCheck(primal, exported.name, sweep.wrt, other_vectors=not writes)
-    if (sweep.kind, sweep.mode) != ("ad", "reverse"):
+        return LooseHessianCheck(primal, name, sweep.wrt, other_vectors=not writes)
+    if sweep.kind != "ad":
         return None
-    return LooseDerivativeCheck(primal, exported.name, driver.shadow_args, driver.active_scalars)
+    if sweep.mode == "forward":
+        return LooseTangentCheck(primal, name, driver.shadow_args, returns_value=returns_value)
+    if sweep.mode == "reverse":
+        return LooseDerivativeCheck(primal, name, driver.shadow_args, driver.active_scalars,
+                                    what="gradient" if returns_value else "vector-Jacobian product")
+    return None
 
 
 def _refusal(what: str, name: str, found: tuple[float, float], along: str) -> EnzymeError:
@@ -117,62 +134,175 @@ def _refusal(what: str, name: str, found: tuple[float, float], along: str) -> En
         diagnostics=f"directional derivative {found[0]!r}, central differences (Richardson) {found[1]!r}")
 
 
+def _float(value: Any) -> float:
+    """A function's result as a float: ``0`` for one that returns nothing."""
+    return 0.0 if value is None else float(value)
+
+
+def _is_float64(x: Any) -> bool:
+    return (isinstance(x, np.ndarray) and x.dtype == np.float64) or isinstance(x, float)
+
+
+def _copies(args: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+
+
+#: Any of the checks (:func:`loose_derivative_check`): ``applies``, ``before`` and ``after`` a first call.
+LooseCheck = Union["LooseDerivativeCheck", "LooseHessianCheck", "LooseTangentCheck"]
+
+
 class LooseDerivativeCheck:
-    """The check of one loose-typed reverse-mode derivative: :meth:`before` the first call, :meth:`after` it."""
+    """The check of one loose-typed reverse-mode sweep: :meth:`before` the first call, :meth:`after` it.
+
+    A reverse sweep takes, in the shadows of the arguments it is given, the adjoints of their contents after
+    the function ran (zeros for what it only reads; a cotangent for an output it writes, as ``vjp`` seeds the
+    buffers of an array result), and ``seed`` for its result; it leaves there the adjoints of their contents
+    before, plus what was there for memory the function does not overwrite. So, along a direction ``d`` of the
+    differentiated arguments, the shadows after the call and the scalars' adjoints give the derivative of
+    ``seed * f(x) + sum_i before_i . (x_i after the call)`` (``before_i``: shadow ``i`` before the call, zero
+    where it was zero): ``seed * f(x)`` for a function that only reads its arguments, ``cotangent . output(x)``
+    for one writing its output. That function is what the central differences are taken of.
+    """
 
     def __init__(self, primal: Callable[..., Any], name: str, shadow_args: Sequence[int],
-                 active_scalars: Sequence[int]) -> None:
-        self.primal, self.name = primal, name
+                 active_scalars: Sequence[int], what: str = "gradient") -> None:
+        self.primal, self.name, self.what = primal, name, what
         self.shadow_args, self.active_scalars = tuple(shadow_args), tuple(active_scalars)
         self._shadows: list[Any] = []
         self._args: tuple[Any, ...] = ()
 
     def applies(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float) -> bool:
-        """Whether the check can judge this call: float64 arguments differentiated, a non-zero seed."""
-        if not seed or not (self.shadow_args or self.active_scalars):
+        """Whether the check can judge this call: float64 arguments differentiated, a non-zero seed or shadow."""
+        if not (self.shadow_args or self.active_scalars):
             return False
         arrays = [args[i] for i in self.shadow_args]
-        return (all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in arrays)
-                and all(isinstance(s, np.ndarray) and s.dtype == np.float64 for s in shadows)
-                and all(isinstance(args[i], float) for i in self.active_scalars))
+        return (bool(seed) or any(np.any(s) for s in shadows)) \
+            and all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in arrays) \
+            and all(isinstance(s, np.ndarray) and s.dtype == np.float64 for s in shadows) \
+            and all(isinstance(args[i], float) for i in self.active_scalars)
 
     def before(self, args: tuple[Any, ...], shadows: tuple[Any, ...]) -> None:
         """Keep the arguments and shadows as they are before the call (the function may write into its
         arguments; the sweep adds into the shadows)."""
-        self._args = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+        self._args = _copies(args)
         self._shadows = [np.array(s, copy=True) for s in shadows]
 
     def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float,
-              again: Callable[..., Any] | None = None) -> None:
+              again: Callable[..., Any] | None = None, dret: Any = None) -> None:
         """Raise :class:`~pyjlad.errors.EnzymeError` where the call's derivative fails the check along any of
         :data:`DIRECTIONS` random directions (one alone misses an error nearly orthogonal to it: one whose
         projection is under the tolerance, about 6% of the time for an error of 1% of the gradient); then, with
         ``again`` (:func:`rerun`), the derivative at a point near the call's, every float argument moved at
-        random (:func:`perturbed`): a first call where the lost term vanishes (a state of zeros) passed before,
-        and every later call was wrong."""
+        random (:func:`perturbed`), from the same shadows: a first call where the lost term vanishes (a state of
+        zeros) passed before, and every later call was wrong."""
         rng = np.random.default_rng(20261130)
-        gradients = {i: np.asarray(after) - before for i, before, after in zip(self.shadow_args, self._shadows, shadows)}
-        gradients.update((i, float(adjoint)) for i, adjoint in zip(self.active_scalars, adjoints))
-        found = self._judge(self._args, gradients, seed, rng)
+        found = self._judge(self._args, self._gradient(shadows, adjoints), seed, rng)
         if found is None and again is not None:
             point = perturbed(self._args, rng)
-            rerun_result = again(point)
+            rerun_result = again(point, start=self._shadows)
             if rerun_result is not None:
-                later, later_adjoints = rerun_result
-                moved = {i: np.asarray(g) for i, g in zip(self.shadow_args, later)}
-                moved.update((i, float(adjoint)) for i, adjoint in zip(self.active_scalars, later_adjoints))
-                found = self._judge(point, moved, seed, rng)
+                found = self._judge(point, self._gradient(rerun_result[0], rerun_result[1]), seed, rng)
         if found is not None:
-            raise _refusal("gradient", self.name, found, "along a random direction")
+            raise _refusal(self.what, self.name, found, "along a random direction")
+
+    def _gradient(self, shadows: Sequence[Any], adjoints: Sequence[float]) -> dict[int, Any]:
+        """Argument index -> its shadow after the sweep, or its adjoint (a scalar)."""
+        changes: dict[int, Any] = {i: np.array(after, dtype=np.float64, copy=True)
+                                   for i, after in zip(self.shadow_args, shadows)}
+        changes.update((i, float(adjoint)) for i, adjoint in zip(self.active_scalars, adjoints))
+        return changes
+
+    def _judged(self, seed: float) -> Callable[[tuple[Any, ...]], float]:
+        """The function whose derivative the sweep computes (see the class), of the arguments."""
+        written = [(i, before) for i, before in zip(self.shadow_args, self._shadows) if np.any(before)]
+
+        def value(args: tuple[Any, ...]) -> float:
+            result = self.primal(*args)
+            total = seed * _float(result) if seed else 0.0
+            return total + sum(float(np.sum(before * args[i])) for i, before in written)
+        return value
 
     def _judge(self, args: tuple[Any, ...], gradients: dict[int, Any], seed: float,
                rng: np.random.Generator) -> tuple[float, float] | None:
         """The first mismatch of ``gradients`` at ``args`` along :data:`DIRECTIONS` random directions."""
+        judged = self._judged(seed)
         for _ in range(DIRECTIONS):
             direction = {i: rng.standard_normal(np.shape(g)) if isinstance(g, np.ndarray) else float(rng.standard_normal())
                          for i, g in gradients.items()}
             derivative = sum(float(np.sum(g * direction[i])) for i, g in gradients.items())
-            found = directional_mismatch(lambda a: float(self.primal(*a)), args, direction, derivative / seed)
+            found = directional_mismatch(judged, args, direction, derivative)
+            if found is not None:
+                return found
+        return None
+
+
+class LooseTangentCheck:
+    """The check of one loose-typed forward-mode sweep (the same interface as :class:`LooseDerivativeCheck`).
+
+    A forward sweep takes tangents of the arguments it is given in their shadows (a float for a scalar) and
+    returns the tangent of the result (``dret``), leaving in each array's shadow the tangent of its contents
+    after the call (its tangent as it was where the function only reads it). Both are checked against central
+    differences along the call's tangents: of the result and of the arrays' contents after the call, projected
+    on :data:`DIRECTIONS` random weights (one would
+    miss an error orthogonal to it); then, with ``again`` (:func:`rerun`), at a point near the call's with
+    random tangents (a first call along tangents blind to a lost term would pass). Cost: up to thirty calls of
+    the function and one of the derivative, once.
+    """
+
+    def __init__(self, primal: Callable[..., Any], name: str, shadow_args: Sequence[int],
+                 returns_value: bool = True) -> None:
+        self.primal, self.name, self.shadow_args = primal, name, tuple(shadow_args)
+        self.returns_value = returns_value  # False: the function returns nothing (its dret means nothing)
+        self._args: tuple[Any, ...] = ()
+        self._tangents: list[Any] = []
+
+    def applies(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float) -> bool:
+        """Whether the check can judge this call: float64 arguments and tangents, not all zero."""
+        return bool(self.shadow_args) and any(np.any(s) for s in shadows) \
+            and all(_is_float64(args[i]) and _is_float64(s) and type(args[i]) is type(s)
+                    for i, s in zip(self.shadow_args, shadows))
+
+    def before(self, args: tuple[Any, ...], shadows: tuple[Any, ...]) -> None:
+        """Keep the arguments and the tangents as they are before the call."""
+        self._args, self._tangents = _copies(args), list(_copies(shadows))
+
+    def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float,
+              again: Callable[..., Any] | None = None, dret: Any = None) -> None:
+        """Raise :class:`~pyjlad.errors.EnzymeError` where the call's tangents (``dret`` and the shadows), or
+        those at a point near it along random tangents, fail the check."""
+        rng = np.random.default_rng(20261205)
+        cases = [(self._args, self._tangents, _copies(shadows), dret)]
+        if again is not None:
+            point = perturbed(self._args, rng)
+            tangents = [rng.standard_normal(np.shape(t)) if isinstance(t, np.ndarray) else float(rng.standard_normal())
+                        for t in self._tangents]
+            rerun_result = again(point, start=tangents)
+            if rerun_result is not None:
+                cases.append((point, tangents, rerun_result[0], rerun_result[2]))
+        for point, tangents, after, out in cases:
+            found = self._mismatch(point, tangents, after, out, rng)
+            if found is not None:
+                raise _refusal("forward-mode derivative", self.name, found, "along the tangents, projected at random")
+
+    def _mismatch(self, args: tuple[Any, ...], tangents: Sequence[Any], after: Sequence[Any], dret: Any,
+                  rng: np.random.Generator) -> tuple[float, float] | None:
+        """The first of :data:`DIRECTIONS` random projections of the tangents out that disagrees with the
+        differences along ``tangents`` at ``args``."""
+        arrays = [(i, np.asarray(a, dtype=np.float64)) for i, t, a in zip(self.shadow_args, tangents, after)
+                  if isinstance(t, np.ndarray)]
+        direction = dict(zip(self.shadow_args, tangents))
+        for _ in range(DIRECTIONS):
+            weight = float(rng.standard_normal()) if self.returns_value else 0.0
+            weights = [rng.standard_normal(tangent.shape) for _, tangent in arrays]
+            derivative = (weight * _float(dret) if weight else 0.0) + \
+                sum(float(np.sum(w * tangent)) for w, (_, tangent) in zip(weights, arrays))
+
+            def projected(a: tuple[Any, ...], weight: float = weight, weights: list[Any] = weights) -> float:
+                result = self.primal(*a)
+                total = weight * _float(result) if weight else 0.0
+                return total + sum(float(np.sum(w * a[i])) for w, (i, _) in zip(weights, arrays))
+
+            found = directional_mismatch(projected, args, direction, derivative)
             if found is not None:
                 return found
         return None
@@ -212,7 +342,7 @@ class LooseHessianCheck:
         self._v = np.array(shadows[0], copy=True) if isinstance(shadows[0], np.ndarray) else shadows[0]
 
     def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float,
-              again: Callable[..., Any] | None = None) -> None:
+              again: Callable[..., Any] | None = None, dret: Any = None) -> None:
         """Raise :class:`~pyjlad.errors.EnzymeError` where ``H v``, or ``H w`` of a random ``w`` the derivative
         gives through ``again`` (:func:`rerun`) at the call's point and at a point near it (:func:`perturbed`),
         fails the check."""
@@ -258,7 +388,7 @@ _PERTURBATION = 0.1
 
 def perturbed(args: tuple[Any, ...], rng: np.random.Generator) -> tuple[Any, ...]:
     """``args`` with every float64 array and float moved at random by about :data:`_PERTURBATION` of its scale
-    (arrays in their own memory order); other arguments as they are.
+    (arrays in their own memory order); other arguments as they are (arrays copied: a call may write them).
 
     >>> import numpy as np
     >>> x, n = np.zeros(3), 4
@@ -275,34 +405,39 @@ def perturbed(args: tuple[Any, ...], rng: np.random.Generator) -> tuple[Any, ...
         elif isinstance(a, float):
             out.append(a + _PERTURBATION * max(1.0, abs(a)) * float(rng.standard_normal()))
         else:
-            out.append(a)
+            out.append(np.array(a, copy=True) if isinstance(a, np.ndarray) else a)
     return tuple(out)
 
 
 def rerun(call: Callable[..., Any], shadows: tuple[Any, ...], seed: Any) -> Callable[..., Any]:
-    """``again(point, vector=None)``: the call's derivative once more at ``point`` (arguments of the call's types),
-    in the call's own shadows (their types are the compiled ones), all zeroed first, the first one set to
-    ``vector`` where given (a Hessian-vector product's ``v``); returns copies of the shadows after it and its
-    adjoints, or ``None`` where it fails there. The shadows are put back as the call left them."""
-    def again(point: tuple[Any, ...], vector: Any = None) -> tuple[list[Any], list[Any]] | None:
+    """``again(point, vector=None, start=None)``: the call's derivative once more at ``point`` (arguments of the
+    call's types), in the call's own shadows (their types are the compiled ones), all zeroed first, then set to
+    ``start`` where given (one value per shadow: seeds, tangents), or the first one to ``vector`` (a
+    Hessian-vector product's ``v``); returns copies of the shadows after it, its adjoints and the tangent of its
+    result, or ``None`` where it fails there. The shadows are put back as the call left them."""
+    def again(point: tuple[Any, ...], vector: Any = None,
+              start: Sequence[Any] | None = None) -> tuple[list[Any], list[Any], Any] | None:
         kept = [np.array(s, copy=True) if isinstance(s, np.ndarray) else s for s in shadows]
         values = list(shadows)
         try:
-            for s in shadows:
+            for k, s in enumerate(shadows):
                 if isinstance(s, np.ndarray):
-                    s[...] = 0
+                    s[...] = 0 if start is None else start[k]
+                elif start is not None:
+                    values[k] = float(start[k])
             if vector is not None:
                 if isinstance(shadows[0], np.ndarray):
                     shadows[0][...] = vector
                 else:
                     values[0] = float(vector)
             try:
-                status, _, _, *adjoints = call(*point, *values, seed)
+                status, _, dret, *adjoints = call(*point, *values, seed)
             except Exception:  # noqa: BLE001 - not a point this derivative can be called at (a layout): not judged
                 return None
             if status != 0:
                 return None
-            return [np.array(s, copy=True) if isinstance(s, np.ndarray) else s for s in values], list(adjoints)
+            return ([np.array(s, copy=True) if isinstance(s, np.ndarray) else s for s in values], list(adjoints),
+                    dret)
         finally:
             for s, k in zip(shadows, kept):
                 if isinstance(s, np.ndarray):
