@@ -36,6 +36,7 @@ from .errors import (
     PyjladError,
     SettingError,
     ToolchainError,
+    UncheckedDerivativeWarning,
     UnsupportedFunctionError,
 )
 from .product_fns import hvp_fn, jacfwd, jacrev, jvp_fn, vjp_fn
@@ -56,7 +57,8 @@ __all__ = [
     "custom_derivative", "CustomDerivative",
     "autodiff", "Reverse", "Forward", "Const", "Active", "Duplicated", "DuplicatedNoNeed",
     "PyjladError", "UnsupportedFunctionError", "ExportError", "PortabilityError",
-    "ToolchainError", "EnzymeError", "EngineUnavailableError", "CacheWarning", "ParallelFallbackWarning", "CacheLockTimeout",
+    "ToolchainError", "EnzymeError", "EngineUnavailableError", "CacheWarning", "ParallelFallbackWarning", "UncheckedDerivativeWarning",
+    "CacheLockTimeout",
     "SettingError", "ArgumentError", "ArgumentTypeError", "OutOfMemoryError", "OutOfBoundsError",
     "DifferentiatedFunctionError",
     "__version__",

@@ -173,6 +173,17 @@ class CacheWarning(UserWarning):
     """
 
 
+class UncheckedDerivativeWarning(UserWarning):
+    """A derivative Enzyme built only with loose types is called from ``@njit`` code, where pyjlad cannot check it.
+
+    Called from Python, such a derivative is compared with finite differences of the function on its first
+    call and refused where they disagree (:mod:`pyjlad.engines.loose_check`); called from ``@njit`` code
+    (``vmap``, a derivative in a loop) it runs with no Python around the call. Issued once per function,
+    sweep and argument types, when the calling function is compiled. Calling the same transform once from
+    Python at a typical point checks the derivative Enzyme builds for it.
+    """
+
+
 class ParallelFallbackWarning(UserWarning):
     """A derivative of a ``parallel=True`` function runs serially although parallel derivatives are on.
 

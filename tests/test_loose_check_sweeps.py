@@ -11,6 +11,8 @@ derivatives (typing on) must pass, against ``jax`` in float64. Oracles: ``jax`` 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from numba import njit
@@ -174,3 +176,45 @@ def test_a_forward_sweep_blind_along_the_first_tangent_is_judged_along_others() 
                 check.after((e0, 3 * x * x * e0), (), 0.0, again=again, dret=0.0)
         else:
             check.after((e0, 3 * x * x * e0), (), 0.0, again=again, dret=0.0)
+
+
+def median_of_sorted_tail_by_squares(x):
+    y = x.copy()
+    y.sort()
+    return np.median(y[2:]) * np.sum(x * x)
+
+
+def test_a_loose_typed_derivative_called_from_njit_code_is_said_to_be_unchecked(monkeypatch) -> None:
+    """Called from ``@njit`` code a derivative runs with no Python around it, so no check: where it needed loose
+    types, an :class:`~pyjlad.UncheckedDerivativeWarning` says so when the caller compiles (here the wrong one,
+    with copy typing off), once; a derivative built without loose types raises none."""
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    typed = njit(lambda x: np.sum(x * x * x))
+    square_grad = pyjlad.grad(typed)
+
+    @njit
+    def typed_loop(xs):
+        s = 0.0
+        for k in range(xs.shape[0]):
+            s += np.sum(square_grad(xs[k]))
+        return s
+
+    xs = np.stack([X, X + 0.1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pyjlad.UncheckedDerivativeWarning)
+        assert typed_loop(xs) == pytest.approx(float(np.sum(3.0 * xs * xs)), rel=1e-12)  # hand-derived
+
+    monkeypatch.setattr(differentiate, "_copies_typed", lambda m: m.decode() if isinstance(m, bytes) else m)
+    loose = pyjlad.grad(njit(median_of_sorted_tail_by_squares))
+
+    @njit
+    def loose_loop(xs):
+        s = 0.0
+        for k in range(xs.shape[0]):
+            s += np.sum(loose(xs[k]))
+        return s
+
+    with pytest.warns(pyjlad.UncheckedDerivativeWarning, match="reverse-mode derivative of "
+                                                               "median_of_sorted_tail_by_squares .* loose types"):
+        loose_loop(xs)
+    np.testing.assert_array_equal(xs[0], X)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,8 @@ from numba.extending import NativeValue, models, register_model, typeof_impl, un
 
 from ..engines.base import ReverseGradient
 from ..engines.driver import OUT_OF_MEMORY
-from ..errors import PyjladError
+from ..errors import PyjladError, UncheckedDerivativeWarning
+from ..export import describe_function
 from ..memo import cached_for
 from ..nested import keep_calls
 from ..transforms import _Grad, _ValueAndGrad
@@ -195,9 +197,24 @@ def _build_for_numba(compiled: Any, targets: tuple[types.Type, ...]) -> Any:
         return build(compiled.func, targets, compiled.sweep, oom_guard=False)
 
     built = cached_for(compiled, ("built-unguarded", targets), unguarded)
-    if not _allocates(built.library):
-        return built
-    return compiled._build_once(targets)
+    if _allocates(built.library):
+        built = compiled._build_once(targets)
+    _warn_unchecked(compiled, built, targets)
+    return built
+
+
+def _warn_unchecked(compiled: Any, built: Any, targets: tuple[types.Type, ...]) -> None:
+    """Warn where ``built`` is loose-typed, once per sweep and argument types, that a loose-typed derivative runs unchecked from ``@njit`` code."""
+    if not built.loose_types:
+        return
+    sweep = compiled.sweep
+    name = getattr(compiled.func, "results_of", None) or describe_function(compiled.func)
+    cached_for(compiled, ("unchecked warning", targets), lambda: warnings.warn(
+        f"the {sweep.mode + '-mode derivative' if sweep.kind == 'ad' else 'Hessian-vector product'} of {name} for "
+        f"({', '.join(map(str, targets))}), called from @njit code, needed loose types (Enzyme could not deduce "
+        "what some of the function's memory holds) and is not checked there against finite differences, as it "
+        f"is on a first call from Python: call the same transform of {name} once from Python (a wrong "
+        "derivative is then refused)", UncheckedDerivativeWarning, stacklevel=2) or True)
 
 
 def _plan(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> _CallPlan:
