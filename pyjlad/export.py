@@ -34,6 +34,7 @@ from .export_compile import (
     numba_argtypes,
     result_type,
     serial_dispatcher,
+    wrapped_name,
 )
 from .export_ir import enzyme_ir
 from .export_recursion import resolve_recursion
@@ -50,7 +51,7 @@ from .portable_pipeline import make_portable
 from .refusals import refuse_objmode
 
 __all__ = [
-    "ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function", "result_type",
+    "ExportedFunction", "export", "as_numba_function", "numba_argtypes", "describe_function", "wrapped_name", "result_type",
 ]
 
 

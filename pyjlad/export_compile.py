@@ -42,6 +42,12 @@ def describe_function(func: Any) -> str:
     return getattr(python_function(func), "__qualname__", None) or repr(func)
 
 
+def wrapped_name(func: Any) -> str | None:
+    """The name of the user's function a wrapper of pyjlad's stands for (its ``results_of``: the wrapper that
+    writes an array result into buffers, :mod:`pyjlad.outputs`), or ``None`` for any other function."""
+    return getattr(func, "results_of", None)
+
+
 def as_numba_function(func: Any) -> Dispatcher | CFunc:
     """Return the Numba object to export for ``func``.
 

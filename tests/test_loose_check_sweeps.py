@@ -184,35 +184,30 @@ def median_of_sorted_tail_by_squares(x):
     return np.median(y[2:]) * np.sum(x * x)
 
 
+def _summing_loop(derivative):
+    """An ``@njit`` loop summing ``derivative`` over the rows of its argument."""
+    @njit
+    def loop(xs):
+        s = 0.0
+        for k in range(xs.shape[0]):
+            s += np.sum(derivative(xs[k]))
+        return s
+    return loop
+
+
 def test_a_loose_typed_derivative_called_from_njit_code_is_said_to_be_unchecked(monkeypatch) -> None:
     """Called from ``@njit`` code a derivative runs with no Python around it, so no check: where it needed loose
     types, an :class:`~pyjlad.UncheckedDerivativeWarning` says so when the caller compiles (here the wrong one,
     with copy typing off), once; a derivative built without loose types raises none."""
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
-    typed = njit(lambda x: np.sum(x * x * x))
-    square_grad = pyjlad.grad(typed)
-
-    @njit
-    def typed_loop(xs):
-        s = 0.0
-        for k in range(xs.shape[0]):
-            s += np.sum(square_grad(xs[k]))
-        return s
-
+    typed_loop = _summing_loop(pyjlad.grad(njit(lambda x: np.sum(x * x * x))))
     xs = np.stack([X, X + 0.1])
     with warnings.catch_warnings():
         warnings.simplefilter("error", pyjlad.UncheckedDerivativeWarning)
         assert typed_loop(xs) == pytest.approx(float(np.sum(3.0 * xs * xs)), rel=1e-12)  # hand-derived
 
     monkeypatch.setattr(differentiate, "_copies_typed", lambda m: m.decode() if isinstance(m, bytes) else m)
-    loose = pyjlad.grad(njit(median_of_sorted_tail_by_squares))
-
-    @njit
-    def loose_loop(xs):
-        s = 0.0
-        for k in range(xs.shape[0]):
-            s += np.sum(loose(xs[k]))
-        return s
+    loose_loop = _summing_loop(pyjlad.grad(njit(median_of_sorted_tail_by_squares)))
 
     with pytest.warns(pyjlad.UncheckedDerivativeWarning, match="reverse-mode derivative of "
                                                                "median_of_sorted_tail_by_squares .* loose types"):

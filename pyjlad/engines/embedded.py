@@ -43,7 +43,14 @@ from ..abi import FunctionABI
 from ..activity import Activity
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import EnzymeError, OutOfMemoryError, PyjladError, ToolchainError, UnsupportedFunctionError
-from ..export import ExportedFunction, as_numba_function, describe_function, export, numba_argtypes
+from ..export import (
+    ExportedFunction,
+    as_numba_function,
+    describe_function,
+    export,
+    numba_argtypes,
+    wrapped_name,
+)
 from ..memo import cached_for
 from ..nested import NestedSweep, cache_key_parts, remember
 from ..parallel_derivatives import (
@@ -370,14 +377,14 @@ class Compiled:
         if self.sweep.width > 1:
             # Not checked: the vector sweeps (pyjlad.vector_sweeps) take this for a sweep Enzyme cannot build
             # and go one direction at a time, whose sweeps are checked.
-            name = getattr(self.func, "results_of", None) or describe_function(self.func)
+            name = wrapped_name(self.func) or describe_function(self.func)
             raise EnzymeError(f"the vector-mode derivative of {name} needed loose types; "
                               "it is not checked, so not used")
         primal = as_numba_function(self.func)
         if self._recursive:  # (its calls nest as deep as the derivative's: on a deep stack too)
             primal = functools.partial(on_deep_stack, primal)
         return loose_derivative_check(self.sweep, built.exported, built.driver, primal,
-                                      name=getattr(self.func, "results_of", None))
+                                      name=wrapped_name(self.func))
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
         if self._refused is not None:

@@ -98,10 +98,11 @@ def directional_mismatch(f: Callable[[tuple[Any, ...]], float], args: tuple[Any,
 def loose_derivative_check(sweep: Any, exported: Any, driver: Any, primal: Callable[..., Any],
                            name: str | None = None) -> LooseCheck | None:
     """The check of a loose-typed derivative (``sweep`` of ``exported``, called through ``driver``; ``name``: the
-    function's in messages, where ``exported`` is pyjlad's wrapper of it), or ``None`` where it cannot judge it: a result other than float64 or nothing (a function writing its output
-    into an argument, or pyjlad's wrapper writing an array result into buffers), a sweep other than one
-    direction of reverse or forward mode or a Hessian-vector product, or a function calling a custom rule (its
-    derivative is the rule's, not the function's)."""
+    function's in messages, where ``exported`` is pyjlad's wrapper of it), or ``None`` where it cannot judge
+    it: a result other than float64 or nothing (nothing: a function writing its output into an argument, or
+    pyjlad's wrapper writing an array result into buffers), a sweep other than one direction of reverse or
+    forward mode or a Hessian-vector product, or a function calling a custom rule (its derivative is the
+    rule's, not the function's)."""
     if sweep.width != 1 or exported.abi.result.dtype not in ("float64", "none") \
             or calls_custom_rules(exported.module.external_functions):
         return None
@@ -207,10 +208,10 @@ class LooseDerivativeCheck:
 
     def _gradient(self, shadows: Sequence[Any], adjoints: Sequence[float]) -> dict[int, Any]:
         """Argument index -> its shadow after the sweep, or its adjoint (a scalar)."""
-        changes: dict[int, Any] = {i: np.array(after, dtype=np.float64, copy=True)
-                                   for i, after in zip(self.shadow_args, shadows)}
-        changes.update((i, float(adjoint)) for i, adjoint in zip(self.active_scalars, adjoints))
-        return changes
+        gradient: dict[int, Any] = {i: np.array(after, dtype=np.float64, copy=True)
+                                    for i, after in zip(self.shadow_args, shadows)}
+        gradient.update((i, float(adjoint)) for i, adjoint in zip(self.active_scalars, adjoints))
+        return gradient
 
     def _judged(self, seed: float) -> Callable[[tuple[Any, ...]], float]:
         """The function whose derivative the sweep computes (see the class), of the arguments."""
@@ -243,10 +244,9 @@ class LooseTangentCheck:
     returns the tangent of the result (``dret``), leaving in each array's shadow the tangent of its contents
     after the call (its tangent as it was where the function only reads it). Both are checked against central
     differences along the call's tangents: of the result and of the arrays' contents after the call, projected
-    on :data:`DIRECTIONS` random weights (one would
-    miss an error orthogonal to it); then, with ``again`` (:func:`rerun`), at a point near the call's with
-    random tangents (a first call along tangents blind to a lost term would pass). Cost: up to thirty calls of
-    the function and one of the derivative, once.
+    on :data:`DIRECTIONS` random weights (one would miss an error orthogonal to it); then, with ``again``
+    (:func:`rerun`), at a point near the call's with random tangents (a first call along tangents blind to a
+    lost term would pass). Cost: up to thirty calls of the function and one of the derivative, once.
     """
 
     def __init__(self, primal: Callable[..., Any], name: str, shadow_args: Sequence[int],
@@ -338,7 +338,7 @@ class LooseHessianCheck:
 
     def before(self, args: tuple[Any, ...], shadows: tuple[Any, ...]) -> None:
         """Keep the arguments and ``v`` as they are before the call."""
-        self._args = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+        self._args = _copies(args)
         self._v = np.array(shadows[0], copy=True) if isinstance(shadows[0], np.ndarray) else shadows[0]
 
     def after(self, shadows: tuple[Any, ...], adjoints: Sequence[float], seed: float,
@@ -417,7 +417,7 @@ def rerun(call: Callable[..., Any], shadows: tuple[Any, ...], seed: Any) -> Call
     result, or ``None`` where it fails there. The shadows are put back as the call left them."""
     def again(point: tuple[Any, ...], vector: Any = None,
               start: Sequence[Any] | None = None) -> tuple[list[Any], list[Any], Any] | None:
-        kept = [np.array(s, copy=True) if isinstance(s, np.ndarray) else s for s in shadows]
+        kept = _copies(shadows)
         values = list(shadows)
         try:
             for k, s in enumerate(shadows):

@@ -36,7 +36,7 @@ from numba.extending import NativeValue, models, register_model, typeof_impl, un
 from ..engines.base import ReverseGradient
 from ..engines.driver import OUT_OF_MEMORY
 from ..errors import PyjladError, UncheckedDerivativeWarning
-from ..export import describe_function
+from ..export import describe_function, wrapped_name
 from ..memo import cached_for
 from ..nested import keep_calls
 from ..transforms import _Grad, _ValueAndGrad
@@ -204,17 +204,23 @@ def _build_for_numba(compiled: Any, targets: tuple[types.Type, ...]) -> Any:
 
 
 def _warn_unchecked(compiled: Any, built: Any, targets: tuple[types.Type, ...]) -> None:
-    """Warn where ``built`` is loose-typed, once per sweep and argument types, that a loose-typed derivative runs unchecked from ``@njit`` code."""
+    """An :class:`~pyjlad.errors.UncheckedDerivativeWarning` where ``built`` needed loose types, once per sweep
+    (``compiled``) and argument types (``targets``)."""
     if not built.loose_types:
         return
     sweep = compiled.sweep
-    name = getattr(compiled.func, "results_of", None) or describe_function(compiled.func)
-    cached_for(compiled, ("unchecked warning", targets), lambda: warnings.warn(
-        f"the {sweep.mode + '-mode derivative' if sweep.kind == 'ad' else 'Hessian-vector product'} of {name} for "
-        f"({', '.join(map(str, targets))}), called from @njit code, needed loose types (Enzyme could not deduce "
-        "what some of the function's memory holds) and is not checked there against finite differences, as it "
-        f"is on a first call from Python: call the same transform of {name} once from Python (a wrong "
-        "derivative is then refused)", UncheckedDerivativeWarning, stacklevel=2) or True)
+    name = wrapped_name(compiled.func) or describe_function(compiled.func)
+    what = f"{sweep.mode}-mode derivative" if sweep.kind == "ad" else "Hessian-vector product"
+
+    def warn() -> bool:
+        warnings.warn(
+            f"the {what} of {name} for ({', '.join(map(str, targets))}), called from @njit code, needed loose types "
+            "(Enzyme could not deduce what some of the function's memory holds) and is not checked there against "
+            f"finite differences, as it is on a first call from Python: call the same transform of {name} once "
+            "from Python (a wrong derivative is then refused)", UncheckedDerivativeWarning, stacklevel=3)
+        return True
+
+    cached_for(compiled, ("unchecked warning", targets), warn)  # (remembered: issued once)
 
 
 def _plan(derivative: _ValueAndGrad, args: tuple[types.Type, ...]) -> _CallPlan:
