@@ -5,7 +5,8 @@ differences before they are trusted; loose-typed vector sweeps are not used (pyj
 The wrong derivative the check must catch is a real one: the median of a slice of a sorted copy, times the
 array, whose copy Enzyme v0.0.289 takes for integers unless pyjlad types it (``_copies_typed``, switched off here
 with the disk cache off so that no other test can load the wrong derivative): its ``vjp`` and reverse Jacobian
-were returned wrong (off by up to 1.55 against ``jax``) before the check covered them. The right loose-typed
+were returned wrong (entries off by more than 0.5 against ``jax``: ``test_the_refused_vjp_is_wrong_indeed``) before
+the check covered them. The right loose-typed
 derivatives (typing on) must pass, against ``jax`` in float64. Oracles: ``jax`` and hand-derived derivatives.
 """
 
@@ -55,6 +56,18 @@ def test_wrong_loose_typed_vjp_and_reverse_jacobian_are_refused(monkeypatch: pyt
     np.testing.assert_array_equal(ct, np.linspace(-1.0, 1.0, 8))
 
 
+def test_the_refused_vjp_is_wrong_indeed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The product the test above refuses, returned with the check switched off (as before it covered such
+    sweeps): wrong, its entries off by more than 0.5 against ``jax`` (not a false alarm)."""
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+    monkeypatch.setattr(differentiate, "_copies_typed", lambda m: m.decode() if isinstance(m, bytes) else m)
+    monkeypatch.setattr(embedded, "loose_derivative_check", lambda *args, **kwargs: None)
+    ct = np.linspace(-1.0, 1.0, 8)
+    right = np.asarray(jax.vjp(median_of_sorted_tail_times_jax, jnp.asarray(X))[1](jnp.asarray(ct))[0])
+    unchecked = pyjlad.vjp(njit(median_of_sorted_tail_times), (X.copy(),), ct.copy())[1][0]
+    assert np.max(np.abs(unchecked - right)) > 0.5
+
+
 def sorted_head_times_exp_sum(x):
     y = np.sort(x)
     return y[:3] * np.sum(np.exp(x))
@@ -98,6 +111,7 @@ def test_right_loose_typed_products_of_an_array_result_pass(monkeypatch: pytest.
     np.testing.assert_allclose(pyjlad.jvp(g, (x, out), (v, None))[1], jvp_expected, rtol=1e-12, atol=1e-12)
     assert {("reverse", 1, "LooseDerivativeCheck"), ("forward", 1, "LooseTangentCheck")} <= set(made)
     np.testing.assert_array_equal(x, X)
+    np.testing.assert_array_equal(v, np.linspace(-1.0, 1.0, 8))
     np.testing.assert_array_equal(ct, [1.0, -2.0, 0.5])
     np.testing.assert_allclose(out, np.asarray(_twin(jx)), rtol=1e-14)  # written as a call writes it
 
