@@ -62,6 +62,17 @@ _PORTABLE_RUNTIME_DEPS = {**runtime.dependencies("nrt.ll"), **runtime.dependenci
 _PORTABLE_RUNTIME_DECLS = {**runtime.declarations("nrt.ll"), **runtime.declarations("cblas.ll")}
 
 
+def blas_element_types() -> dict[str, str]:
+    """The element type of every pointer each kind-specific BLAS helper takes (its arrays, its scalars and its
+    result are of its kind), by the helper's ``@name``:
+
+    >>> blas_element_types()["@numba_xxgemv.d"]
+    'double'
+    """
+    return {f"@{helper}.{letter}": element for helper in sorted(BLAS_HELPERS)
+            for letter, element in _BLAS_KINDS.values()}
+
+
 def _blas_call(tokens: list[Token], k: int) -> tuple[str, str] | None:
     """``(helper, kind letter)`` if ``tokens[k]`` is a BLAS/LAPACK helper called with a constant element kind
     (``@numba_xxdot(i8 100,``); ``None`` otherwise."""

@@ -17,8 +17,8 @@ from .ir.module import AttributeGroup, Function, GlobalVariable
 from .ir.rewrite import items_of
 from .portable import is_inactive_helper, is_libm_function
 
-__all__ = ["ERROR_PATH_STUBS", "EXCINFO_UNWRAP", "STRING_CODE", "clean_global", "excinfo_unwrap_stub",
-           "inactive_definition", "libm_declaration", "mark_inactive", "stub"]
+__all__ = ["ERROR_PATH_STUBS", "EXCINFO_UNWRAP", "RAISE_ONLY", "STRING_CODE", "clean_global", "excinfo_unwrap_stub",
+           "inactive_definition", "libm_declaration", "mark_inactive", "raise_only_stub", "stub"]
 
 #: Python C-API functions that Numba's generated code calls only to build the message of an exception
 #: raised with run-time values (e.g. a shape mismatch in a slice assignment). A differentiated module
@@ -46,6 +46,12 @@ EXCINFO_UNWRAP = "@__excinfo_unwrap_args"
 #: type their byte arithmetic.
 STRING_CODE = ("@_ZN5numba7cpython7unicode", "@_ZN5numba7cpython15unicode_support", "@_ZN5numba7cpython7charseq")
 
+#: Numba functions that only raise: numba.np.arrayobj's ``raise_with_shape_context`` (Numba 0.61 on), called
+#: where a slice assignment's shapes differ (``g[1:, :] = x`` of a 2-D array), formats its message with a list of
+#: strings it grows (``NRT_MemInfo_varsize_realloc``, which Enzyme refused to process even in an inactive
+#: function: every such assignment failed to differentiate). Kept as :func:`raise_only_stub`.
+RAISE_ONLY = ("@_ZN5numba2np8arrayobj31ol_raise_with_shape_context",)
+
 _INACTIVE = '"enzyme_inactive"'
 #: Enzyme's type analysis does not look into the function's body (it still analyzes the caller).
 _NOT_ANALYZED = '"enzyme_ta_norecur"'
@@ -62,6 +68,27 @@ def inactive_definition(function: Function) -> Function:
     """
     missing = [a for a in (_INACTIVE, _NOT_ANALYZED) if a.strip('"') not in " ".join(function.attributes)]
     return dataclasses.replace(function, attributes=[*function.attributes, *missing]) if missing else function
+
+
+def raise_only_stub(function: Function) -> str | None:
+    """An inactive definition of ``function`` (of :data:`RAISE_ONLY`) that raises without a message: it stores
+    null as its exception info and returns Numba's status of a raised exception (1). pyjlad re-runs the function
+    for the message (its first two parameters are Numba's result and exception-info pointers). ``None`` if
+    ``function`` does not return a status.
+
+    >>> print(raise_only_stub(items_of("declare i32 @r(ptr %retptr, ptr %excinfo, i64 %n)")[0]))
+    define linkonce_odr i32 @r(ptr %a0, ptr %a1, i64 %a2) "enzyme_inactive" {
+    entry:
+      store ptr null, ptr %a1, align 8
+      ret i32 1
+    }
+    """
+    types = [p.type for p in function.parameters]
+    if function.return_type != "i32" or types[:2] != ["ptr", "ptr"] or function.varargs:
+        return None
+    names = ", ".join(f"{t} %a{k}" for k, t in enumerate(types))
+    return (f"define linkonce_odr i32 {function.symbol}({names}) {_INACTIVE} {{\nentry:\n"
+            f"  store ptr null, ptr %a1, align 8\n  ret i32 1\n}}")
 
 
 def excinfo_unwrap_stub(symbol: str) -> str:

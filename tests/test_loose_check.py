@@ -25,6 +25,7 @@ from pyjlad.engines import compiled_sweep, differentiate, embedded, loose_check,
 from pyjlad.engines.loose_check import LooseDerivativeCheck, LooseHessianCheck, directional_mismatch
 from pyjlad.export import numba_argtypes
 from pyjlad.sweep import Sweep
+from tests.test_copies_as_loops import _newton_steps
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -261,28 +262,19 @@ def test_a_first_call_where_the_lost_term_vanishes_is_judged_at_a_point_near_it_
         check.after((np.zeros(2),), (), 1.0, again=lambda point, start: ([np.zeros(2)], []))
 
 
-def _matrix_steps(p, u0, nsteps):
-    n = u0.shape[0]
-    A = np.eye(n) / (2.0 + p[0])
-    u = u0.copy()
-    for _ in range(nsteps):
-        v = u.copy()
-        for _ in range(4):
-            v = v - A @ (v * p[1] - u)
-        u = v
-    return np.sum(u ** 2)
-
-
 def test_a_wrong_hessian_first_called_at_a_state_of_zeros_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """A user-style probe (2026-12-04): ``A @ (...)`` in a fixed loop inside a loop of ``nsteps``. Its
     Hessian-vector product needs loose types and is wrong in Enzyme v0.0.289 (Hessian ``[[0.564, 8.52], [8.52,
     99.3]]`` against ``jax``'s ``[[0.694, 10.2], [10.2, 108.25]]`` at ``u0 = [0.1, 0.5, 0.9, 0.3]``); first
     called at ``u0 = 0``, where it and the differences are both 0, it passed the check and every later call
-    was wrong. Now judged at a point near the first one too: refused."""
+    was wrong. Now judged at a point near the first one too: refused. Since the copy of ``u0`` is a loop for
+    Enzyme the product builds typed and right (``tests/test_copies_as_loops.py``); with that rewrite switched off
+    here (``_copies_looped`` the identity), the wrong loose-typed product is built again and must be refused."""
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
-    f = njit(_matrix_steps)
+    monkeypatch.setattr(differentiate, "_copies_looped", lambda m: m.decode() if isinstance(m, bytes) else m)
+    f = njit(_newton_steps)
     p = np.array([1.3, 0.7])
-    with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of _matrix_steps cannot be trusted"):
+    with pytest.raises(pyjlad.EnzymeError, match="Hessian-vector product of _newton_steps cannot be trusted"):
         pyjlad.hvp(f, (p, np.zeros(4), 3), np.array([1.0, 0.0]))
     with pytest.raises(pyjlad.EnzymeError, match="cannot be trusted"):
         pyjlad.hessian(f, p, np.array([0.1, 0.5, 0.9, 0.3]), 3)

@@ -23,7 +23,13 @@ from ..errors import (
 )
 from ..export import ExportedFunction
 from ..inline_callees import INLINE_PASSES, mark_inlinable, more_inlinable
-from ..ir.edit import tag_float_accesses, tag_integer_accesses, type_float_copies, type_float_fills
+from ..ir.edit import (
+    float_copies_as_loops,
+    tag_float_accesses,
+    tag_integer_accesses,
+    type_float_copies,
+    type_float_fills,
+)
 from ..ir.instructions import parse_instruction
 from ..ir.module import parse
 from ..ir.pipeline import dump
@@ -34,7 +40,7 @@ from ..memory_scopes import scope_temporaries
 from ..nested import explain_failure as explain_nested
 from ..nested import is_nested_driver, nested_modules
 from ..openmp_fills import parallel_fills
-from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, is_inactive_helper
+from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, blas_element_types, is_inactive_helper
 from ..private_bodies import BODY_PREFIX, plain_private_adds
 from ..refusals import HELPER_CONSTRUCTS, explain
 from ..rules import is_rule_symbol, rule_modules
@@ -295,6 +301,16 @@ def _floats_typed(module: str | bytes) -> str:
     return tag_float_accesses(parse(text, strict=False)).render()
 
 
+def _copies_looped(module: str | bytes) -> str:
+    """``module`` with its copies of float arrays made loops (:func:`pyjlad.ir.edit.float_copies_as_loops`).
+
+    After Enzyme could not type a fill: a Hessian-vector product of a function copying an argument held
+    constant (``u = u0.copy()``), whose tangent Enzyme's forward derivative fills with an untyped ``memset``.
+    With loose types the product was wrong (``tests/test_copies_as_loops.py``)."""
+    text = module.decode() if isinstance(module, bytes) else module
+    return float_copies_as_loops(parse(text, strict=False)).render()
+
+
 #: Enzyme could not type a ``store`` (forward mode: what it writes into memory it may shadow; see
 #: :func:`_integers_typed`).
 _STORE_TYPE_FAILURE = "Cannot deduce type of store"
@@ -318,6 +334,9 @@ def _store_untyped_with_loose_types(options: tuple[str, ...], diagnostics: str) 
 
 #: Enzyme could not type a ``memcpy``/``memmove`` (see :func:`_copies_typed`).
 _COPY_TYPE_FAILURE = "Cannot deduce type of copy"
+#: Enzyme could not type a fill: in a Hessian-vector product, the fill of a copy's tangent its own forward
+#: derivative made (see :func:`pyjlad.ir.edit.float_copies_as_loops`).
+_FILL_TYPE_FAILURE = "Cannot deduce type of memset"
 #: Enzyme v0.0.289 reverse-differentiating its own forward-mode rule of a matrix product (a Hessian-vector product):
 #: the rule scales the product's tangent with cblas_?lascl, an external function it has no derivative for.
 _BLAS_RULE_UNDIFFERENTIABLE = "No augmented forward pass found for cblas_"
@@ -416,7 +435,7 @@ def _fills_typed(module_text: str) -> str:
     # (pyjlad.openmp_fills): calloc would zero on one.
     if NVPTX_TRIPLE not in module_text and _PARALLEL not in module_text:
         zeroed_allocations(module)
-    return guard_empty_fills(type_float_fills(module)).render()
+    return guard_empty_fills(type_float_fills(module, blas_element_types())).render()
 
 
 def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
@@ -433,10 +452,12 @@ def enzyme_input_key() -> str:
     since 2026-12-02, :mod:`pyjlad.temporary_decrefs`: a derivative cached before that is not read); the fills
     of float arrays typed (:func:`_fills_typed`, since 2026-12-04: a derivative cached before is not read, it
     may be wrong); the float accesses typed before any attempt with loose types (:func:`_floats_typed`, since
-    2026-12-04: a loose-typed derivative cached before is built again, typed)."""
+    2026-12-04: a loose-typed derivative cached before is built again, typed); the fills of float arrays
+    passed to BLAS typed, and float copies written as loops where Enzyme cannot type a fill (since 2026-12-05:
+    a derivative refused or loose-typed before is built again)."""
     scoped = ("temporaries scoped, their decrefs written out" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
@@ -466,6 +487,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     # While the float accesses are typed (_floats_typed): the module and the failure before; () once tried.
     floats: tuple[Any, ...] | None = None
+    looped: tuple[Any, ...] | None = None  # the same while the float copies are loops (float_copies_as_loops)
     first_failure: EnzymeError | None = None  # set when every attempt is made again with more callees inlined
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); no loop-invariant caches
@@ -495,6 +517,16 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
             if floats:  # the float accesses typed did not help: the module and the failure as before them
                 (module, exc), floats = floats, ()
                 _log.debug("typing the float accesses of %s did not help: without them", exported.name)
+            if looped:  # the copies as loops did not help: the module and the failure as before them
+                (module, exc), looped = looped, ()
+                _log.debug("the float copies of %s as loops did not help: without them", exported.name)
+            if _FILL_TYPE_FAILURE in exc.diagnostics and looped is None:
+                # A Hessian-vector product: the forward derivative's own fill of a copy's tangent, untyped.
+                _log.debug("Enzyme could not type a fill in %s: retrying with its float copies as loops",
+                           exported.name)
+                looped, module = (module, exc), _copies_looped(module)
+                dump(label, "enzyme.input-copies-looped", module)
+                continue
             if _BLAS_RULE_UNDIFFERENTIABLE in exc.diagnostics and not blas_loops:
                 # A second derivative (reverse over forward) of a matrix product: Enzyme's forward-mode BLAS rule
                 # calls cblas_?lascl, which its reverse mode cannot differentiate. The products as loops instead.

@@ -17,7 +17,7 @@ Each edits the module in place, re-rendering only what it changes: every other b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..errors import IRError
 from .downlevel import tokenize_attributes
@@ -28,7 +28,7 @@ from .rewrite import map_items
 
 __all__ = ["rename_callees", "renamed_line", "drop_repeated_declarations", "declare", "drop_attributes",
            "drop_empty_attribute_groups", "tag_float_accesses", "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies",
-           "type_float_fills",
+           "type_float_fills", "float_copies_as_loops",
            "FLOAT_TYPE_HINTS", "type_hint_declaration"]
 
 
@@ -449,10 +449,11 @@ def type_float_copies(module: Module) -> Module:
     return module
 
 
-def type_float_fills(module: Module) -> Module:
+def type_float_fills(module: Module, float_callees: Mapping[str, str] | None = None) -> Module:
     r"""``module`` with every ``llvm.memset`` into a float array made a loop of float stores Enzyme types: a
     fill whose destination is an element of one (:func:`_float_elements`: the code indexes that memory as
-    floats), or computed from such a pointer by byte offsets (``getelementptr i8``) and ``phi``/``select`` joins,
+    floats, or passes it to a function of ``float_callees``, each ``@name`` mapped to the element type of every
+    pointer it takes: Numba's BLAS helpers), or computed from such a pointer by byte offsets (``getelementptr i8``) and ``phi``/``select`` joins,
     as LLVM's loop idiom writes the fill of each row of a 2-D array (``acc[:, :] = 0.0``, its row pointer
     stepped by a loop's ``phi``) or of a slice further in (``acc[1:] = 0.0``). A fill of
     zero bytes becomes a call of ``@pyjlad.zero.double`` (``float``), which stores ``0.0`` element by element;
@@ -495,7 +496,7 @@ def type_float_fills(module: Module) -> Module:
         body = function.body or []
         if not any("@llvm.memset" in line for line in body):
             continue
-        elements = _float_elements(body)
+        elements = _float_elements(body, float_callees)
         sources = _pointer_sources(body)
         typed = []
         for line in body:
@@ -524,6 +525,70 @@ def type_float_fills(module: Module) -> Module:
     return module
 
 
+def float_copies_as_loops(module: Module) -> Module:
+    r"""``module`` with every ``llvm.memcpy`` from or into a float array (found as :func:`type_float_fills` finds
+    a fill's) made a call of ``@pyjlad.copy.double`` (``float``), which loads and stores the elements one by one.
+
+    For a Hessian-vector product (reverse over forward). Enzyme v0.0.289's forward derivative of a copy from
+    memory with no tangent (``u = u0.copy()`` of an argument held constant) fills the copy's tangent with a
+    ``memset`` of its own, which the reverse sweep over it cannot type whatever annotates the copy; with loose
+    types that product was wrong. A loop's tangent is stores of ``0.0``, typed, and LLVM makes the loop a
+    ``memcpy`` again once Enzyme is done. A copy whose length is not an ``i64`` or that is volatile is left.
+
+    Examples
+    --------
+    >>> m = parse("define void @f(ptr %a, ptr %b, i64 %k, i64 %n) {\n"
+    ...           "  %p = getelementptr double, ptr %a, i64 %k\n"
+    ...           "  call void @llvm.memcpy.p0.p0.i64(ptr align 8 %b, ptr align 8 %a, i64 %n, i1 false)\n"
+    ...           "  ret void\n}\n")
+    >>> text = float_copies_as_loops(m).render()
+    >>> print(text.splitlines()[2])
+      call void @pyjlad.copy.double(ptr %b, ptr %a, i64 %n)
+    >>> "define internal void @pyjlad.copy.double(ptr %to, ptr %from, i64 %bytes)" in text
+    True
+    """
+    kinds: set[str] = set()
+    for function in module.definitions:
+        body = function.body or []
+        if not any("@llvm.memcpy.p0.p0.i64" in line for line in body):
+            continue
+        elements, sources = _float_elements(body), _pointer_sources(body)
+        looped = []
+        for line in body:
+            instruction = parse_instruction(line) if elements and "@llvm.memcpy.p0.p0.i64" in line else None
+            call = instruction.call() if instruction is not None else None
+            if call is None or call.callee != "@llvm.memcpy.p0.p0.i64" or len(call.values) != 4 \
+                    or call.values[3] != "false" or instruction.result:
+                looped.append(line)
+                continue
+            destination, source, length = call.values[:3]
+            kind = _float_kind(destination, elements, sources) or _float_kind(source, elements, sources)
+            if kind is None:
+                looped.append(line)
+                continue
+            indent = line[: len(line) - len(line.lstrip())]
+            looped.append(f"{indent}call void @{_COPY}.{kind}(ptr {destination}, ptr {source}, i64 {length})")
+            kinds.add(kind)
+        function.body[:] = looped
+    for kind in sorted(kinds):
+        module.items.extend(parse(_copy_definition(kind)).items)
+    return module
+
+
+#: The functions :func:`float_copies_as_loops` calls in place of a copy: ``@pyjlad.copy.<double|float>``.
+_COPY = "pyjlad.copy"
+
+
+def _copy_definition(kind: str) -> str:
+    """``@pyjlad.copy.<kind>(ptr %to, ptr %from, i64 %bytes)``: copies each ``kind`` element of ``bytes`` bytes."""
+    size = FLOAT_TYPE_HINTS[kind][1]
+    return _element_loop(f"{_COPY}.{kind}", kind, "ptr %to, ptr %from",
+                         [f"%s = getelementptr inbounds {kind}, ptr %from, i64 %i",
+                          f"%d = getelementptr inbounds {kind}, ptr %to, i64 %i",
+                          f"%v = load {kind}, ptr %s, align {size}",
+                          f"store {kind} %v, ptr %d, align {size}"])
+
+
 #: The functions :func:`type_float_fills` calls in place of a zero fill: ``@pyjlad.zero.<double|float>``.
 _ZERO = "pyjlad.zero"
 
@@ -532,21 +597,22 @@ def _zero_definition(kind: str) -> str:
     """``@pyjlad.zero.<kind>(ptr %p, i64 %bytes)``: stores ``0.0`` into each ``kind`` element of ``bytes`` bytes
     (a fill with an ``i32`` length keeps its ``memset``, annotated: Numba's are ``llvm.memset.p0.i64``)."""
     size = FLOAT_TYPE_HINTS[kind][1]
-    return (f"define internal void @{_ZERO}.{kind}(ptr %p, i64 %bytes) {{\n"
-            f"entry:\n"
-            f"  %n = udiv i64 %bytes, {size}\n"
-            f"  %empty = icmp eq i64 %n, 0\n"
-            f"  br i1 %empty, label %done, label %loop\n"
-            f"loop:\n"
-            f"  %i = phi i64 [ 0, %entry ], [ %next, %loop ]\n"
-            f"  %a = getelementptr inbounds {kind}, ptr %p, i64 %i\n"
-            f"  store {kind} 0.0, ptr %a, align {size}\n"
-            f"  %next = add nuw i64 %i, 1\n"
-            f"  %more = icmp ult i64 %next, %n\n"
-            f"  br i1 %more, label %loop, label %done\n"
-            f"done:\n"
-            f"  ret void\n"
-            f"}}\n")
+    return _element_loop(f"{_ZERO}.{kind}", kind, "ptr %p",
+                         [f"%a = getelementptr inbounds {kind}, ptr %p, i64 %i",
+                          f"store {kind} 0.0, ptr %a, align {size}"])
+
+
+def _element_loop(name: str, kind: str, pointers: str, step: list[str]) -> str:
+    """``define internal void @name(pointers, i64 %bytes)`` running ``step`` for each ``kind`` element ``%i`` of
+    ``bytes`` bytes (none when ``bytes`` holds less than one element)."""
+    size = FLOAT_TYPE_HINTS[kind][1]
+    lines = [f"define internal void @{name}({pointers}, i64 %bytes) {{", "entry:",
+             f"  %n = udiv i64 %bytes, {size}", "  %empty = icmp eq i64 %n, 0",
+             "  br i1 %empty, label %done, label %loop", "loop:",
+             "  %i = phi i64 [ 0, %entry ], [ %next, %loop ]", *(f"  {line}" for line in step),
+             "  %next = add nuw i64 %i, 1", "  %more = icmp ult i64 %next, %n",
+             "  br i1 %more, label %loop, label %done", "done:", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def _pointer_sources(body: list[str]) -> dict[str, list[str]]:
@@ -587,11 +653,15 @@ def _float_kind(pointer: str, elements: dict[str, str], sources: dict[str, list[
     return None
 
 
-def _float_elements(body: list[str]) -> dict[str, str]:
-    """The float element type (``double``/``float``) of each ``getelementptr <type>`` result in ``body``, and of
-    each pointer such an element is indexed from."""
+def _float_elements(body: list[str], float_callees: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The float element type (``double``/``float``) of each ``getelementptr <type>`` result in ``body``, of
+    each pointer such an element is indexed from, and of each pointer passed to a function of ``float_callees``
+    (its element type: the output of ``A @ v`` is indexed only by the BLAS call that fills it, and by the fill of
+    its zero-length case)."""
     elements: dict[str, str] = {}
     for line in body:
+        if float_callees and "call " in line:
+            elements.update(_float_call_operands(line, float_callees))
         instruction = parse_instruction(line) if "getelementptr" in line else None
         if instruction is None or instruction.opcode != "getelementptr" or not instruction.result:
             continue
@@ -605,6 +675,21 @@ def _float_elements(body: list[str]) -> dict[str, str]:
             if base.startswith("%"):
                 elements.setdefault(base, after[0])
     return _through_joins(body, elements)
+
+
+def _float_call_operands(line: str, float_callees: Mapping[str, str]) -> dict[str, str]:
+    """The pointers ``line`` passes to a function of ``float_callees``, each with that function's element type.
+
+    >>> _float_call_operands("  %r = call i32 @gemv.d(i8 100, ptr %a, i64 %n, ptr nonnull %y)", {"@gemv.d": "double"})
+    {'%a': 'double', '%y': 'double'}
+    """
+    instruction = parse_instruction(line)
+    call = instruction.call() if instruction is not None else None
+    if call is None or call.callee not in float_callees:
+        return {}
+    kind = float_callees[call.callee]
+    return {value: kind for argument, value in zip(call.arguments, call.values)
+            if argument.startswith("ptr ") and value.startswith("%")}
 
 
 def _through_joins(body: list[str], elements: dict[str, str]) -> dict[str, str]:
