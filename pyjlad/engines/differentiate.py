@@ -10,6 +10,7 @@ different pipeline or option removes. A failure no retry fixes is explained in t
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -97,7 +98,7 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
     ]
 
 
-_TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "cannot handle unknown binary operator")
+_TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "Cannot deduce adding type", "cannot handle unknown binary operator")
 #: Enzyme's failures on vector code (the loops of Numba's library functions, e.g. ``np.where``'s, are
 #: vectorized when Numba first compiles them): forward mode puts the tangent phi of a ``<4 x i1>`` phi
 #: after other instructions (a module that fails verification), reverse mode finds no shadow for a
@@ -311,6 +312,38 @@ def _copies_looped(module: str | bytes) -> str:
     return float_copies_as_loops(parse(text, strict=False)).render()
 
 
+#: Enzyme took an integer for a value with an adjoint and could not tell whether it holds a float (an index loaded
+#: from an integer array the function fills in one loop and reads in another: ``np.maximum(np.minimum(k, 4),
+#: 0)`` written as two statements).
+_ADDED_INTEGER_FAILURE = "Cannot deduce adding type of"
+#: Enzyme looked for the shadow of an integer as if it were a pointer (``np.clip`` of an index array, whose
+#: vectorized ``llvm.smin`` it took for active): the assertion, after ``oval=`` and the integer instruction.
+_INTEGER_SHADOW_FAILURE = re.compile(
+    r"oval=\s*%\S+ = (?:tail call |call )?(?:load )?(?:<\d+ x )?i(?:16|32|64)\b.*\n(?:.*\n)*?.*isnt arg")
+#: Forward mode met an integer intrinsic it took for active (``np.clip`` of an index array: ``llvm.smax``).
+_INTEGER_INTRINSIC_FAILURE = re.compile(
+    r"unknown intrinsic\n(?:.*\n)?\s*%\S+ = (?:tail call |call )(?:<\d+ x )?i(?:16|32|64)\b")
+
+
+def _integer_taken_active(diagnostics: str) -> bool:
+    r"""Whether Enzyme failed on an integer it took for a value with a derivative (it did not know the memory it
+    was loaded from holds integers).
+
+    >>> _integer_taken_active("Cannot deduce adding type of:   %.406 = load i64, ptr %.405, align 8")
+    True
+    >>> _integer_taken_active("oval=  %m = tail call <8 x i64> @llvm.smin.v8i64(<8 x i64> %a, <8 x i64> %b) icv=0\n"
+    ...                       "available inversion for ...\nAssertion `0 && \"cannot find deal with ptr that isnt arg\"'")
+    True
+    >>> _integer_taken_active("oval=  %p = load ptr, ptr %q icv=0\nAssertion `0 && \"cannot find deal with ptr that isnt arg\"'")
+    False
+    >>> _integer_taken_active("Enzyme: cannot handle (forward) unknown intrinsic\nllvm.smax\n"
+    ...                       "  %.pj3 = tail call <8 x i64> @llvm.smax.v8i64(<8 x i64> %s, <8 x i64> %w) #11")
+    True
+    """
+    return (_ADDED_INTEGER_FAILURE in diagnostics or _INTEGER_SHADOW_FAILURE.search(diagnostics) is not None
+            or _INTEGER_INTRINSIC_FAILURE.search(diagnostics) is not None)
+
+
 #: Enzyme could not type a ``store`` (forward mode: what it writes into memory it may shadow; see
 #: :func:`_integers_typed`).
 _STORE_TYPE_FAILURE = "Cannot deduce type of store"
@@ -454,10 +487,11 @@ def enzyme_input_key() -> str:
     may be wrong); the float accesses typed before any attempt with loose types (:func:`_floats_typed`, since
     2026-12-04: a loose-typed derivative cached before is built again, typed); the fills of float arrays
     passed to BLAS typed, and float copies written as loops where Enzyme cannot type a fill (since 2026-12-05:
-    a derivative refused or loose-typed before is built again)."""
+    a derivative refused or loose-typed before is built again); the integer accesses typed first where Enzyme
+    took an integer for a value with a derivative (:func:`_integer_taken_active`, since 2026-12-05)."""
     scoped = ("temporaries scoped, their decrefs written out" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
@@ -488,6 +522,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     # While the float accesses are typed (_floats_typed): the module and the failure before; () once tried.
     floats: tuple[Any, ...] | None = None
     looped: tuple[Any, ...] | None = None  # the same while the float copies are loops (float_copies_as_loops)
+    integers: tuple[Any, ...] | None = None  # the same while the integers are typed first (_integer_taken_active)
     first_failure: EnzymeError | None = None  # set when every attempt is made again with more callees inlined
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); no loop-invariant caches
@@ -520,6 +555,17 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
             if looped:  # the copies as loops did not help: the module and the failure as before them
                 (module, exc), looped = looped, ()
                 _log.debug("the float copies of %s as loops did not help: without them", exported.name)
+            if integers:  # the integer accesses typed first did not help: the module and the failure as before
+                (module, exc), integers = integers, ()
+                _log.debug("typing the integer accesses of %s first did not help: without them", exported.name)
+            if integers is None and not typed and _integer_taken_active(exc.diagnostics):
+                # An integer loaded from an array the function fills (an index array clamped twice, np.clip of
+                # one): typed, it has no adjoint; loose types would assume its type instead.
+                _log.debug("Enzyme took an integer of %s for a float: retrying with its integer accesses typed",
+                           exported.name)
+                integers, module = (module, exc), _integers_typed(module)
+                dump(label, "enzyme.input-integers-typed-first", module)
+                continue
             if _FILL_TYPE_FAILURE in exc.diagnostics and looped is None:
                 # A Hessian-vector product: the forward derivative's own fill of a copy's tangent, untyped.
                 _log.debug("Enzyme could not type a fill in %s: retrying with its float copies as loops",
@@ -591,7 +637,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 first_failure = exc
                 module = _enzyme_input(toolchain, exported, module_text, whatever_they_call=True)
                 typed = copies = blas_loops = False
-                floats = None
+                floats = integers = None
                 dump(label, "enzyme.input-helpers-inlined", module)
                 passes, options = PASSES, base
                 continue
