@@ -10,7 +10,6 @@ different pipeline or option removes. A failure no retry fixes is explained in t
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from ..ir.edit import (
     type_float_copies,
     type_float_fills,
 )
-from ..ir.instructions import parse_instruction
+from ..ir.instructions import integer_valued, parse_instruction
 from ..ir.module import parse
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
@@ -316,13 +315,12 @@ def _copies_looped(module: str | bytes) -> str:
 #: from an integer array the function fills in one loop and reads in another: ``np.maximum(np.minimum(k, 4),
 #: 0)`` written as two statements).
 _ADDED_INTEGER_FAILURE = "Cannot deduce adding type of"
-#: Enzyme looked for the shadow of an integer as if it were a pointer (``np.clip`` of an index array, whose
-#: vectorized ``llvm.smin`` it took for active): the assertion, after ``oval=`` and the integer instruction.
-_INTEGER_SHADOW_FAILURE = re.compile(
-    r"oval=\s*%\S+ = (?:tail call |call )?(?:load )?(?:<\d+ x )?i(?:16|32|64)\b.*\n(?:.*\n)*?.*isnt arg")
-#: Forward mode met an integer intrinsic it took for active (``np.clip`` of an index array: ``llvm.smax``).
-_INTEGER_INTRINSIC_FAILURE = re.compile(
-    r"unknown intrinsic\n(?:.*\n)?\s*%\S+ = (?:tail call |call )(?:<\d+ x )?i(?:16|32|64)\b")
+#: Enzyme looked for the shadow of a value as if it were a pointer: after ``oval=`` and that value's instruction (an
+#: integer: ``np.clip`` of an index array, whose vectorized ``llvm.smin`` it took for active).
+_SHADOW_ASSERTION = "cannot find deal with ptr that isnt arg"
+#: Forward mode met an intrinsic it cannot differentiate, named on the next line, its call on the one after (an
+#: integer one: ``llvm.smax`` of ``np.clip``).
+_UNKNOWN_INTRINSIC = "unknown intrinsic"
 
 
 def _integer_taken_active(diagnostics: str) -> bool:
@@ -340,8 +338,14 @@ def _integer_taken_active(diagnostics: str) -> bool:
     ...                       "  %.pj3 = tail call <8 x i64> @llvm.smax.v8i64(<8 x i64> %s, <8 x i64> %w) #11")
     True
     """
-    return (_ADDED_INTEGER_FAILURE in diagnostics or _INTEGER_SHADOW_FAILURE.search(diagnostics) is not None
-            or _INTEGER_INTRINSIC_FAILURE.search(diagnostics) is not None)
+    if _ADDED_INTEGER_FAILURE in diagnostics:
+        return True
+    lines = diagnostics.splitlines()
+    if _SHADOW_ASSERTION in diagnostics and any(
+            integer_valued(line.partition("oval=")[2].partition(" icv=")[0]) for line in lines if "oval=" in line):
+        return True
+    return any(integer_valued(after) for k, line in enumerate(lines) if _UNKNOWN_INTRINSIC in line
+               for after in lines[k + 1:k + 3])
 
 
 #: Enzyme could not type a ``store`` (forward mode: what it writes into memory it may shadow; see

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .lexer import Token, closing, split_top_level, tokenize, words
 
-__all__ = ["Call", "Instruction", "parse_instruction", "significant"]
+__all__ = ["Call", "Instruction", "integer_valued", "parse_instruction", "significant"]
 
 
 @dataclass
@@ -150,3 +150,33 @@ def parse_instruction(line: str) -> Instruction | None:
         opcode_index += 1
     opcode = rest[opcode_index].text if rest else ""
     return Instruction(line, result, opcode, tuple(tokens))
+
+
+#: Words between an opcode and its value's type that are not the type.
+_FLAGS = frozenset(("nuw", "nsw", "exact", "disjoint", "volatile", "atomic", "fast", "nnan", "ninf", "nsz"))
+#: The integer types an index or a count has.
+_INTEGER_TYPES = frozenset(("i16", "i32", "i64"))
+
+
+def integer_valued(line: str) -> bool:
+    """Whether ``line`` is an instruction whose value is an integer or a vector of them (16 to 64 bits): read
+    from the type that follows its opcode (and flags), as in ``load``, ``call``, ``add``, ``phi``.
+
+    >>> integer_valued("  %m = tail call <8 x i64> @llvm.smin.v8i64(<8 x i64> %a, <8 x i64> %b) #8")
+    True
+    >>> integer_valued("%.87 = add nuw nsw i64 %arg.high, %arg.low"), integer_valued("%v = load i64, ptr %p")
+    (True, True)
+    >>> integer_valued("%p = load ptr, ptr %q"), integer_valued("%c = fcmp uno <8 x double> %w, %z")
+    (False, False)
+    >>> integer_valued("llvm.smax"), integer_valued("store i64 %v, ptr %p")
+    (False, False)
+    """
+    instruction = parse_instruction(line)
+    if instruction is None or instruction.result is None:
+        return False
+    for token in instruction.after_opcode():
+        if token.kind == "ws" or token.text in _FLAGS or token.text in ("<", "x") or token.text.isdigit():
+            continue
+        return token.text in _INTEGER_TYPES
+    return False
+
