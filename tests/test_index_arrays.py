@@ -99,6 +99,8 @@ def test_jvp(case: str) -> None:
     _, got = pyjlad.jvp(function, (x, fp), tangents)
     _, want = jax.jvp(twin, tuple(map(jnp.asarray, before)), tuple(map(jnp.asarray, tangents)))
     np.testing.assert_allclose(got, float(want), rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(x, before[0])
+    np.testing.assert_array_equal(fp, before[1])
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -109,6 +111,8 @@ def test_hessian(case: str) -> None:
     got = pyjlad.hessian(function, x, fp)
     want = jax.hessian(twin)(*map(jnp.asarray, before))
     np.testing.assert_allclose(got, np.asarray(want), rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(x, before[0])
+    np.testing.assert_array_equal(fp, before[1])
 
 
 @pytest.mark.parametrize("case", CASES)

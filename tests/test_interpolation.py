@@ -36,8 +36,11 @@ def test_np_interp_between_points_agrees_with_jax() -> None:
 
 def test_np_interp_on_a_point_has_a_zero_slope_in_x_and_agrees_in_fp() -> None:
     x, fp = np.array([-0.5, 0.3, 0.7]), FP.copy()
+    before = (x.copy(), fp.copy())
     gx, gfp = pyjlad.grad(_library, argnums=(0, 1))(x, fp)
-    wx, wfp = jax.grad(_library_jax, argnums=(0, 1))(jnp.asarray(x), jnp.asarray(fp))
+    np.testing.assert_array_equal(x, before[0])
+    np.testing.assert_array_equal(fp, before[1])
+    wx, wfp = jax.grad(_library_jax, argnums=(0, 1))(*map(jnp.asarray, before))
     np.testing.assert_allclose(gfp, np.asarray(wfp), rtol=1e-12, atol=1e-14)
     # d/dx [interp(x) * x] = interp'(x) * x + interp(x); Numba's branch on a point makes interp'(x) = 0 there.
     np.testing.assert_allclose(gx[[0, 2]], FP[[1, 3]], rtol=1e-12)
