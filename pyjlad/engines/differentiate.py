@@ -98,11 +98,14 @@ def unknown_externals(exported: ExportedFunction) -> list[str]:
 
 
 _TYPE_ANALYSIS_FAILURES = ("Cannot deduce type", "Cannot deduce adding type", "cannot handle unknown binary operator")
+#: Enzyme looked for the shadow of a value as if it were a pointer (``invertPointerM``): after ``oval=`` and that
+#: value's instruction (a vector of pointers; an integer, see :func:`_integer_taken_active`).
+_SHADOW_ASSERTION = "cannot find deal with ptr that isnt arg"
 #: Enzyme's failures on vector code (the loops of Numba's library functions, e.g. ``np.where``'s, are
 #: vectorized when Numba first compiles them): forward mode puts the tangent phi of a ``<4 x i1>`` phi
 #: after other instructions (a module that fails verification), reverse mode finds no shadow for a
 #: vector of pointers (``invertPointerM``). Both differentiate once the vectors are split into scalars.
-_VECTOR_CODE_FAILURES = ("PHI nodes not grouped at top of basic block", "cannot find deal with ptr that isnt arg")
+_VECTOR_CODE_FAILURES = ("PHI nodes not grouped at top of basic block", _SHADOW_ASSERTION)
 _LOOSE_TYPES = "-enzyme-loose-types"
 _SCALAR_MEMORY = "-scalarize-load-store"
 #: Enzyme found no derivative for a function the module calls (a LAPACK helper such as
@@ -315,9 +318,6 @@ def _copies_looped(module: str | bytes) -> str:
 #: from an integer array the function fills in one loop and reads in another: ``np.maximum(np.minimum(k, 4),
 #: 0)`` written as two statements).
 _ADDED_INTEGER_FAILURE = "Cannot deduce adding type of"
-#: Enzyme looked for the shadow of a value as if it were a pointer: after ``oval=`` and that value's instruction (an
-#: integer: ``np.clip`` of an index array, whose vectorized ``llvm.smin`` it took for active).
-_SHADOW_ASSERTION = "cannot find deal with ptr that isnt arg"
 #: Forward mode met an intrinsic it cannot differentiate, named on the next line, its call on the one after (an
 #: integer one: ``llvm.smax`` of ``np.clip``).
 _UNKNOWN_INTRINSIC = "unknown intrinsic"
