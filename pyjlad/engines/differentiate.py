@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .. import cache, config
@@ -509,6 +510,50 @@ def nested_modules_called(exported: ExportedFunction) -> bool:
 _log = get_logger(__name__)
 
 
+@dataclass
+class _TriedOnce:
+    """A rewrite of Enzyme's input tried once, kept only if it helps.
+
+    While it is the attempt being made (:meth:`start`), the module and the failure before it are kept; if Enzyme
+    fails again, :meth:`undo` gives them back, so what follows sees the failure the rewrite did not mend.
+
+    >>> once = _TriedOnce("typing the float accesses")
+    >>> once.start("before", EnzymeError("failed"), "after")
+    'after'
+    >>> once.active, once.tried
+    (True, True)
+    >>> module, exc = once.undo("after", EnzymeError("failed again"), "f")
+    >>> module, str(exc), once.active, once.tried
+    ('before', 'failed', False, True)
+    """
+
+    what: str  #: what the rewrite does, for the log
+    saved: tuple[str | bytes, EnzymeError] | None = None  #: the module and the failure before, while active
+    tried: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether the rewritten module is the one Enzyme is running on."""
+        return self.saved is not None
+
+    def start(self, module: str | bytes, exc: EnzymeError, rewritten: str | bytes) -> str | bytes:
+        """``rewritten``, the module to try next, with ``module`` and ``exc`` kept for :meth:`undo`."""
+        self.saved, self.tried = (module, exc), True
+        return rewritten
+
+    def undo(self, module: str | bytes, exc: EnzymeError, name: str) -> tuple[str | bytes, EnzymeError]:
+        """The module and failure before the rewrite if it is active (it did not help), else those given."""
+        if self.saved is None:
+            return module, exc
+        _log.debug("%s of %s did not help: without it", self.what, name)
+        (module, exc), self.saved = self.saved, None
+        return module, exc
+
+    def reset(self) -> None:
+        """Forget the rewrite was tried (every attempt is made again from a new module)."""
+        self.saved, self.tried = None, False
+
+
 def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                report: dict[str, Any] | None = None) -> bytes:
     """Enzyme's output for ``module_text`` (its blocks in dominance order: :func:`_enzyme_input`), retried as
@@ -523,10 +568,10 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     dump(label, "driver", module_text)
     module, typed, copies, blas_loops = _enzyme_input(toolchain, exported, module_text), False, False, False
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
-    # While the float accesses are typed (_floats_typed): the module and the failure before; () once tried.
-    floats: tuple[Any, ...] | None = None
-    looped: tuple[Any, ...] | None = None  # the same while the float copies are loops (float_copies_as_loops)
-    integers: tuple[Any, ...] | None = None  # the same while the integers are typed first (_integer_taken_active)
+    floats = _TriedOnce("typing the float accesses")  # before loose types (_floats_typed)
+    looped = _TriedOnce("the float copies as loops")  # after an untyped fill (float_copies_as_loops)
+    integers = _TriedOnce("typing the integer accesses first")  # an integer taken active (_integer_taken_active)
+    one_shots = (floats, looped, integers)
     first_failure: EnzymeError | None = None  # set when every attempt is made again with more callees inlined
     dump(label, "enzyme.input", module)
     # Branches stay branches in Enzyme's own pre-optimization (see pyjlad.enzyme_copy); no loop-invariant caches
@@ -553,28 +598,21 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
             return derivative
         except EnzymeError as raised:
             exc = raised
-            if floats:  # the float accesses typed did not help: the module and the failure as before them
-                (module, exc), floats = floats, ()
-                _log.debug("typing the float accesses of %s did not help: without them", exported.name)
-            if looped:  # the copies as loops did not help: the module and the failure as before them
-                (module, exc), looped = looped, ()
-                _log.debug("the float copies of %s as loops did not help: without them", exported.name)
-            if integers:  # the integer accesses typed first did not help: the module and the failure as before
-                (module, exc), integers = integers, ()
-                _log.debug("typing the integer accesses of %s first did not help: without them", exported.name)
-            if integers is None and not typed and _integer_taken_active(exc.diagnostics):
+            for once in one_shots:  # the one being tried did not help: the module and the failure as before it
+                module, exc = once.undo(module, exc, exported.name)
+            if not integers.tried and not typed and _integer_taken_active(exc.diagnostics):
                 # An integer loaded from an array the function fills (an index array clamped twice, np.clip of
                 # one): typed, it has no adjoint; loose types would assume its type instead.
                 _log.debug("Enzyme took an integer of %s for a float: retrying with its integer accesses typed",
                            exported.name)
-                integers, module = (module, exc), _integers_typed(module)
+                module = integers.start(module, exc, _integers_typed(module))
                 dump(label, "enzyme.input-integers-typed-first", module)
                 continue
-            if _FILL_TYPE_FAILURE in exc.diagnostics and looped is None:
+            if _FILL_TYPE_FAILURE in exc.diagnostics and not looped.tried:
                 # A Hessian-vector product: the forward derivative's own fill of a copy's tangent, untyped.
                 _log.debug("Enzyme could not type a fill in %s: retrying with its float copies as loops",
                            exported.name)
-                looped, module = (module, exc), _copies_looped(module)
+                module = looped.start(module, exc, _copies_looped(module))
                 dump(label, "enzyme.input-copies-looped", module)
                 continue
             if _BLAS_RULE_UNDIFFERENTIABLE in exc.diagnostics and not blas_loops:
@@ -614,11 +652,11 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 dump(label, "enzyme.input-integers-typed", module)
                 passes, options = PASSES, base
                 continue
-            if attempt is not None and _LOOSE_TYPES in attempt[1] and floats is None:
+            if attempt is not None and _LOOSE_TYPES in attempt[1] and not floats.tried:
                 # Before loose types, which assume what Enzyme could not deduce: the float accesses typed. Where that
                 # fails too, the module as it was, and the attempts as before.
                 _log.debug("Enzyme could not type %s: retrying with its float accesses typed", exported.name)
-                floats, module = (module, exc), _floats_typed(module)
+                module = floats.start(module, exc, _floats_typed(module))
                 dump(label, "enzyme.input-floats-typed", module)
                 continue
             if attempt is not None and _LOOSE_TYPES in attempt[1] and not copies:
@@ -641,7 +679,8 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 first_failure = exc
                 module = _enzyme_input(toolchain, exported, module_text, whatever_they_call=True)
                 typed = copies = blas_loops = False
-                floats = integers = None
+                for once in one_shots:
+                    once.reset()
                 dump(label, "enzyme.input-helpers-inlined", module)
                 passes, options = PASSES, base
                 continue
