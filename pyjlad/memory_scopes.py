@@ -304,6 +304,8 @@ def scope_temporaries(module: Module | str, entry: str) -> str:
     >>> print(scope_temporaries(text, "f").split("  %pyjlad.decref.0.null")[0], end="")
     define void @f(ptr %x, i64 %n) {
     entry:
+      %pyjlad.decref.sink = alloca i64, align 8
+      store i64 0, ptr %pyjlad.decref.sink, align 8
       %mi = call ptr @NRT_MemInfo_alloc_aligned(i64 %n, i32 32), !alias.scope !3
       %field = getelementptr i8, ptr %mi, i64 24
       %data = load ptr, ptr %field, align 8, !alias.scope !3

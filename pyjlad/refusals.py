@@ -37,7 +37,8 @@ from numba.core import config as numba_config
 
 from .errors import EnzymeError, UnsupportedFunctionError
 
-__all__ = ["Construct", "HELPER_CONSTRUCTS", "USE_CONSTRUCTS", "refuse_objmode", "enzyme_reason", "explain", "demangle", "uses"]
+__all__ = ["Construct", "HELPER_CONSTRUCTS", "RESOURCE_FAILURES", "USE_CONSTRUCTS", "refuse_objmode", "enzyme_reason",
+           "explain", "demangle", "uses", "out_of_resources"]
 
 
 @dataclass(frozen=True)
@@ -342,6 +343,21 @@ def _construct_from_report(diagnostics: str, user_functions: set[str]) -> tuple[
 
 
 _TOOLCHAIN_FAILURES = ("Failed to load passes", "Could not load library", "unknown pass name 'enzyme'")
+#: How :meth:`pyjlad.toolchain.runner.Toolchain.run` reports an ``opt`` stopped at its time or memory limit.
+RESOURCE_FAILURES = ("did not finish differentiating", "ran out of memory differentiating")
+
+
+def out_of_resources(error: EnzymeError) -> str:
+    """The first line of ``error`` where Enzyme was stopped at ``PYJLAD_OPT_TIMEOUT`` or ``PYJLAD_OPT_MEMORY``
+    rather than failing; ``""`` otherwise.
+
+    >>> out_of_resources(EnzymeError("Enzyme ran out of memory differentiating f: it may take 2.0 GiB\\nopt: ..."))
+    'Enzyme ran out of memory differentiating f: it may take 2.0 GiB'
+    >>> out_of_resources(EnzymeError("Enzyme failed"))
+    ''
+    """
+    text = str(error)
+    return text.splitlines()[0] if any(sign in text for sign in RESOURCE_FAILURES) else ""
 _SUMMARY_RE = re.compile(r"Assertion `.*' failed|^Illegal \w+|^LLVM ERROR")
 
 
@@ -396,7 +412,11 @@ def explain(exported: Any, error: EnzymeError, helpers: list[str]) -> EnzymeErro
         from_report = _construct_from_report(diagnostics, user_functions)
         found = [from_report] if from_report else []
     lines = []
-    if not found:
+    stopped = out_of_resources(error)
+    if stopped:  # what stopped it, not a construct Enzyme refused
+        lines.append(f"pyjlad cannot differentiate {exported.name}: {stopped}")
+        found = []
+    elif not found:
         lines.append(f"pyjlad cannot differentiate {exported.name}: Enzyme failed on it "
                      "(no construct of the function could be identified as the cause).")
     for symbol, construct in found:

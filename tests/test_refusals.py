@@ -191,6 +191,25 @@ def test_an_unidentified_failure_is_called_a_defect_and_names_the_numba_operatio
     assert error.diagnostics == diagnostics
 
 
+def test_enzyme_stopped_at_its_memory_limit_says_so_first():
+    """Enzyme's own "LLVM ERROR: out of memory" under ``PYJLAD_OPT_MEMORY`` (the runner's words for it, first):
+    the message says what stopped it, not that no construct could be identified."""
+
+    @njit
+    def product(b, c):
+        return np.sum(b @ c)
+
+    b = np.ones((2, 2))
+    exported = export(product, numba_argtypes((b, b)))
+    diagnostics = "LLVM ERROR: out of memory\nAllocation failed\n"
+    stopped = ("Enzyme ran out of memory differentiating product: it may take 2.0 GiB (PYJLAD_OPT_MEMORY). Its "
+               "derivative of this function grows without bound in Enzyme v0.0.289.\nEnzyme failed (exit status 1)")
+    message = str(explain(exported, EnzymeError(stopped, diagnostics=diagnostics), []))
+    assert message.splitlines()[0] == f"pyjlad cannot differentiate {exported.name}: {stopped.splitlines()[0]}"
+    assert "no construct" not in message and "it uses" not in message  # not refused for what it uses
+    assert "Enzyme's message: LLVM ERROR: out of memory" in message
+
+
 def test_enzyme_reason_skips_ir_comment_lines():
     """An IR dump's ``; Function Attrs`` comment is not Enzyme's reason."""
     from pyjlad.refusals import enzyme_reason

@@ -43,7 +43,7 @@ from ..nested import is_nested_driver, nested_modules
 from ..openmp_fills import parallel_fills
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, blas_element_types, is_inactive_helper
 from ..private_bodies import BODY_PREFIX, plain_private_adds
-from ..refusals import HELPER_CONSTRUCTS, explain
+from ..refusals import HELPER_CONSTRUCTS, explain, out_of_resources
 from ..rules import is_rule_symbol, rule_modules
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
@@ -275,15 +275,6 @@ def _next_attempt(passes: str, options: tuple[str, ...], diagnostics: str) -> tu
     return None
 
 
-#: How :meth:`pyjlad.toolchain.runner.Toolchain.run` reports an ``opt`` stopped at its time or memory limit.
-_RESOURCE_FAILURES = ("did not finish differentiating", "ran out of memory differentiating")
-
-
-def _out_of_resources(exc: EnzymeError) -> bool:
-    """Whether Enzyme was stopped at ``PYJLAD_OPT_TIMEOUT`` or ``PYJLAD_OPT_MEMORY`` rather than failing."""
-    return any(sign in str(exc) for sign in _RESOURCE_FAILURES)
-
-
 def _integers_typed(module: str | bytes) -> str:
     """``module`` with its integer loads and stores typed for Enzyme (:func:`pyjlad.ir.edit.tag_integer_accesses`).
 
@@ -493,8 +484,9 @@ def enzyme_input_key() -> str:
     2026-12-04: a loose-typed derivative cached before is built again, typed); the fills of float arrays
     passed to BLAS typed, and float copies written as loops where Enzyme cannot type a fill (since 2026-12-05:
     a derivative refused or loose-typed before is built again); the integer accesses typed first where Enzyme
-    took an integer for a value with a derivative (:func:`_integer_taken_active`, since 2026-12-05)."""
-    scoped = ("temporaries scoped, their decrefs written out" if config.scope_temporaries()
+    took an integer for a value with a derivative (:func:`_integer_taken_active`, since 2026-12-05); the decrefs
+    written out without branches (since 2026-12-05: a derivative refused before, Enzyme out of memory, is built)."""
+    scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
     return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats"
 
@@ -670,7 +662,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 _log.debug("Enzyme failed on %s (%s); retrying with options %s", exported.name,
                            exc.diagnostics.strip().splitlines()[-1][:200] if exc.diagnostics.strip() else exc,
                            " ".join(attempt[1]))
-            if (attempt is None and first_failure is None and not _out_of_resources(exc)
+            if (attempt is None and first_failure is None and not out_of_resources(exc)
                     and more_inlinable(module_text)):
                 # Every attempt again with Numba's helpers inlined whatever they call (pyjlad.inline_callees): Enzyme
                 # failed on a helper left a call that it differentiates inlined. Not after running out of time or
