@@ -57,6 +57,12 @@ def arg_abi(index: int, ty: nbtypes.Type) -> ArgABI:
             "(@njit def g(x): return f(x, \"mode\")), or, where the string is the parameter's default, leave "
             "it out of the call"
         )
+    if isinstance(ty, (nbtypes.Dispatcher, nbtypes.FunctionType, nbtypes.WrapperAddressProtocol)):
+        raise UnsupportedFunctionError(
+            f"argument {index} is a function (Numba type {ty}), which pyjlad cannot pass to a differentiated "
+            "function: bind it in an @njit function that calls this one with it and differentiate that "
+            "(@njit def g(x): return f(x, act)), or call it in f as a global instead of a parameter"
+        )
     raise UnsupportedFunctionError(
         f"argument {index} has Numba type {ty}, which pyjlad cannot pass to a differentiated "
         "function; pass floats, ints, bools or NumPy arrays of them (unpack tuples and "

@@ -249,6 +249,32 @@ def test_a_string_argument_says_how_to_bind_it() -> None:
     np.testing.assert_array_equal(x, x0)
 
 
+def test_a_function_argument_says_how_to_bind_it() -> None:
+    @njit
+    def softsign(z):
+        return z / (1.0 + abs(z))
+
+    @njit
+    def weighted(x, act):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += act(x[i]) * x[i]
+        return s
+
+    @njit
+    def bound(x):  # what the message says to write
+        return weighted(x, softsign)
+
+    x = np.array([1.5, -2.0, 0.5])
+    x0 = x.copy()
+    with pytest.raises(pyjlad.UnsupportedFunctionError,
+                       match=r"argument 1 is a function \(Numba type type\(CPUDispatcher.*bind it in an @njit function"):
+        pyjlad.grad(weighted)(x, softsign)
+    # hand-derived: d/dx [x * x / (1 + |x|)] = x * (2 + |x|) / (1 + |x|)^2
+    np.testing.assert_allclose(pyjlad.grad(bound)(x), x0 * (2 + np.abs(x0)) / (1 + np.abs(x0)) ** 2, rtol=1e-14)
+    np.testing.assert_array_equal(x, x0)
+
+
 def test_none_passed_as_an_argument_says_to_leave_the_default_out() -> None:
     @njit
     def weighted(x, w=None):

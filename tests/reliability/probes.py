@@ -666,7 +666,14 @@ def _bad_input_probes() -> list[Probe]:
                     TypeError, "compilation is disabled; its signatures are", (70,)))
     out.append(_bad("None for an argument whose default is None", lambda: g(_default_none, np.ones(2), None),
                     TypeError, "is None, which pyjlad cannot pass", (71,)))
+    out.append(_bad("an @njit function passed as an argument", lambda: g(_applied, np.ones(2), _total), _UE,
+                    r"argument 1 is a function \(Numba type type\(CPUDispatcher", (73,)))
     return out
+
+
+@njit
+def _applied(x, fn):
+    return fn(x) * 2.0
 
 
 @njit("float64(float64[:])")
