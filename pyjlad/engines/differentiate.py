@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import cache, config
+from ..allocation_exits import failed_allocations_exit
 from ..blas_loops import blas_as_loops
 from ..block_order import dominance_ordered
 from ..empty_fills import guard_empty_fills
@@ -53,6 +54,7 @@ from ..trip_counts import distinct_trip_counts
 from ..unread_tape_slots import unread_slots_on_the_stack
 from ..zeroed_allocations import zeroed_allocations
 from .blas import BLAS_NAME
+from .driver import OOM_ENTER
 
 __all__ = ["HOST_TARGET", "NO_HOISTED_CACHES", "PASSES", "SCALARIZED_PASSES", "UNROLL_CONSTANT_LOOPS",
            "enzyme_input_key", "host_target_key", "linked_modules", "run_enzyme", "unknown_externals"]
@@ -442,7 +444,17 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
     # Enzyme never reads one loop's cache with another loop's counter.
     unrolled = toolchain.run_text(linked, UNROLL_CONSTANT_LOOPS, what=exported.name, defines=exported.abi.entry)
-    return dominance_ordered(distinct_trip_counts(_fills_typed(unrolled)))
+    return dominance_ordered(distinct_trip_counts(_allocation_failures_exit(_fills_typed(unrolled))))
+
+
+def _allocation_failures_exit(module_text: str) -> str:
+    """``module_text`` with a loop's failed allocations sent to the driver's out-of-memory exit
+    (:mod:`pyjlad.allocation_exits`), where that exit is armed on the thread that runs every allocation: serial CPU
+    code whose driver arms it (not a derivative called from ``@njit`` code, nor a parallel or GPU one)."""
+    if (f"@{OOM_ENTER}(" not in module_text or _PARALLEL in module_text or NVPTX_TRIPLE in module_text
+            or "@NRT_MemInfo_" not in module_text):
+        return module_text
+    return failed_allocations_exit(parse(module_text, strict=False), armed=True).render()
 
 
 #: What a module with a parallel loop (:mod:`pyjlad.openmp_loops`) calls.
@@ -485,10 +497,12 @@ def enzyme_input_key() -> str:
     passed to BLAS typed, and float copies written as loops where Enzyme cannot type a fill (since 2026-12-05:
     a derivative refused or loose-typed before is built again); the integer accesses typed first where Enzyme
     took an integer for a value with a derivative (:func:`_integer_taken_active`, since 2026-12-05); the decrefs
-    written out without branches (since 2026-12-05: a derivative refused before, Enzyme out of memory, is built)."""
+    written out without branches, and a loop's failed allocations sent to the driver's exit
+    (:mod:`pyjlad.allocation_exits`; both since 2026-12-05: a derivative refused before, Enzyme out of memory, is
+    built)."""
     scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:

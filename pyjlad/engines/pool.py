@@ -41,6 +41,7 @@ from typing import Any
 import llvmlite.binding as llvm
 
 from .. import config, runtime
+from ..allocation_exits import OOM_CHECK
 from ..errors import OutOfMemoryError
 from .driver import OOM_ENTER, OOM_LEAVE
 
@@ -100,7 +101,7 @@ def _install() -> Any:
             library.finalize()
             if ctypes.CFUNCTYPE(ctypes.c_int)(library.get_pointer_to_function("pyjlad_pool_init"))() != 0:
                 raise OutOfMemoryError("pthread_key_create failed (the pool's per-thread lists)")
-            for name in (*_RENAMED.values(), OOM_ENTER, OOM_LEAVE):
+            for name in (*_RENAMED.values(), OOM_ENTER, OOM_LEAVE, OOM_CHECK):
                 llvm.add_symbol(name, library.get_pointer_to_function(name))
             _state["library"] = library
             _state["release"] = ctypes.CFUNCTYPE(None)(library.get_pointer_to_function("pyjlad_pool_release"))
@@ -143,7 +144,7 @@ def use_pool(module: llvm.ModuleRef) -> bool:
 
 def resolve_pool_symbols(names: list[str]) -> None:
     """Make the pool's functions resolvable if ``names`` (a module's declarations) use them."""
-    if {*_RENAMED.values(), OOM_ENTER, OOM_LEAVE} & set(names):
+    if {*_RENAMED.values(), OOM_ENTER, OOM_LEAVE, OOM_CHECK} & set(names):
         _install()
 
 

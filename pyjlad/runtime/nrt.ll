@@ -83,9 +83,14 @@ runtime:
 }
 
 ; Numba's allocator (NRT_MemInfo_alloc_aligned, NRT_MemInfo_alloc_safe_aligned,
-; NRT_MemInfo_alloc): header and data in one malloc'ed block, dtor = NULL.
+; NRT_MemInfo_alloc): header and data in one malloc'ed block, dtor = NULL. A request of 2^47 bytes or
+; more (beyond any address space) is refused as null without asking malloc: the pool lets such a malloc
+; through as null, and Enzyme's shadow of the block would have been written through it.
 define linkonce_odr ptr @NRT_MemInfo_alloc_aligned(i64 %size, i32 %align) {
 entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
   %total = add i64 %size, 48
   %mi = call ptr @malloc(i64 %total)
   %failed = icmp eq ptr %mi, null
@@ -110,6 +115,9 @@ init:
 
 define linkonce_odr ptr @NRT_MemInfo_alloc_safe_aligned(i64 %size, i32 %align) {
 entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
   %total = add i64 %size, 48
   %mi = call ptr @malloc(i64 %total)
   %failed = icmp eq ptr %mi, null
@@ -138,6 +146,9 @@ init:
 ; dtor, dtor_info and external_allocator fields are the zeros calloc wrote.
 define linkonce_odr ptr @NRT_MemInfo_alloc_zeroed(i64 %size, i32 %align) {
 entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
   %total = add i64 %size, 48
   %mi = call ptr @calloc(i64 1, i64 %total)
   %failed = icmp eq ptr %mi, null
@@ -170,6 +181,9 @@ entry:
 
 define linkonce_odr ptr @NRT_MemInfo_alloc(i64 %size) {
 entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
   %total = add i64 %size, 48
   %mi = call ptr @malloc(i64 %total)
   %failed = icmp eq ptr %mi, null
@@ -196,6 +210,9 @@ init:
 ; dtor = NULL, Numba's runtime frees it like any other.
 define linkonce_odr ptr @NRT_MemInfo_new_varsize(i64 %size) {
 entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
   %total = add i64 %size, 48
   %mi = call ptr @malloc(i64 %total)
   %failed = icmp eq ptr %mi, null
@@ -223,6 +240,9 @@ init:
 ; opaque call that Enzyme refuses, so these never reach the runtime.
 define linkonce_odr ptr @NRT_MemInfo_new_varsize_dtor(i64 %size, ptr %element_dtor) {
 entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
   %total = add i64 %size, 48
   %mi = call ptr @malloc(i64 %total)
   %failed = icmp eq ptr %mi, null

@@ -1,7 +1,7 @@
 ; The memory pool of differentiated code (pyjlad.engines.pool): pyjlad_pool_malloc/calloc/realloc/free,
 ; which the differentiated module's malloc, calloc, realloc and free are renamed to when it is loaded,
 ; and the per-thread out-of-memory exit (pyjlad_oom_enter/leave, see
-; pyjlad.engines.driver._guard_out_of_memory). It replaces no Numba function; it is compiled
+; pyjlad.engines.driver._guard_out_of_memory; pyjlad_oom_check, see pyjlad.allocation_exits). It replaces no Numba function; it is compiled
 ; in-process by llvmlite (LLVM 22), never seen by Enzyme. Blocks of at least 2^min_class bytes
 ; are rounded up to a power of two and, when freed, kept (up to `slots` per size, `capacity`
 ; bytes in all) for the next request of that size. Smaller blocks are rounded up to a power of
@@ -76,6 +76,25 @@ check:
 jump:
   call void @longjmp(ptr %jb, i32 1)
   unreachable
+}
+
+; Called by Numba's allocators (NRT_MemInfo_alloc_*) first, in a derivative whose driver armed the exit
+; (pyjlad.allocation_exits): a request of 2^47 bytes or more, which pool_checked lets through as null, jumps
+; there too, so that no allocation of Numba's returns null in such a derivative. Not armed, it returns.
+define void @pyjlad_oom_check(i64 %bytes) {
+entry:
+  %huge = icmp uge i64 %bytes, 140737488355328
+  br i1 %huge, label %check, label %back
+check:
+  store atomic i64 %bytes, ptr @pool_failed_bytes monotonic, align 8
+  %jb = call ptr @pthread_getspecific(i32 ${key})
+  %armed = icmp ne ptr %jb, null
+  br i1 %armed, label %jump, label %back
+jump:
+  call void @longjmp(ptr %jb, i32 1)
+  unreachable
+back:
+  ret void
 }
 
 define internal void @pool_lock() {
