@@ -5,8 +5,8 @@ loop, each temporary of a step is a way out of the loop. Enzyme v0.0.289, for ea
 and does not end in ``unreachable``, looks for the way back to the loop's header by trying every path breadth
 first without remembering the blocks it has seen (``CacheUtility::getContext``): from an allocation near the
 top of a step, every path through the rest of the step, around each of its inner loops (an array expression,
-a reduction) as many times as fits. A time step with five temporaries made Enzyme take seconds, six a minute,
-and a dozen ran it out of memory (``tests/test_allocation_exits.py``).
+a reduction) as many times as fits: the work grows faster than the number of temporaries, and a step with
+eight ran Enzyme out of 2 GiB (``tests/test_allocation_exits.py``).
 
 In a derivative whose driver armed the out-of-memory exit (:func:`pyjlad.engines.driver._guard_out_of_memory`:
 serial CPU code, called from Python), :func:`failed_allocations_exit` makes Numba's runtime never return null:
@@ -41,7 +41,7 @@ _PREFIX = "pyjlad.oom."
 
 
 def _allocators_exit(module: Module) -> set[str]:
-    """Each of Numba's allocators ``module`` defines (``(i64 %size, i32 %align)``) made to call
+    """Each of Numba's allocators ``module`` defines (their first parameter the size, ``i64 %size``) made to call
     ``@pyjlad_oom_check`` first: their symbols."""
     changed = set()
     for function in module.definitions:
