@@ -22,7 +22,7 @@ to loses that edge (its ``phi`` entries from it dropped); a block left with no w
 
 from __future__ import annotations
 
-from .ir.cfg import ControlFlow, block_label, successors
+from .ir.cfg import ControlFlow, block_label, phi_without, successors
 from .ir.edit import declare
 from .ir.instructions import parse_instruction
 from .ir.lexer import tokenize
@@ -55,19 +55,19 @@ def _allocators_exit(module: Module) -> set[str]:
     return changed
 
 
-def _allocations(body: list[str], allocators: set[str]) -> dict[str, str]:
-    """Each result of a call of ``allocators`` in ``body``: the size it asked for, typed (``%mi -> i64 %n``)."""
-    found = {}
+def _allocations(body: list[str], allocators: set[str]) -> set[str]:
+    """The results of the calls of ``allocators`` in ``body`` (``%mi``)."""
+    found = set()
     for line in body:
         instruction = parse_instruction(line) if "@NRT_MemInfo_" in line else None
         call = instruction.call() if instruction is not None and instruction.opcode == "call" else None
-        if call is not None and call.callee in allocators and instruction.result and call.values:
-            found[instruction.result] = call.arguments[0]
+        if call is not None and call.callee in allocators and instruction.result:
+            found.add(instruction.result)
     return found
 
 
-def _null_tests(body: list[str], allocations: dict[str, str]) -> dict[str, tuple[str, bool]]:
-    """Each test of an allocation for null: its result -> (the allocation, whether true means null)."""
+def _null_tests(body: list[str], allocations: set[str]) -> dict[str, bool]:
+    """Each test of an allocation for null: its result -> whether true means null."""
     tests = {}
     for line in body:
         instruction = parse_instruction(line) if " icmp " in line and " null" in line else None
@@ -76,40 +76,13 @@ def _null_tests(body: list[str], allocations: dict[str, str]) -> dict[str, tuple
         words = [t.text for t in instruction.tokens if t.kind not in ("ws", "comment")]
         operands = instruction.operands()
         if len(operands) == 1 and operands[0] in allocations and words[-1] == "null" and words[3] in ("eq", "ne"):
-            tests[instruction.result] = (operands[0], words[3] == "eq")
+            tests[instruction.result] = words[3] == "eq"
     return tests
 
 
 def _terminator(lines: list[str]) -> int:
     """The index of the last instruction of a block's ``lines`` (its terminator)."""
     return max(k for k, line in enumerate(lines) if parse_instruction(line) is not None)
-
-
-def phi_without(line: str, block: str) -> str:
-    """``line`` without a ``phi``'s entries from ``%block`` (other lines unchanged).
-
-    >>> phi_without("  %p = phi ptr [ %a, %fail ], [ getelementptr ([2 x i8], ptr @s, i64 0, i64 1), %entry ]", "fail")
-    '  %p = phi ptr [ getelementptr ([2 x i8], ptr @s, i64 0, i64 1), %entry ]'
-    """
-    instruction = parse_instruction(line) if " phi " in line else None
-    if instruction is None or instruction.opcode != "phi":
-        return line
-    tokens = [t for t in instruction.tokens if t.kind != "comment"]
-    head: list[str] = []
-    entries: list[list[str]] = []
-    depth = 0
-    for token in tokens:
-        opens = token.kind == "punct" and token.text in "([{<"
-        closes = token.kind == "punct" and token.text in ")]}>"
-        if depth == 0 and token.text == "[" and opens:
-            entries.append([])
-        if entries and (depth > 0 or opens):
-            entries[-1].append(token.text)
-        elif not entries:
-            head.append(token.text)
-        depth += 1 if opens else -1 if closes else 0
-    kept = ["".join(entry) for entry in entries if not "".join(entry).rstrip("] ").endswith(f"%{block}")]
-    return "".join(head) + ", ".join(kept)
 
 
 def _remove_edge(graph: ControlFlow, source: str, target: str) -> None:
@@ -180,7 +153,7 @@ def failed_allocations_exit(module: Module, *, armed: bool = False) -> Module:
         return module  # an allocator that may return null: its null tests must stay
     for function in module.definitions:
         body = function.body or []
-        allocations = _allocations(body, allocators) if function.symbol not in _ALLOCATORS else {}
+        allocations = _allocations(body, allocators) if function.symbol not in _ALLOCATORS else set()
         tests = _null_tests(body, allocations) if allocations else {}
         if not tests:
             continue
@@ -196,8 +169,7 @@ def failed_allocations_exit(module: Module, *, armed: bool = False) -> Module:
                 targets = successors([graph.lines[inside][at]])
                 if len(operands) < 1 or operands[0] not in tests or len(targets) != 2:
                     continue
-                allocation, true_is_null = tests[operands[0]]
-                if targets[0 if true_is_null else 1] == outside:
+                if targets[0 if tests[operands[0]] else 1] == outside:
                     exits.append((inside, outside))
         for k, (inside, outside) in enumerate(dict.fromkeys(exits)):
             if outside not in graph.lines or inside not in graph.lines:

@@ -25,39 +25,23 @@ jax.config.update("jax_enable_x64", True)
 TEMPORARIES = 8
 
 
-def _step_source(numpy: str) -> str:
-    """A step that makes TEMPORARIES arrays (a zeroed one with one element set, its product with ``x``) and sums."""
-    lines = []
+def _defined(name: str, numpy: str):
+    """``name``: a loop whose step makes TEMPORARIES arrays (a zeroed one with one element set, its product with
+    ``x``) and sums the products, written with ``numpy`` (``np`` or ``jnp``)."""
+    lines = [f"def {name}(x, steps):", "    s = 0.0", "    n = x.shape[0]", "    for t in range(steps):"]
     for k in range(TEMPORARIES):
         if numpy == "np":
             lines += [f"        z{k} = np.zeros(n)", f"        z{k}[t % n] = x[t % n] * {k + 1.0}"]
         else:
             lines += [f"        z{k} = jnp.zeros(n).at[t % n].set(x[t % n] * {k + 1.0})"]
         lines += [f"        s += {numpy}.sum(z{k} * x)"]
-    return "\n".join(lines)
+    namespace: dict = {"np": np, "jnp": jnp}
+    exec("\n".join([*lines, "    return s"]), namespace)  # noqa: S102 - a step of TEMPORARIES statements, written out once
+    return namespace[name]
 
 
-_SOURCE = f"""
-def many_temporaries(x, steps):
-    s = 0.0
-    n = x.shape[0]
-    for t in range(steps):
-{_step_source("np")}
-    return s
-"""
-_JAX_SOURCE = f"""
-def many_temporaries_jax(x, steps):
-    s = 0.0
-    n = x.shape[0]
-    for t in range(steps):
-{_step_source("jnp")}
-    return s
-"""
-_namespace: dict = {"np": np, "jnp": jnp}
-exec(_SOURCE, _namespace)  # noqa: S102 - a step of TEMPORARIES statements, written out once
-exec(_JAX_SOURCE, _namespace)  # noqa: S102
-many_temporaries = njit(_namespace["many_temporaries"])
-many_temporaries_jax = _namespace["many_temporaries_jax"]
+many_temporaries = njit(_defined("many_temporaries", "np"))
+many_temporaries_jax = _defined("many_temporaries_jax", "jnp")
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from .instructions import parse_instruction
 from .lexer import Token, tokenize
 
-__all__ = ["ControlFlow", "Loop", "block_label", "blocks", "phi_retargeted", "split_blocks", "successors"]
+__all__ = ["ControlFlow", "Loop", "block_label", "blocks", "phi_retargeted", "phi_without", "split_blocks",
+           "successors"]
 
 
 def block_label(line: str) -> str | None:
@@ -61,6 +62,33 @@ def phi_retargeted(line: str, ends: dict[str, str]) -> str:
         return line
     return "".join(f"%{ends[t.text[1:]]}" if t.kind == "local" and t.text[1:] in ends else t.text
                    for t in instruction.tokens)
+
+
+def phi_without(line: str, block: str) -> str:
+    """``line`` without a ``phi``'s entries from ``%block`` (other lines unchanged).
+
+    >>> phi_without("  %p = phi ptr [ %a, %fail ], [ getelementptr ([2 x i8], ptr @s, i64 0, i64 1), %entry ]", "fail")
+    '  %p = phi ptr [ getelementptr ([2 x i8], ptr @s, i64 0, i64 1), %entry ]'
+    """
+    instruction = parse_instruction(line) if " phi " in line else None
+    if instruction is None or instruction.opcode != "phi":
+        return line
+    tokens = [t for t in instruction.tokens if t.kind != "comment"]
+    head: list[str] = []
+    entries: list[list[str]] = []
+    depth = 0
+    for token in tokens:
+        opens = token.kind == "punct" and token.text in "([{<"
+        closes = token.kind == "punct" and token.text in ")]}>"
+        if depth == 0 and token.text == "[" and opens:
+            entries.append([])
+        if entries and (depth > 0 or opens):
+            entries[-1].append(token.text)
+        elif not entries:
+            head.append(token.text)
+        depth += 1 if opens else -1 if closes else 0
+    kept = ["".join(entry) for entry in entries if not "".join(entry).rstrip("] ").endswith(f"%{block}")]
+    return "".join(head) + ", ".join(kept)
 
 
 def split_blocks(body: list[str], expand: Callable[[str, int], list[str] | None]) -> tuple[list[str], int]:

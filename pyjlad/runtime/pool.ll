@@ -56,6 +56,21 @@ entry:
 
 @pool_failed_bytes = internal global i64 0
 
+; A request of %bytes that failed: remember its size and, where a driver armed the exit on this
+; thread, jump there; otherwise return.
+define internal void @pool_failed(i64 %bytes) {
+entry:
+  store atomic i64 %bytes, ptr @pool_failed_bytes monotonic, align 8
+  %jb = call ptr @pthread_getspecific(i32 ${key})
+  %armed = icmp ne ptr %jb, null
+  br i1 %armed, label %jump, label %back
+jump:
+  call void @longjmp(ptr %jb, i32 1)
+  unreachable
+back:
+  ret void
+}
+
 ; %p, unless it is null (the allocation of %bytes failed) and a driver armed the exit: then
 ; jump there. A request beyond any address space (2^47 bytes and more) is let through as null:
 ; Enzyme sizes the cache of a loop before knowing the loop runs, and such a request comes from
@@ -66,16 +81,11 @@ entry:
   %possible = icmp ult i64 %bytes, 140737488355328
   %fatal = and i1 %failed, %possible
   br i1 %fatal, label %check, label %ok
+check:
+  call void @pool_failed(i64 %bytes)
+  br label %ok
 ok:
   ret ptr %p
-check:
-  store atomic i64 %bytes, ptr @pool_failed_bytes monotonic, align 8
-  %jb = call ptr @pthread_getspecific(i32 ${key})
-  %armed = icmp ne ptr %jb, null
-  br i1 %armed, label %jump, label %ok
-jump:
-  call void @longjmp(ptr %jb, i32 1)
-  unreachable
 }
 
 ; Called by Numba's allocators (NRT_MemInfo_alloc_*) first, in a derivative whose driver armed the exit
@@ -86,13 +96,8 @@ entry:
   %huge = icmp uge i64 %bytes, 140737488355328
   br i1 %huge, label %check, label %back
 check:
-  store atomic i64 %bytes, ptr @pool_failed_bytes monotonic, align 8
-  %jb = call ptr @pthread_getspecific(i32 ${key})
-  %armed = icmp ne ptr %jb, null
-  br i1 %armed, label %jump, label %back
-jump:
-  call void @longjmp(ptr %jb, i32 1)
-  unreachable
+  call void @pool_failed(i64 %bytes)
+  br label %back
 back:
   ret void
 }
