@@ -86,6 +86,7 @@ def test_a_request_no_machine_meets_is_a_memory_error_and_the_process_goes_on(tw
     else:
         np.testing.assert_array_equal(df(x, 2 ** 45, steps), [0.0, 0.0])
     np.testing.assert_allclose(df(x, 3, 2), 2 * x)  # hand-derived: d/dx_k of x_k^2
+    np.testing.assert_array_equal(x, [1.5, -2.0])  # the caller's array untouched
 
 
 # The pass on small modules.
