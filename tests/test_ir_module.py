@@ -304,3 +304,29 @@ def test_real_modules_agree_with_llvmlite(real_modules) -> None:
         import llvmlite.binding as llvm
 
         assert globals_ == {g.name for g in llvm.parse_assembly(numba_text).global_variables}, name
+
+
+def test_result_types_agree_with_llvmlite(real_modules) -> None:
+    """:func:`pyjlad.ir.value_types.result_type` (what :mod:`pyjlad.ir.ssa` writes into a new ``phi``) against
+    LLVM's own type of every value Numba's modules define; ``None`` only for opcodes it does not read."""
+    import llvmlite.binding as llvm
+
+    from pyjlad.ir.instructions import parse_instruction
+    from pyjlad.ir.value_types import result_type
+
+    checked = 0
+    for name, numba_text, _ in real_modules:
+        for function in llvm.parse_assembly(numba_text).functions:
+            for block in function.blocks:
+                for instruction in block.instructions:
+                    line = "  " + str(instruction).strip()
+                    parsed = parse_instruction(line)
+                    if parsed is None or parsed.result is None:
+                        continue
+                    found = result_type(parsed)
+                    if found is None:
+                        assert parsed.opcode in ("getelementptr", "va_arg", "landingpad"), (name, line)
+                        continue
+                    assert found.replace(" ", "") == str(instruction.type).replace(" ", ""), (name, line)
+                    checked += 1
+    assert checked > 1000
