@@ -62,28 +62,32 @@ MAX_CACHE = "-enzyme-max-cache=1"
 _CHAIN = 4
 
 
-def _raises(graph: ControlFlow, block: str) -> bool:
-    """Whether ``block``, or a block it reaches by unconditional branches only, stores Numba's exception info
-    or ends the program (``unreachable``, after ``Py_FatalError``)."""
-    for _ in range(_CHAIN):
-        for line in graph.lines[block]:
-            instruction = parse_instruction(line)
-            if instruction is not None and instruction.opcode == "unreachable":
-                return True
-            if instruction is None or instruction.opcode != "store":
-                continue
-            values = [t.text for t in instruction.tokens if t.kind in ("global", "local", "word")]
-            if any(v.startswith("@.const.picklebuf") for v in values):
-                return True
-            pointer = [t.text for t in instruction.tokens if t.kind == "local"][-1:]
-            if pointer and pointer[0].startswith("%excinfo") and "null" not in values:
-                return True
-            if FAILED_FLAG in values and _stored_value(instruction) != "0":
-                return True
-        if len(graph.succ[block]) != 1:
-            return False
-        block = graph.succ[block][0]
-    return False
+def _raises(graph: ControlFlow, block: str, chain: int = _CHAIN) -> bool:
+    """Whether ``block``, or the blocks it reaches by branches alone (an unconditional ``br``, or a ``switch`` in a
+    block of nothing else, each of whose targets raises: :mod:`pyjlad.loop_exit_latches`' choice of a loop's way
+    out), stores Numba's exception info or ends the program (``unreachable``, after ``Py_FatalError``)."""
+    for line in graph.lines[block]:
+        instruction = parse_instruction(line)
+        if instruction is not None and instruction.opcode == "unreachable":
+            return True
+        if instruction is None or instruction.opcode != "store":
+            continue
+        values = [t.text for t in instruction.tokens if t.kind in ("global", "local", "word")]
+        if any(v.startswith("@.const.picklebuf") for v in values):
+            return True
+        pointer = [t.text for t in instruction.tokens if t.kind == "local"][-1:]
+        if pointer and pointer[0].startswith("%excinfo") and "null" not in values:
+            return True
+        if FAILED_FLAG in values and _stored_value(instruction) != "0":
+            return True
+    onward = graph.succ[block]
+    if chain <= 1 or not onward:
+        return False
+    if len(onward) == 1:
+        return _raises(graph, onward[0], chain - 1)
+    instructions = [i for i in map(parse_instruction, graph.lines[block]) if i is not None]
+    return len(instructions) == 1 and instructions[0].opcode == "switch" and \
+        all(_raises(graph, target, chain - 1) for target in onward)
 
 
 def _stored_value(store: Instruction) -> str:

@@ -38,6 +38,7 @@ from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
 from ..log import get_logger, timed
 from ..loop_caches import MAX_CACHE, bounded_caches_fit
+from ..loop_exit_latches import exits_through_latch
 from ..memory_scopes import scope_temporaries
 from ..nested import explain_failure as explain_nested
 from ..nested import is_nested_driver, nested_modules
@@ -421,9 +422,11 @@ def _callees_inlined(toolchain: Toolchain, module_text: str, what: str, entry: s
 def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str,
                   whatever_they_call: bool = False) -> str | bytes:
     """The module Enzyme gets: ``module_text`` linked with the modules it needs, the entry's temporaries scoped
-    (:mod:`pyjlad.memory_scopes`), small constant-trip loops unrolled (:data:`UNROLL_CONSTANT_LOOPS`), every
-    loop's trip count its own (:mod:`pyjlad.trip_counts`), the fills of float arrays typed (:func:`_fills_typed`),
-    every function's blocks in dominance order (:mod:`pyjlad.block_order`).
+    (:mod:`pyjlad.memory_scopes`), small constant-trip loops unrolled (:data:`UNROLL_CONSTANT_LOOPS`), the fills
+    of float arrays typed (:func:`_fills_typed`), a loop's failed allocations sent to the driver's exit
+    (:func:`_allocation_failures_exit`) and its ways out that Enzyme would search too long taken at its latch
+    (:func:`_exits_through_latches`), every loop's trip count its own (:mod:`pyjlad.trip_counts`), every
+    function's blocks in dominance order (:mod:`pyjlad.block_order`).
 
     Always: Enzyme v0.0.289's forward mode visits blocks in the order they are written, and a use written
     before its definition either aborts it (``forwardModeInvertedPointerFallback``, once the only reason to
@@ -444,7 +447,7 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
     # Enzyme never reads one loop's cache with another loop's counter.
     unrolled = toolchain.run_text(linked, UNROLL_CONSTANT_LOOPS, what=exported.name, defines=exported.abi.entry)
-    return dominance_ordered(distinct_trip_counts(_allocation_failures_exit(_fills_typed(unrolled))))
+    return dominance_ordered(distinct_trip_counts(_exits_through_latches(_allocation_failures_exit(_fills_typed(unrolled)))))
 
 
 def _allocation_failures_exit(module_text: str) -> str:
@@ -455,6 +458,14 @@ def _allocation_failures_exit(module_text: str) -> str:
             or "@NRT_MemInfo_" not in module_text):
         return module_text
     return failed_allocations_exit(parse(module_text, strict=False), armed=True).render()
+
+
+def _exits_through_latches(module_text: str) -> str:
+    """``module_text`` with each loop's early ways out that Enzyme would search too long taken at the loop's latch
+    (:mod:`pyjlad.loop_exit_latches`)."""
+    if "label %" not in module_text:
+        return module_text
+    return exits_through_latch(parse(module_text, strict=False)).render()
 
 
 #: What a module with a parallel loop (:mod:`pyjlad.openmp_loops`) calls.
@@ -499,10 +510,11 @@ def enzyme_input_key() -> str:
     took an integer for a value with a derivative (:func:`_integer_taken_active`, since 2026-12-05); the decrefs
     written out without branches, and a loop's failed allocations sent to the driver's exit
     (:mod:`pyjlad.allocation_exits`; both since 2026-12-05: a derivative refused before, Enzyme out of memory, is
-    built)."""
+    built); a loop's early ways out with long searches taken at its latch (:mod:`pyjlad.loop_exit_latches`, since
+    2026-12-05: the same)."""
     scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:

@@ -1,0 +1,211 @@
+"""A loop's early ways out taken at its latch, where Enzyme would search too long for the way back to its header.
+
+Enzyme v0.0.289, for each block that leaves a loop (other than towards ``unreachable``), looks for the way back to
+the loop's header by trying every path breadth first without remembering the blocks it has seen
+(``CacheUtility::getContext``): the work is the number of paths from that block to the header, which doubles at
+every branch and grows around every inner loop on the way. A ``raise`` of the user's near the top of a loop's step
+(``if not np.isfinite(s): raise ...``), or one of Numba's checks there (an array expression's shapes, a negative
+size), followed by a step with a few inner loops (array expressions, reductions) ran Enzyme out of memory.
+(:mod:`pyjlad.allocation_exits` takes the allocations' null tests out of that search; these ways out it cannot:
+they are taken.)
+
+:func:`exits_through_latch` finds, per loop, each block from which that search would try more than
+:data:`SEARCH_LIMIT` paths (counted as Enzyme counts them) and sends its way out to the loop's latch instead: the
+branch out goes to a new block inside the loop, and every path to the latch passes a new block ``L`` first, which
+knows by a ``phi`` which way it was entered (``0``: the step ran to its end) and either goes on to the old latch or
+leaves for the old way out (a ``switch`` over the ways, one block each, whose ``phi`` entries are the old ones
+moved). Nothing runs differently: the way out skips nothing that ran before (the rest of the step never ran on
+it), and the values defined after the branch out are read past ``L`` only on the normal path
+(:func:`pyjlad.ir.ssa.restore_dominance` writes the ``phi``s, ``poison`` from the way out). From ``L`` the search is
+one step long. The latch keeps its own exit test, so where that is a count (a ``for`` loop), Enzyme still knows
+the most times the loop can run.
+
+A loop is left alone where its shape is not the one read here (several latches, a latch branching to the same block
+twice, a way out that is not a two-way ``br``) or a value to carry has a type
+:func:`pyjlad.ir.value_types.result_type` does not read.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .ir.cfg import ControlFlow, Loop, phi_retargeted
+from .ir.instructions import parse_instruction
+from .ir.lexer import tokenize
+from .ir.module import Module
+from .ir.ssa import restore_dominance
+
+__all__ = ["SEARCH_LIMIT", "exits_through_latch", "search_work"]
+
+#: Paths Enzyme may try from one way out of a loop before the way out is sent to the latch: far more than any
+#: search that costs time (a few thousand are microseconds), far fewer than the millions that took seconds and
+#: the billions that ran out of memory.
+SEARCH_LIMIT = 1_000_000
+_PREFIX = "pyjlad.latch."
+#: How many times a loop is rewritten at most: a way out may cross the limit only once others were sent to the
+#: latch (its paths now pass one more block).
+_ROUNDS = 4
+
+
+def search_work(graph: ControlFlow, loop: Loop, exiting: str, limit: int = SEARCH_LIMIT) -> int:
+    """How many blocks Enzyme's search from ``exiting`` to ``loop``'s header visits (stopping past ``limit``).
+
+    Breadth first, each path its own entry, blocks outside the loop dropped, stopping at the header.
+
+    >>> body = ["entry:", "  br label %h", "h:", "  br i1 %c, label %out, label %a", "a:",
+    ...         "  br i1 %d, label %b, label %c", "b:", "  br label %t", "c:", "  br label %t", "t:",
+    ...         "  br i1 %e, label %h, label %out", "out:", "  ret void"]
+    >>> graph = ControlFlow.of(body)
+    >>> [search_work(graph, graph.loops()[0], block) for block in ("h", "a", "t")]
+    [1, 7, 2]
+    """
+    level: dict[str, int] = {exiting: 1}
+    work = 0
+    while level:
+        following: dict[str, int] = defaultdict(int)
+        for block, paths in level.items():
+            work += paths
+            if block == loop.header or work > limit:
+                return work
+            if block not in loop.blocks:
+                continue
+            for successor in graph.succ[block]:
+                following[successor] += paths
+        level = following
+    return work
+
+
+def _terminator_index(lines: list[str]) -> int:
+    return max(k for k, line in enumerate(lines) if parse_instruction(line) is not None)
+
+
+def _retarget(line: str, old: str, new: str) -> str:
+    """A terminator ``line`` with its ``label %old`` written ``label %new``."""
+    return "".join(f"%{new}" if t.kind == "local" and t.text == f"%{old}" else t.text for t in tokenize(line))
+
+
+def _ends_unreachable(lines: list[str]) -> bool:
+    instruction = parse_instruction(lines[_terminator_index(lines)]) if len(lines) > 1 else None
+    return instruction is not None and instruction.opcode == "unreachable"
+
+
+def _costly_exits(graph: ControlFlow, loop: Loop, latch: str) -> list[tuple[str, str]]:
+    """The ways out ``(inside, outside)`` of ``loop`` to send to its ``latch``; ``[]`` when one costly way out
+    has a shape this does not rewrite (then none is sent)."""
+    found = []
+    for inside in dict.fromkeys(block for block, _ in loop.exits):
+        outside = [s for s in graph.succ[inside] if s not in loop.blocks and not _ends_unreachable(graph.lines[s])]
+        if inside == latch or not outside or search_work(graph, loop, inside) <= SEARCH_LIMIT:
+            continue
+        terminator = parse_instruction(graph.lines[inside][_terminator_index(graph.lines[inside])])
+        targets = graph.succ[inside]
+        if terminator is None or terminator.opcode != "br" or len(targets) != 2 or len(outside) != 1 \
+                or targets[0] == targets[1]:
+            return []
+        found.append((inside, outside[0]))
+    return found
+
+
+def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
+    """The body with ``loop``'s costly ways out sent to its latch; ``None`` when there are none or the loop's shape
+    is not one this rewrites."""
+    preds = graph.predecessors()
+    latches = [p for p in preds.get(loop.header, []) if p in loop.blocks]
+    if len(latches) != 1 or latches[0] == loop.header:
+        return None
+    latch = latches[0]
+    exits = _costly_exits(graph, loop, latch)
+    into_latch = preds[latch]
+    if not exits or any(graph.succ[p].count(latch) != 1 for p in into_latch):
+        return None
+    join, lines = f"{_PREFIX}{number}", {name: list(block) for name, block in graph.lines.items()}
+    ways = [f"{join}.out.{k}" for k in range(len(exits))]
+    leaves = [f"{join}.leave.{k}" for k in range(len(exits))]
+    for (inside, outside), way, leave in zip(exits, ways, leaves):
+        at = _terminator_index(lines[inside])
+        lines[inside][at] = _retarget(lines[inside][at], outside, way)
+        lines[outside] = [phi_retargeted(line, {inside: leave}) for line in lines[outside]]
+    for pred in into_latch:
+        at = _terminator_index(lines[pred])
+        lines[pred][at] = _retarget(lines[pred][at], latch, join)
+    phis = [k for k, line in enumerate(lines[latch][1:], 1) if (i := parse_instruction(line)) is not None
+            and i.opcode == "phi"]
+    if any(not lines[latch][k].rstrip().endswith("]") for k in phis):
+        return None  # a phi with metadata after its entries
+    poison = "".join(f", [ poison, %{way} ]" for way in ways)
+    moved = [lines[latch][k].rstrip() + poison for k in phis]
+    lines[latch] = [line for k, line in enumerate(lines[latch]) if k not in phis]
+    which = ", ".join([*(f"[ 0, %{p} ]" for p in into_latch), *(f"[ {k + 1}, %{way}" + " ]"
+                                                                for k, way in enumerate(ways))])
+    dispatch = leaves[0] if len(leaves) == 1 else f"{join}.leave"
+    lines[join] = [f"{join}:", *moved, f"  %{join}.way = phi i32 {which}", f"  %{join}.out = icmp ne i32 %{join}.way, 0",
+                   f"  br i1 %{join}.out, label %{dispatch}, label %{latch}"]
+    for way in ways:
+        lines[way] = [f"{way}:", f"  br label %{join}"]
+    for (_, outside), leave in zip(exits, leaves):
+        lines[leave] = [f"{leave}:", f"  br label %{outside}"]
+    if len(leaves) > 1:
+        cases = " ".join(f"i32 {k + 1}, label %{leave}" for k, leave in enumerate(leaves[1:], 1))
+        lines[dispatch] = [f"{dispatch}:", f"  switch i32 %{join}.way, label %{leaves[0]} [ {cases} ]"]
+    order: list[str] = []
+    for name in graph.names:
+        if name == latch:
+            order.append(join)
+        order.append(name)
+        order += [way for (inside, _), way in zip(exits, ways) if inside == name]
+        if name == latch:
+            order += ([dispatch] if len(leaves) > 1 else []) + leaves
+    return restore_dominance([line for name in order for line in lines[name]])
+
+
+def exits_through_latch(module: Module) -> Module:
+    r"""``module`` with each costly early way out of a loop taken at the loop's latch (see the module's
+    docstring); ``module`` itself, changed in place.
+
+    Examples
+    --------
+    A loop whose ``raise`` comes before twenty branches (a million paths to the header):
+
+    >>> from pyjlad.ir.module import parse
+    >>> steps = [line for k in range(20) for line in (f"s{k}:", f"  br i1 %c{k}, label %l{k}, label %r{k}",
+    ...          f"l{k}:", f"  br label %s{k + 1}", f"r{k}:", f"  br label %s{k + 1}")]
+    >>> m = parse("\n".join(["define i32 @f(i64 %n) {", "entry:", "  br label %head", "head:",
+    ...     "  %i = phi i64 [ 0, %entry ], [ %j, %s20 ]", "  br label %top", "top:", "  %bad = icmp eq i64 %i, 7",
+    ...     "  br i1 %bad, label %raise, label %s0", *steps, "s20:", "  %j = add i64 %i, 1",
+    ...     "  %more = icmp ult i64 %j, %n", "  br i1 %more, label %head, label %done", "done:", "  ret i32 0",
+    ...     "raise:", "  %code = phi i32 [ 1, %top ]", "  ret i32 %code", "}", ""]))
+    >>> text = exits_through_latch(m).render()
+    >>> print("\n".join(line for line in text.splitlines() if "pyjlad.latch" in line or line.startswith("raise")))
+      br i1 %bad, label %pyjlad.latch.0.out.0, label %s0
+    pyjlad.latch.0.out.0:
+      br label %pyjlad.latch.0
+      br label %pyjlad.latch.0
+      br label %pyjlad.latch.0
+    pyjlad.latch.0:
+      %pyjlad.latch.0.way = phi i32 [ 0, %r19 ], [ 0, %l19 ], [ 1, %pyjlad.latch.0.out.0 ]
+      %pyjlad.latch.0.out = icmp ne i32 %pyjlad.latch.0.way, 0
+      br i1 %pyjlad.latch.0.out, label %pyjlad.latch.0.leave.0, label %s20
+    pyjlad.latch.0.leave.0:
+    raise:
+      %code = phi i32 [ 1, %pyjlad.latch.0.leave.0 ]
+    """
+    number = 0
+    for function in module.definitions:
+        body = function.body or []
+        if not body or parse_instruction(body[0]) is not None:
+            continue  # an entry block without a label: nothing to branch back to
+        rounds: dict[str, int] = defaultdict(int)  # a header -> how many times its loop was rewritten
+        graph = ControlFlow.of(body)
+        todo = graph.loops()
+        while todo:
+            loop = todo.pop(0)
+            rewritten = _latched(graph, loop, number) if rounds[loop.header] < _ROUNDS else None
+            if rewritten is not None:  # look at the loops again, this one first
+                body, number = rewritten, number + 1
+                rounds[loop.header] += 1
+                graph = ControlFlow.of(body)
+                loops = graph.loops()
+                todo = [new for new in loops if new.header == loop.header] + \
+                    [new for new in loops if new.header in {old.header for old in todo}]
+        function.body = body
+    return module
