@@ -30,87 +30,61 @@ jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
 
 
-def _step(u, w, numpy):
-    """One relaxation step of twelve array statements: the new state and the step's contribution to the loss."""
-    g = w * u
-    h = numpy.tanh(g)
-    r = h - u
-    q = r * r
-    u = u + 0.1 * r
-    v = numpy.exp(-u * u)
-    p = v * h
-    a = numpy.sin(u) * w
-    b = a - 0.5 * h
-    c = numpy.cos(b) + v
-    d = c * u - w
-    e = numpy.sqrt(1.0 + d * d)
-    f = numpy.log(e) * h
-    y = f * f + u
-    return u, numpy.sum(q) + numpy.sum(p) + 0.1 * numpy.sum(c * c) + numpy.sum(e) + numpy.sum(y)
+#: One relaxation step of twelve array statements (each an inner loop behind Numba's broadcast check), adding the
+#: step's contribution to the loss ``s``; written once, made a loop below under a guard at its top.
+_STEP = """\
+g = w * u
+h = np.tanh(g)
+r = h - u
+q = r * r
+u = u + 0.1 * r
+v = np.exp(-u * u)
+p = v * h
+a = np.sin(u) * w
+b = a - 0.5 * h
+c = np.cos(b) + v
+d = c * u - w
+e = np.sqrt(1.0 + d * d)
+f = np.log(e) * h
+y = f * f + u
+s += np.sum(q) + np.sum(p) + 0.1 * np.sum(c * c) + np.sum(e) + np.sum(y)"""
 
 
-@njit
-def relax(x, w, steps):
-    u = x.copy()
-    s = 0.0
-    for _ in range(steps):
-        if not np.isfinite(s):
-            raise FloatingPointError("the relaxation diverged")
-        g = w * u
-        h = np.tanh(g)
-        r = h - u
-        q = r * r
-        u = u + 0.1 * r
-        v = np.exp(-u * u)
-        p = v * h
-        a = np.sin(u) * w
-        b = a - 0.5 * h
-        c = np.cos(b) + v
-        d = c * u - w
-        e = np.sqrt(1.0 + d * d)
-        f = np.log(e) * h
-        y = f * f + u
-        s += np.sum(q) + np.sum(p) + 0.1 * np.sum(c * c) + np.sum(e) + np.sum(y)
-    return s + np.sum(u * u)
+def _defined(name: str, parameters: str, guard: list[str], numpy: str = "np"):
+    """``name(x, w, steps, *parameters)``: ``u = x``, then ``steps`` times the guard and the step, returning
+    ``s + sum(u * u)``; the step written with ``numpy`` (``np`` or ``jnp``)."""
+    step = [f"        {line}".replace("np.", f"{numpy}.") for line in _STEP.splitlines()]
+    lines = [f"def {name}(x, w, steps{parameters}):", "    u = x.copy()" if numpy == "np" else "    u = x",
+             "    s = 0.0", "    for _ in range(steps):", *(f"        {line}" for line in guard), *step,
+             f"    return s + {numpy}.sum(u * u)"]
+    namespace: dict = {"np": np, "jnp": jnp}
+    exec("\n".join(lines), namespace)  # noqa: S102 - one step written once for Numba and for jax
+    return namespace[name]
 
 
-@njit
-def relax_until(x, w, steps, limit):
-    u = x.copy()
-    s = 0.0
-    for _ in range(steps):
-        if s > limit:
-            break
-        g = w * u
-        h = np.tanh(g)
-        r = h - u
-        q = r * r
-        u = u + 0.1 * r
-        v = np.exp(-u * u)
-        p = v * h
-        a = np.sin(u) * w
-        b = a - 0.5 * h
-        c = np.cos(b) + v
-        d = c * u - w
-        e = np.sqrt(1.0 + d * d)
-        f = np.log(e) * h
-        y = f * f + u
-        s += np.sum(q) + np.sum(p) + 0.1 * np.sum(c * c) + np.sum(e) + np.sum(y)
-    return s + np.sum(u * u)
-
-
-def relax_jax(x, w, steps):
-    u, s = x, 0.0
-    for _ in range(steps):
-        u, ds = _step(u, w, jnp)
-        s = s + ds
-    return s + jnp.sum(u * u)
+relax = njit(_defined("relax", "", ["if not np.isfinite(s):", "    raise FloatingPointError('the relaxation diverged')"]))
+relax_until = njit(_defined("relax_until", ", limit", ["if s > limit:", "    break"]))
+relax_jax = _defined("relax_jax", "", [], "jnp")
 
 
 @pytest.fixture
 def two_gib(monkeypatch):
     monkeypatch.setenv("PYJLAD_OPT_MEMORY", str(2 << 30))
     monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")
+
+
+def _loss_after(x, w, steps: int) -> float:
+    """``s`` after ``steps`` steps (NumPy, not the function under test)."""
+    u, s = x.copy(), 0.0
+    for _ in range(steps):
+        u, s = _one_step(u, w, s)
+    return s
+
+
+def _one_step(u, w, s):
+    namespace = {"np": np, "u": u, "w": w, "s": s}
+    exec(_STEP, namespace)  # noqa: S102 - the step as the functions run it
+    return namespace["u"], namespace["s"]
 
 
 def _inputs(n: int = 6):
@@ -153,16 +127,11 @@ def test_its_ways_out_raise_what_the_function_raises(two_gib) -> None:
 
 def test_a_break_at_the_top_of_the_step(two_gib) -> None:
     """The loss after a ``break`` reads the state as it was when the loop stopped (values carried out of the loop
-    through the new join); ``jax`` runs the same number of steps, counted from the function's own values."""
+    through the new join); ``jax`` runs the same number of steps, counted by NumPy."""
     x, w = _inputs()
     x0, w0 = x.copy(), w.copy()
-    u, s, taken = jnp.asarray(x0), 0.0, 0
     limit = 9.0
-    for _ in range(8):
-        if float(s) > limit:
-            break
-        u, ds = _step(u, jnp.asarray(w0), jnp)
-        s, taken = s + ds, taken + 1
+    taken = next((k for k in range(8) if _loss_after(x0, w0, k) > limit), 8)
     assert 0 < taken < 8, "the example must stop early"
     expected = jax.grad(relax_jax)(jnp.asarray(x0), jnp.asarray(w0), taken)
     np.testing.assert_allclose(relax_until(x, w, 8, limit), float(relax_jax(x0, w0, taken)), rtol=1e-12)
