@@ -199,6 +199,8 @@ def exits_through_latch(module: Module) -> Module:
         todo = graph.loops()
         while todo:
             loop = todo.pop(0)
+            while any(name.startswith(f"{_PREFIX}{number}") for name in graph.names):
+                number += 1  # a body rewritten before (a nested derivative's): its names stay its own
             rewritten = _latched(graph, loop, number) if rounds[loop.header] < _ROUNDS else None
             if rewritten is not None:  # look at the loops again, this one first
                 body, number = rewritten, number + 1
