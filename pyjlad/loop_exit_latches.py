@@ -135,8 +135,7 @@ def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
     poison = "".join(f", [ poison, %{way} ]" for way in ways)
     moved = [lines[latch][k].rstrip() + poison for k in phis]
     lines[latch] = [line for k, line in enumerate(lines[latch]) if k not in phis]
-    which = ", ".join([*(f"[ 0, %{p} ]" for p in into_latch), *(f"[ {k + 1}, %{way}" + " ]"
-                                                                for k, way in enumerate(ways))])
+    which = ", ".join([*(f"[ 0, %{p} ]" for p in into_latch), *(f"[ {k}, %{way} ]" for k, way in enumerate(ways, 1))])
     dispatch = leaves[0] if len(leaves) == 1 else f"{join}.leave"
     lines[join] = [f"{join}:", *moved, f"  %{join}.way = phi i32 {which}", f"  %{join}.out = icmp ne i32 %{join}.way, 0",
                    f"  br i1 %{join}.out, label %{dispatch}, label %{latch}"]
@@ -145,17 +144,25 @@ def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
     for (_, outside), leave in zip(exits, leaves):
         lines[leave] = [f"{leave}:", f"  br label %{outside}"]
     if len(leaves) > 1:
-        cases = " ".join(f"i32 {k + 1}, label %{leave}" for k, leave in enumerate(leaves[1:], 1))
+        cases = " ".join(f"i32 {k}, label %{leave}" for k, leave in enumerate(leaves[1:], 2))
         lines[dispatch] = [f"{dispatch}:", f"  switch i32 %{join}.way, label %{leaves[0]} [ {cases} ]"]
+    order = _block_order(graph.names, latch, join, [(inside, way) for (inside, _), way in zip(exits, ways)],
+                         ([dispatch] if len(leaves) > 1 else []) + leaves)
+    return restore_dominance([line for name in order for line in lines[name]])
+
+
+def _block_order(names: list[str], latch: str, join: str, ways: list[tuple[str, str]], leaves: list[str]) -> list[str]:
+    """The blocks in their old order with the new ones placed: the join before the latch, each way out after the
+    block it leaves from, the blocks that leave the loop after the latch."""
     order: list[str] = []
-    for name in graph.names:
+    for name in names:
         if name == latch:
             order.append(join)
         order.append(name)
-        order += [way for (inside, _), way in zip(exits, ways) if inside == name]
+        order += [way for inside, way in ways if inside == name]
         if name == latch:
-            order += ([dispatch] if len(leaves) > 1 else []) + leaves
-    return restore_dominance([line for name in order for line in lines[name]])
+            order += leaves
+    return order
 
 
 def exits_through_latch(module: Module) -> Module:
