@@ -37,11 +37,12 @@ _PREFIX = "pyjlad.ssa."
 
 @dataclass
 class _Tree:
-    """The dominator tree of a body's reachable blocks, and their predecessors."""
+    """The dominator tree of a body's reachable blocks, their predecessors and dominance frontiers."""
 
     idom: dict[str, str]
     preds: dict[str, list[str]]
     depth: dict[str, int] = field(default_factory=dict)
+    frontier: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, graph: ControlFlow) -> _Tree:
@@ -49,6 +50,12 @@ class _Tree:
         tree = cls(idom, graph.predecessors())
         for block in graph.reverse_post_order():
             tree.depth[block] = 0 if idom[block] == block else tree.depth[idom[block]] + 1
+            tree.frontier[block] = set()
+        for block, preds in tree.preds.items():  # Cooper, Harvey and Kennedy's walk up from each join's preds
+            for runner in preds if len(preds) > 1 else ():
+                while runner != idom[block]:
+                    tree.frontier[runner].add(block)
+                    runner = idom[runner]
         return tree
 
     def dominates(self, a: str, b: str) -> bool:
@@ -59,49 +66,60 @@ class _Tree:
             b = self.idom[b]
         return a == b
 
+    def iterated_frontier(self, block: str) -> set[str]:
+        """The blocks where a value defined in ``block`` may meet another (a ``phi``'s only possible places)."""
+        found: set[str] = set()
+        todo = [block]
+        while todo:
+            for joined in self.frontier[todo.pop()]:
+                if joined not in found:
+                    found.add(joined)
+                    todo.append(joined)
+        return found
+
 
 @dataclass
 class _Updater:
-    """The value of one definition reaching the start of each block, with the ``phi``s that takes."""
+    """The value of one definition reaching each block, with the ``phi``s that takes: at the blocks of the
+    definition's iterated dominance frontier only, each made when a use asks for it (pruned SSA)."""
 
     value: str
     home: str
     type: str
     tree: _Tree
     fresh: list[int]
-    start: dict[str, str] = field(default_factory=dict)
+    joins: set[str] = field(default_factory=set)
     phis: dict[str, str] = field(default_factory=dict)  # block -> the phi's name
     pending: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.joins = self.tree.iterated_frontier(self.home)
+
     def at_end(self, block: str) -> str:
-        return self.value if self.tree.dominates(self.home, block) else self.at_start(block)
+        """The value at the end of ``block``: up the dominator tree to the definition, a join or the entry."""
+        while True:
+            if self.tree.dominates(self.home, block):
+                return self.value
+            if block in self.joins:
+                return self._phi(block)
+            if self.tree.idom[block] == block:
+                return "poison"
+            block = self.tree.idom[block]
 
     def at_start(self, block: str) -> str:
         """The value reaching the start of ``block``, which the definition does not dominate."""
-        chain, current = [], block
-        while True:
-            if current in self.start:
-                found = self.start[current]
-                break
-            preds = self.tree.preds.get(current, [])
-            if not preds:
-                found = "poison"
-                break
-            if len(preds) == 1:
-                if self.tree.dominates(self.home, preds[0]):
-                    found = self.value
-                    break
-                chain.append(current)
-                current = preds[0]
-                continue
-            found = f"%{_PREFIX}{self.fresh[0]}"
+        if block in self.joins:
+            return self._phi(block)
+        if self.tree.idom[block] == block:
+            return "poison"
+        return self.at_end(self.tree.idom[block])
+
+    def _phi(self, block: str) -> str:
+        if block not in self.phis:
+            self.phis[block] = f"%{_PREFIX}{self.fresh[0]}"
             self.fresh[0] += 1
-            self.start[current] = self.phis[current] = found
-            self.pending.append(current)
-            break
-        for link in chain:
-            self.start[link] = found
-        return found
+            self.pending.append(block)
+        return self.phis[block]
 
     def phi_lines(self) -> dict[str, str]:
         """Each ``phi`` this needs: block -> its line (after every ``at_start`` asked for; filling an entry may
