@@ -121,15 +121,31 @@ class _Updater:
             self.pending.append(block)
         return self.phis[block]
 
-    def phi_lines(self) -> dict[str, str]:
-        """Each ``phi`` this needs: block -> its line (after every ``at_start`` asked for; filling an entry may
-        ask for more)."""
-        lines: dict[str, str] = {}
+    def phi_lines(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Each ``phi`` this needs (block -> its line), after every ``at_start`` asked for (filling an entry may ask
+        for more); and the ``phi``s left out as trivial (each entry one value, or the ``phi`` itself): name -> that
+        value, for the lines that read them."""
+        entries: dict[str, list[tuple[str, str]]] = {}
         while self.pending:
             block = self.pending.pop()
-            entries = ", ".join(f"[ {self.at_end(p)}, %{p} ]" for p in self.tree.preds[block])
-            lines[block] = f"  {self.phis[block]} = phi {self.type} {entries}"
-        return lines
+            entries[block] = [(self.at_end(p), p) for p in self.tree.preds[block]]
+        trivial: dict[str, str] = {}
+        changed = True
+        while changed:
+            changed = False
+            for block, pairs in entries.items():
+                name = self.phis[block]
+                values = {trivial.get(v, v) for v, _ in pairs} - {name}
+                if name not in trivial and len(values) == 1:
+                    trivial[name] = values.pop()
+                    changed = True
+        for name in list(trivial):  # a chain of trivial phis reads its end
+            while trivial[name] in trivial:
+                trivial[name] = trivial[trivial[name]]
+        lines = {block: f"  {self.phis[block]} = phi {self.type} "
+                 + ", ".join(f"[ {trivial.get(v, v)}, %{p} ]" for v, p in pairs)
+                 for block, pairs in entries.items() if self.phis[block] not in trivial}
+        return lines, trivial
 
 
 def _replaced(line: str, old: str, new: str) -> str:
@@ -201,13 +217,20 @@ def restore_dominance(body: list[str]) -> list[str] | None:
             lines[name][index] = rewritten
         else:
             lines[name][index] = _replaced(lines[name][index], value, updater.at_start(name))
+    trivial: dict[str, str] = {}
     for updater in updaters.values():
-        for block, phi in updater.phi_lines().items():
+        phis, left_out = updater.phi_lines()
+        trivial.update(left_out)
+        for block, phi in phis.items():
             at = 1
             while at < len(lines[block]) and _is_phi(lines[block][at]):
                 at += 1
             lines[block].insert(at, phi)
-    return [line for name in graph.names for line in lines[name]]
+    body = [line for name in graph.names for line in lines[name]]
+    if trivial:
+        body = ["".join(trivial.get(t.text, t.text) if t.kind == "local" else t.text for t in tokenize(line))
+                if _PREFIX in line else line for line in body]
+    return body
 
 
 def _is_phi(line: str) -> bool:
