@@ -3,7 +3,8 @@ array statements: derivatives built within a memory cap, and the rewrite itself.
 
 Enzyme v0.0.289 searches every path from each way out of a loop back to its header
 (:mod:`pyjlad.loop_exit_latches`): a relaxation step of twelve array statements under a NaN guard (each statement
-an inner loop behind Numba's broadcast check) ran it out of 2 GiB. The derivatives are checked against ``jax`` in
+an inner loop behind Numba's broadcast check), and an implicit Euler step whose Newton loop raises, ran it out of
+2 GiB. The derivatives are checked against ``jax`` in
 float64 on the same program (from copies taken before the call; the caller's arrays unchanged), built with the
 disk cache off and ``PYJLAD_OPT_MEMORY`` at 2 GiB; the ways out still raise what the function raises. The rewrite
 is checked on small modules by running them under ``lli-15`` before and after (the same output on every path)
@@ -215,3 +216,50 @@ def test_enzyme_still_sizes_the_caches_of_a_loop_whose_ways_out_raise() -> None:
 def test_a_loop_whose_search_is_short_is_left_alone() -> None:
     text = _loop_module(6)
     assert exits_through_latch(parse(text)).render() == parse(text).render()
+
+
+# A raise inside an inner loop (a Newton solve per step), leaving both loops, then eight array statements.
+_IMPLICIT_STEP = """\
+a = np.tanh(un) * c
+b = a * a + un
+d = np.exp(-b) - a
+e = np.sqrt(1.0 + d * d)
+f = np.log(e) * a
+g = f * f + b
+h = np.sin(g) - d
+k = h * h + e
+total += np.sum(e) + np.sum(b * d) + np.sum(k) + np.sum(f)"""
+
+
+def _implicit(name: str, numpy: str, check: list[str]):
+    """``name(x, c, steps)``: implicit Euler steps of ``u' = -c u^3`` by four Newton iterations each (``check``
+    after each residual), then the step's statements; ``numpy``: ``np`` or ``jnp``."""
+    step = [f"        {line}".replace("np.", f"{numpy}.") for line in _IMPLICIT_STEP.splitlines()]
+    lines = [f"def {name}(x, c, steps):", "    u = x.copy()" if numpy == "np" else "    u = x", "    total = 0.0",
+             "    for _ in range(steps):", "        un = u.copy()" if numpy == "np" else "        un = u",
+             "        for _ in range(4):", "            r = un - u + 0.1 * c * un ** 3",
+             *(f"            {line}" for line in check), "            un = un - r / (1.0 + 0.3 * c * un ** 2)", *step,
+             "        u = un", f"    return total + {numpy}.sum(u * u)"]
+    namespace: dict = {"np": np, "jnp": jnp}
+    exec("\n".join(lines), namespace)  # noqa: S102 - one step written once for Numba and for jax
+    return namespace[name]
+
+
+implicit = njit(_implicit("implicit", "np", ["if np.max(np.abs(r)) > 1e8:", "    raise ArithmeticError('Newton diverged')"]))
+implicit_jax = _implicit("implicit_jax", "jnp", [])
+
+
+def test_a_raise_inside_an_inner_loop(two_gib) -> None:
+    """The way out leaves the Newton loop and the time loop; without the rewrite, Enzyme ran out of the 2 GiB
+    (checked by hand, 2026-12-05)."""
+    rng = np.random.default_rng(3)
+    x, c = rng.normal(size=6) * 0.3, rng.uniform(0.5, 1.5, size=6)
+    x0, c0 = x.copy(), c.copy()
+    expected = jax.grad(implicit_jax, argnums=(0, 1))(jnp.asarray(x0), jnp.asarray(c0), 3)
+    gradient = pyjlad.grad(implicit, wrt=(0, 1))
+    for got, want in zip(gradient(x, c, 3), expected):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-11, atol=1e-12)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(c, c0)
+    with pytest.raises(ArithmeticError, match="Newton diverged"):
+        gradient(x * 1e5, c, 3)
