@@ -79,9 +79,18 @@ def _terminator_index(lines: list[str]) -> int:
     return max(k for k, line in enumerate(lines) if parse_instruction(line) is not None)
 
 
-def _retarget(line: str, old: str, new: str) -> str:
-    """A terminator ``line`` with its ``label %old`` written ``label %new``."""
-    return "".join(f"%{new}" if t.kind == "local" and t.text == f"%{old}" else t.text for t in tokenize(line))
+def _retarget(lines: list[str], old: str, new: str) -> list[str]:
+    """A block's ``lines`` with each ``label %old`` written ``label %new``: a branch's or a ``switch``'s targets,
+    on whichever line they are (a ``switch`` spans lines); a ``phi``'s ``%old`` is no label and stays."""
+    out = []
+    for line in lines:
+        if f"label %{old}" not in line:
+            out.append(line)
+            continue
+        tokens = tokenize(line)
+        out.append("".join(f"%{new}" if t.kind == "local" and t.text == f"%{old}" and k >= 2
+                           and tokens[k - 2].text == "label" else t.text for k, t in enumerate(tokens)))
+    return out
 
 
 def _ends_unreachable(lines: list[str]) -> bool:
@@ -122,12 +131,10 @@ def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
     ways = [f"{join}.out.{k}" for k in range(len(exits))]
     leaves = [f"{join}.leave.{k}" for k in range(len(exits))]
     for (inside, outside), way, leave in zip(exits, ways, leaves):
-        at = _terminator_index(lines[inside])
-        lines[inside][at] = _retarget(lines[inside][at], outside, way)
+        lines[inside] = _retarget(lines[inside], outside, way)
         lines[outside] = [phi_retargeted(line, {inside: leave}) for line in lines[outside]]
     for pred in into_latch:
-        at = _terminator_index(lines[pred])
-        lines[pred][at] = _retarget(lines[pred][at], latch, join)
+        lines[pred] = _retarget(lines[pred], latch, join)
     phis = [k for k, line in enumerate(lines[latch][1:], 1) if (i := parse_instruction(line)) is not None
             and i.opcode == "phi"]
     if any(not lines[latch][k].rstrip().endswith("]") for k in phis):

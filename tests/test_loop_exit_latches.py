@@ -148,7 +148,8 @@ def _loop_module(diamonds: int) -> str:
     """``@f(n, bad1, bad2)``: a loop of ``n`` steps, each a chain of ``diamonds`` two-way branches adding to a
     running sum, left at its top when ``i == bad1`` (returning the sum so far, negated) and halfway when ``i ==
     bad2`` after three branches (that sum, plus 10^6), both ways out stored as Numba stores an exception; after
-    the loop, the last step's sum is read outside any ``phi``. ``@main`` prints ``@f`` for a few inputs."""
+    the loop, the last step's sum is read outside any ``phi``; the latch is reached from a ``switch`` (written
+    over lines) and has a ``phi``. ``@main`` prints ``@f`` for a few inputs."""
     half = 3
     lines = ["define i64 @f(i64 %n, i64 %bad1, i64 %bad2) {", "entry:", "  br label %head", "head:",
              "  %i = phi i64 [ 0, %entry ], [ %i.next, %latch ]", "  %s = phi i64 [ 0, %entry ], [ %s.next, %latch ]",
@@ -162,8 +163,11 @@ def _loop_module(diamonds: int) -> str:
         if k + 1 == half:
             lines += ["  %stop2 = icmp eq i64 %i, %bad2", f"  br i1 %stop2, label %out2, label %d{k + 1}"]
         else:
-            lines += [f"  br label %{'d' + str(k + 1) if k + 1 < diamonds else 'latch'}"]
-    lines += ["latch:", f"  %s.next = srem i64 %acc{diamonds}, 1000003", "  %i.next = add i64 %i, 1",
+            lines += [f"  br label %{'d' + str(k + 1) if k + 1 < diamonds else 'last'}"]
+    # The latch's way in: a switch over two lines (its default the latch), and a phi in the latch.
+    lines += ["last:", "  switch i64 %i, label %latch [", "    i64 3, label %three", "  ]", "three:",
+              "  br label %latch", "latch:", "  %extra = phi i64 [ 1, %last ], [ 2, %three ]",
+              f"  %sum = add i64 %acc{diamonds}, %extra", "  %s.next = srem i64 %sum, 1000003", "  %i.next = add i64 %i, 1",
               "  %more = icmp slt i64 %i.next, %n", "  br i1 %more, label %head, label %done", "done:",
               "  %after = add i64 %s.next, 7", "  ret i64 %after", "out1:", "  store ptr @.const.picklebuf.a, ptr @raised",
               "  %neg = sub i64 0, %s", "  ret i64 %neg", "out2:", f"  %half = phi i64 [ %acc{half}, %j{half - 1} ]",
