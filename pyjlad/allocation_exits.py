@@ -22,10 +22,9 @@ to loses that edge (its ``phi`` entries from it dropped); a block left with no w
 
 from __future__ import annotations
 
-from .ir.cfg import ControlFlow, block_label, phi_without, successors
+from .ir.cfg import ControlFlow, block_label, phi_without, retargeted, successors, terminator_index
 from .ir.edit import declare
 from .ir.instructions import parse_instruction
-from .ir.lexer import tokenize
 from .ir.module import Module
 
 __all__ = ["OOM_CHECK", "failed_allocations_exit", "phi_without"]
@@ -78,11 +77,6 @@ def _null_tests(body: list[str], allocations: set[str]) -> dict[str, bool]:
         if len(operands) == 1 and operands[0] in allocations and words[-1] == "null" and words[3] in ("eq", "ne"):
             tests[instruction.result] = words[3] == "eq"
     return tests
-
-
-def _terminator(lines: list[str]) -> int:
-    """The index of the last instruction of a block's ``lines`` (its terminator)."""
-    return max(k for k, line in enumerate(lines) if parse_instruction(line) is not None)
 
 
 def _remove_edge(graph: ControlFlow, source: str, target: str) -> None:
@@ -163,7 +157,7 @@ def failed_allocations_exit(module: Module, *, armed: bool = False) -> Module:
         exits = []  # (block, failure target)
         for loop in graph.loops():
             for inside, outside in loop.exits:
-                at = _terminator(graph.lines[inside])
+                at = terminator_index(graph.lines[inside])
                 instruction = parse_instruction(graph.lines[inside][at])
                 operands = instruction.operands() if instruction is not None and instruction.opcode == "br" else []
                 targets = successors([graph.lines[inside][at]])
@@ -174,9 +168,8 @@ def failed_allocations_exit(module: Module, *, armed: bool = False) -> Module:
         for k, (inside, outside) in enumerate(dict.fromkeys(exits)):
             if outside not in graph.lines or inside not in graph.lines:
                 continue  # deleted as unreachable by an earlier one
-            name, at = f"{_PREFIX}{k}", _terminator(graph.lines[inside])
-            graph.lines[inside][at] = "".join(f"%{name}" if t.kind == "local" and t.text == f"%{outside}" else t.text
-                                              for t in tokenize(graph.lines[inside][at]))
+            name = f"{_PREFIX}{k}"
+            graph.lines[inside] = retargeted(graph.lines[inside], outside, name)
             graph.names.append(name)
             graph.lines[name] = [f"{name}:", "  unreachable"]
             _remove_edge(graph, inside, outside)

@@ -29,9 +29,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .ir.cfg import ControlFlow, Loop, phi_retargeted
+from .ir.cfg import ControlFlow, Loop, phi_retargeted, retargeted, terminator_index
 from .ir.instructions import parse_instruction
-from .ir.lexer import tokenize
 from .ir.module import Module
 from .ir.ssa import restore_dominance
 
@@ -75,26 +74,8 @@ def search_work(graph: ControlFlow, loop: Loop, exiting: str, limit: int = SEARC
     return work
 
 
-def _terminator_index(lines: list[str]) -> int:
-    return max(k for k, line in enumerate(lines) if parse_instruction(line) is not None)
-
-
-def _retarget(lines: list[str], old: str, new: str) -> list[str]:
-    """A block's ``lines`` with each ``label %old`` written ``label %new``: a branch's or a ``switch``'s targets,
-    on whichever line they are (a ``switch`` spans lines); a ``phi``'s ``%old`` is no label and stays."""
-    out = []
-    for line in lines:
-        if f"label %{old}" not in line:
-            out.append(line)
-            continue
-        tokens = tokenize(line)
-        out.append("".join(f"%{new}" if t.kind == "local" and t.text == f"%{old}" and k >= 2
-                           and tokens[k - 2].text == "label" else t.text for k, t in enumerate(tokens)))
-    return out
-
-
 def _ends_unreachable(lines: list[str]) -> bool:
-    instruction = parse_instruction(lines[_terminator_index(lines)]) if len(lines) > 1 else None
+    instruction = parse_instruction(lines[terminator_index(lines)]) if len(lines) > 1 else None
     return instruction is not None and instruction.opcode == "unreachable"
 
 
@@ -106,7 +87,7 @@ def _costly_exits(graph: ControlFlow, loop: Loop, latch: str) -> list[tuple[str,
         outside = [s for s in graph.succ[inside] if s not in loop.blocks and not _ends_unreachable(graph.lines[s])]
         if inside == latch or not outside or search_work(graph, loop, inside) <= SEARCH_LIMIT:
             continue
-        terminator = parse_instruction(graph.lines[inside][_terminator_index(graph.lines[inside])])
+        terminator = parse_instruction(graph.lines[inside][terminator_index(graph.lines[inside])])
         targets = graph.succ[inside]
         if terminator is None or terminator.opcode != "br" or len(targets) != 2 or len(outside) != 1 \
                 or targets[0] == targets[1]:
@@ -131,10 +112,10 @@ def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
     ways = [f"{join}.out.{k}" for k in range(len(exits))]
     leaves = [f"{join}.leave.{k}" for k in range(len(exits))]
     for (inside, outside), way, leave in zip(exits, ways, leaves):
-        lines[inside] = _retarget(lines[inside], outside, way)
+        lines[inside] = retargeted(lines[inside], outside, way)
         lines[outside] = [phi_retargeted(line, {inside: leave}) for line in lines[outside]]
     for pred in into_latch:
-        lines[pred] = _retarget(lines[pred], latch, join)
+        lines[pred] = retargeted(lines[pred], latch, join)
     phis = [k for k, line in enumerate(lines[latch][1:], 1) if (i := parse_instruction(line)) is not None
             and i.opcode == "phi"]
     if any(not lines[latch][k].rstrip().endswith("]") for k in phis):

@@ -82,16 +82,12 @@ from dataclasses import dataclass
 
 from .errors import IRError
 from .ir import Function, parse
-from .ir.cfg import ControlFlow, Loop
+from .ir.cfg import ControlFlow, Loop, terminator_index
 from .ir.instructions import Instruction, parse_instruction, significant
 from .ir.lexer import Token, texts_of, tokenize
 
 __all__ = ["distinct_trip_counts"]
 
-
-#: The opcodes that end a block.
-_TERMINATORS = frozenset({"br", "switch", "ret", "unreachable", "indirectbr", "invoke", "resume", "callbr",
-                          "catchswitch", "catchret", "cleanupret"})
 
 
 @dataclass(frozen=True)
@@ -140,12 +136,10 @@ class _Body:
 
     def terminator(self, block: str) -> int:
         """The body index of ``block``'s terminator (its first line: a ``switch`` goes on over several lines)."""
-        lines = self.graph.lines[block]
-        for k in range(len(lines) - 1, -1, -1):
-            instruction = parse_instruction(lines[k])
-            if instruction is not None and instruction.opcode in _TERMINATORS:
-                return self.start[block] + k
-        raise IRError(f"block {block} has no terminator")
+        k = terminator_index(self.graph.lines[block])
+        if k < 0:
+            raise IRError(f"block {block} has no terminator")
+        return self.start[block] + k
 
     def insertion_point(self, value: str) -> int:
         """Where a ``freeze`` of ``value`` goes: after its definition (after its block's phis, for a phi); before

@@ -21,8 +21,12 @@ from dataclasses import dataclass, field
 from .instructions import parse_instruction
 from .lexer import Token, tokenize
 
-__all__ = ["ControlFlow", "Loop", "block_label", "blocks", "phi_retargeted", "phi_without", "split_blocks",
-           "successors"]
+__all__ = ["TERMINATORS", "ControlFlow", "Loop", "block_label", "blocks", "phi_retargeted", "phi_without",
+           "retargeted", "split_blocks", "successors", "terminator_index"]
+
+#: The opcodes that end a block.
+TERMINATORS = frozenset({"br", "switch", "ret", "unreachable", "indirectbr", "invoke", "resume", "callbr",
+                         "catchswitch", "catchret", "cleanupret"})
 
 
 def block_label(line: str) -> str | None:
@@ -89,6 +93,38 @@ def phi_without(line: str, block: str) -> str:
         depth += 1 if opens else -1 if closes else 0
     kept = ["".join(entry) for entry in entries if not "".join(entry).rstrip("] ").endswith(f"%{block}")]
     return "".join(head) + ", ".join(kept)
+
+
+def terminator_index(lines: list[str]) -> int:
+    """The index in a block's ``lines`` of its terminator's first line (a ``switch`` goes on over several lines);
+    ``-1`` if it has none.
+
+    >>> terminator_index(["b:", "  switch i32 %x, label %d [", "    i32 1, label %e", "  ]"])
+    1
+    """
+    for k in range(len(lines) - 1, -1, -1):
+        instruction = parse_instruction(lines[k]) if lines[k].strip() else None
+        if instruction is not None and instruction.opcode in TERMINATORS:
+            return k
+    return -1
+
+
+def retargeted(lines: list[str], old: str, new: str) -> list[str]:
+    """A block's ``lines`` with each ``label %old`` written ``label %new``: a branch's or a ``switch``'s targets, on
+    whichever line they are; a ``phi``'s ``%old`` is no label and stays.
+
+    >>> retargeted(["  %p = phi i1 [ 0, %a ]", "  br i1 %c, label %a, label %b"], "a", "z")
+    ['  %p = phi i1 [ 0, %a ]', '  br i1 %c, label %z, label %b']
+    """
+    out = []
+    for line in lines:
+        if f"label %{old}" not in line:
+            out.append(line)
+            continue
+        tokens = tokenize(line)
+        out.append("".join(f"%{new}" if t.kind == "local" and t.text == f"%{old}" and k >= 2
+                           and tokens[k - 2].text == "label" else t.text for k, t in enumerate(tokens)))
+    return out
 
 
 def split_blocks(body: list[str], expand: Callable[[str, int], list[str] | None]) -> tuple[list[str], int]:

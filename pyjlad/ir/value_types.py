@@ -23,9 +23,10 @@ from .lexer import Token, closing, split_top_level, tokenize
 
 __all__ = ["result_type"]
 
-_BINARY = frozenset(("add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor",
-                     "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "freeze", "phi", "load", "insertvalue",
-                     "insertelement", "landingpad"))
+#: Opcodes whose value has the type written first after them (and their flags).
+_TYPE_FIRST = frozenset(("add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or",
+                         "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "freeze", "phi", "load", "insertvalue",
+                         "insertelement", "landingpad"))
 _CASTS = frozenset(("trunc", "zext", "sext", "fptrunc", "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint",
                     "inttoptr", "bitcast", "addrspacecast"))
 #: Words between an opcode (or a call's ``call``) and the type: flags, fast-math flags, ordering, calling
@@ -132,7 +133,7 @@ def result_type(line: str | Instruction) -> str | None:
     rest = significant(instruction.after_opcode())
     parts = split_top_level(rest)
     found = _type_at(rest, _skip(rest, 0))
-    if opcode in _BINARY:
+    if opcode in _TYPE_FIRST:
         return found[0] if found else None
     if opcode in ("icmp", "fcmp"):
         typed = _type_at(rest, _skip(rest, _skip(rest, 0) + 1))
