@@ -36,6 +36,7 @@ from .ir.module import AttributeGroup, Function, GlobalVariable, Item, Line, Mod
 from .ir.names import is_entry_name, symbol_for
 from .ir.pipeline import Pass, Pipeline
 from .ir.rewrite import definitions_named, drop_debug_attachments, items_of, map_items, rename
+from .list_growth import type_list_growth
 from .nested import declare_nested_drivers
 from .smooth_ties import smooth_sinc_zero, smooth_ties
 
@@ -106,6 +107,12 @@ def inverse_pairs(module: Module, context: PortableContext) -> Module:
     # first: llvm-link drops a linkonce definition nothing linked before it calls (the inverse calls the helpers)
     context.links = [*((INVERSE, kind) for kind in sorted(kinds)), *context.links]
     return module
+
+
+def typed_list_growth(module: Module, context: PortableContext) -> Module:
+    """Each growth of a list whose item type is known made a call of pyjlad's typed growth
+    (:func:`pyjlad.list_growth.type_list_growth`)."""
+    return type_list_growth(module)
 
 
 def _entity(item: Item) -> sn.Entity:
@@ -417,6 +424,7 @@ PORTABLE = Pipeline("portable", (
     Pass("nested-drivers", declare_nested_drivers, "derivatives called from the function declared only"),
     Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added"),
     Pass("inverse-pairs", inverse_pairs, "np.linalg.inv's LAPACK calls; a declaration added"),
+    Pass("typed-list-growth", typed_list_growth, "calls that grow lists"),
     Pass("stable-names", stable_names, "global names; comments and metadata dropped"),
     Pass("extract", extract, "which items are kept; runtime definitions and stubs"),
     Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions"),

@@ -101,14 +101,15 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
                                            ("np.random",), True, _RANDOM_ADVICE),
     "numba_rnd_": Construct("np.random / random (a random number generator inside the function)",
                             ("np.random", "random"), True, _RANDOM_ADVICE),
+    # pyjlad.list_growth types the growth of the lists whose item kind it can tell; the others stay this call.
     "NRT_MemInfo_varsize_realloc": Construct(
-        "a list that grows (list.append, or Numba's own lists inside np.clip with array bounds, np.moveaxis, "
-        "np.partition and np.unique)",
-        ("list", "list.append", "np.clip", "np.moveaxis", "np.partition", "array.partition", "np.unique"), True,
-        "fill a preallocated NumPy array instead of appending to a list; for np.clip with array bounds write "
-        "np.minimum(np.maximum(x, lo), hi); for np.partition(x, k)[k] write np.sort(x)[k]; for np.unique(x) of "
-        "distinct values write np.sort(x), else sort and keep the first of each run of equal values in a "
-        "preallocated array"),
+        "a list that grows (list.append, or Numba's own lists inside np.clip with array bounds) whose items "
+        "pyjlad cannot type: tuples with an integer first and floats after it, arrays beside floats, floats of "
+        "two widths, or a list made in another function than the one that grows it",
+        ("list", "list.append", "np.clip"), True,
+        "put a tuple's float fields first ((x, i) rather than (i, x)), keep arrays and floats in separate lists, "
+        "grow a list in the function that makes it, or fill a preallocated NumPy array instead; for np.clip with "
+        "array bounds write np.minimum(np.maximum(x, lo), hi)"),
     # Numba's permute_arrays (numba.np.arrayobj) checks the new axis order for repeats with a set.
     "NRT_MemInfo_varsize_alloc": Construct(
         "an axis reordering (np.swapaxes, np.rot90 with k=1 or 3, np.transpose(x, axes), x.transpose(axes), "

@@ -74,13 +74,13 @@ def uses_eig_in_a_helper(x):
 
 
 @njit
-def appends_to_a_list(x):
-    squares = []  # REFUSED
-    for v in x:
-        squares.append(v * v)
+def appends_pairs_with_the_integer_first(x):
+    pairs = []  # REFUSED
+    for i in range(x.shape[0]):
+        pairs.append((i, x[i] * x[i]))
     total = 0.0
-    for s in squares:
-        total += s
+    for i, s in pairs:
+        total += s * i
     return total
 
 
@@ -93,16 +93,6 @@ def clips_to_array_bounds(x):
 def swaps_axes_of_a_3d_array(x):
     t = np.outer(x, x).reshape(3, 3, 1) * x.reshape(1, 1, 3)
     return np.sum(np.swapaxes(t, 0, 2) * x.reshape(3, 1, 1))  # REFUSED
-
-
-@njit
-def partitions(x):
-    return np.partition(x, 1)[1] * 2.0  # REFUSED
-
-
-@njit
-def sums_unique_values(x):
-    return np.sum(np.unique(x) ** 2)  # REFUSED
 
 
 @jitclass([("w", float64[:]), ("b", float64)])
@@ -123,10 +113,8 @@ def uses_jitclass(x):
 
 CASES = [
     (uses_print, "print()", "print outside"),
-    (partitions, "a list that grows", "np.sort(x)[k]"),
-    (sums_unique_values, "a list that grows", "for np.unique(x) of distinct values write np.sort(x)"),
     (swaps_axes_of_a_3d_array, "an axis reordering (np.swapaxes", "x.T (all axes reversed)"),
-    (appends_to_a_list, "a list that grows", "preallocated NumPy array"),
+    (appends_pairs_with_the_integer_first, "a list that grows", "(x, i) rather than (i, x)"),
     (clips_to_array_bounds, "a list that grows", "np.minimum(np.maximum(x, lo), hi)"),
     (uses_typed_list, "a typed list", "preallocated NumPy array"),
     (uses_typed_dict, "a typed dict", "NumPy arrays indexed by integers"),
@@ -164,7 +152,7 @@ def test_refusal_names_the_construct_and_its_line(func, construct, advice):
         assert "print" not in message.lower()
     if func not in (uses_typed_list, uses_typed_dict):
         assert "typed" not in message
-    if func not in (appends_to_a_list, clips_to_array_bounds, partitions, sums_unique_values):
+    if func not in (appends_pairs_with_the_integer_first, clips_to_array_bounds):
         assert "grows" not in message
     assert x.tobytes() == before.tobytes()
 

@@ -122,7 +122,8 @@ def test_runtime_dependencies_are_all_defined_or_declared():
         assert refs <= available, (symbol, refs - available)
         assert refs == portable._references(text, symbol), symbol
     assert "@" + portable.RUNTIME_CALL_DTOR in portable._PORTABLE_RUNTIME_DECLS
-    assert portable._PORTABLE_RUNTIME_DEPS["@NRT_MemInfo_call_dtor"] == {"@free", "@" + portable.RUNTIME_CALL_DTOR}
+    assert portable._PORTABLE_RUNTIME_DEPS["@NRT_MemInfo_call_dtor"] == {"@free", "@" + portable.RUNTIME_CALL_DTOR,
+                                                                         "@pyjlad_varsize_dtor"}
 
 
 _NATURAL_ALIGNMENT = {"double": 8, "float": 4, "i64": 8, "i32": 4}

@@ -36,6 +36,7 @@ from ..ir.instructions import integer_valued, parse_instruction
 from ..ir.module import parse
 from ..ir.pipeline import dump
 from ..lapack import LAPACK_HELPERS
+from ..list_growth import LIST_REALLOC, hint_list_types
 from ..log import get_logger, timed
 from ..loop_caches import MAX_CACHE, bounded_caches_fit
 from ..loop_exit_latches import exits_through_latch
@@ -425,7 +426,8 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     (:mod:`pyjlad.memory_scopes`), small constant-trip loops unrolled (:data:`UNROLL_CONSTANT_LOOPS`), the fills
     of float arrays typed (:func:`_fills_typed`), a loop's failed allocations sent to the driver's exit
     (:func:`_allocation_failures_exit`) and its ways out that Enzyme would search too long taken at its latch
-    (:func:`_exits_through_latches`), every loop's trip count its own (:mod:`pyjlad.trip_counts`), every
+    (:func:`_exits_through_latches`), the copies and fills of growing lists typed (:func:`_list_types_hinted`),
+    every loop's trip count its own (:mod:`pyjlad.trip_counts`), every
     function's blocks in dominance order (:mod:`pyjlad.block_order`).
 
     Always: Enzyme v0.0.289's forward mode visits blocks in the order they are written, and a use written
@@ -447,7 +449,16 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
     # Enzyme never reads one loop's cache with another loop's counter.
     unrolled = toolchain.run_text(linked, UNROLL_CONSTANT_LOOPS, what=exported.name, defines=exported.abi.entry)
-    return dominance_ordered(distinct_trip_counts(_exits_through_latches(_allocation_failures_exit(_fills_typed(unrolled)))))
+    typed = _fills_typed(_list_types_hinted(unrolled))
+    return dominance_ordered(distinct_trip_counts(_exits_through_latches(_allocation_failures_exit(typed))))
+
+
+def _list_types_hinted(module_text: str) -> str:
+    """``module_text`` with the copies and fills of growing lists typed for Enzyme
+    (:func:`pyjlad.list_growth.hint_list_types`)."""
+    if LIST_REALLOC not in module_text:
+        return module_text
+    return hint_list_types(parse(module_text, strict=False)).render()
 
 
 def _allocation_failures_exit(module_text: str) -> str:
@@ -511,10 +522,11 @@ def enzyme_input_key() -> str:
     written out without branches, and a loop's failed allocations sent to the driver's exit
     (:mod:`pyjlad.allocation_exits`; both since 2026-12-05: a derivative refused before, Enzyme out of memory, is
     built); a loop's early ways out with long searches taken at its latch (:mod:`pyjlad.loop_exit_latches`, since
-    2026-12-05: the same)."""
+    2026-12-05: the same); the copies and fills of growing lists typed (:mod:`pyjlad.list_growth`, since
+    2026-12-06: a list that grows was refused before)."""
     scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:

@@ -20,12 +20,15 @@
 ;
 ; What each function replaces (Numba's function of the same name unless said otherwise):
 ;   @NRT_incref, @NRT_decref      reference counting (atomic add/sub on `refct`)
-;   @NRT_MemInfo_call_dtor        frees a plain block itself, else calls Numba's destructor
+;   @NRT_MemInfo_call_dtor        frees a plain block itself, else calls Numba's destructor; a grown list's data too
 ;   @NRT_MemInfo_alloc_aligned,   a MemInfo and its data in one malloc'ed block (all five
 ;   @NRT_MemInfo_alloc_safe_aligned,  share one body; only the parameter list differs)
 ;   @NRT_MemInfo_alloc, @NRT_MemInfo_new_varsize, @NRT_MemInfo_new_varsize_dtor
 ;   @NRT_Allocate, @NRT_Free      raw malloc/free (formatting of exception messages)
 ;   @NRT_MemInfo_alloc_zeroed     pyjlad's own: a zeroed block (calloc), see pyjlad.zeroed_allocations
+;   @pyjlad_list_realloc.<kind>   pyjlad's own: NRT_MemInfo_varsize_realloc of a list whose items are of
+;                                 one kind (pyjlad.list_growth), the grown data in a block of its own
+;   @pyjlad_varsize_dtor          pyjlad's own: the destructor of such a MemInfo (frees the grown data)
 ;
 ; The data follows the 48-byte header, so it is 16-byte aligned (malloc's guarantee) rather
 ; than `align`-aligned: Numba's IR never assumes more than the element alignment (8 bytes),
@@ -73,8 +76,18 @@ entry:
   %nodtor = icmp eq ptr %dtor, null
   %noexternal = icmp eq ptr %external, null
   %plain = and i1 %nodtor, %noexternal
-  br i1 %plain, label %own, label %runtime
+  br i1 %plain, label %own, label %grown
 own:
+  call void @free(ptr %mi)
+  ret void
+grown:
+  %moved = icmp eq ptr %dtor, @pyjlad_varsize_dtor
+  %movedhere = and i1 %moved, %noexternal
+  br i1 %movedhere, label %ownmoved, label %runtime
+ownmoved:
+  %movedfield = getelementptr i8, ptr %mi, i64 24
+  %moveddata = load ptr, ptr %movedfield, align 8
+  call void @free(ptr %moveddata)
   call void @free(ptr %mi)
   ret void
 runtime:
@@ -265,6 +278,164 @@ init:
   ret ptr %mi
 }
 
+; Growing a list (pyjlad_list_realloc.<kind> below; Numba's sets, which allocate a new table with
+; NRT_MemInfo_varsize_alloc, stay refused). The first data area follows the header (above); a grown one is
+; a block of its own, malloc'ed, its contents copied with memcpy (Enzyme copies and adds back the
+; shadow's contents the same way), and the MemInfo's dtor becomes @pyjlad_varsize_dtor, which
+; frees the data area: NRT_MemInfo_call_dtor above frees both blocks itself, and Numba's runtime
+; (NRT_MemInfo_call_dtor in nrt.cpp calls dtor(data, size, info), then frees the MemInfo) does
+; the same. The element destructor of NRT_MemInfo_new_varsize_dtor is not kept (see there).
+define linkonce_odr void @pyjlad_varsize_dtor(ptr %data, i64 %size, ptr %info) {
+entry:
+  call void @free(ptr %data)
+  ret void
+}
+
+; A list's growth (Numba's NRT_MemInfo_varsize_realloc, which pyjlad.list_growth rewrites into these where
+; it can tell the kind of the list's items; elsewhere it stays undefined, and Enzyme refuses it): the payload
+; copied in two parts, the header (%header bytes: size, allocated, dirty) and the items, so that Enzyme can
+; type each copy (pyjlad.list_growth.hint_list_types adds its type hints before each memcpy). One definition
+; per item kind, the same body.
+define linkonce_odr ptr @pyjlad_list_realloc.double(ptr %mi, i64 %size, i64 %header) {
+entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
+  %data = call ptr @malloc(i64 %size)
+  %failed = icmp eq ptr %data, null
+  br i1 %failed, label %fail, label %copy
+fail:
+  ret ptr null
+copy:
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  %old = load ptr, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  %oldsize = load i64, ptr %sizefield, align 8
+  %kept = call i64 @llvm.umin.i64(i64 %oldsize, i64 %size)
+  call void @llvm.memcpy.p0.p0.i64(ptr align 1 %data, ptr align 1 %old, i64 %header, i1 false)
+  %items = getelementptr i8, ptr %data, i64 %header
+  %olditems = getelementptr i8, ptr %old, i64 %header
+  %itembytes = sub i64 %kept, %header
+  call void @llvm.memcpy.p0.p0.i64(ptr align 1 %items, ptr align 1 %olditems, i64 %itembytes, i1 false)
+  %first = getelementptr i8, ptr %mi, i64 48
+  %wasfirst = icmp eq ptr %old, %first
+  br i1 %wasfirst, label %init, label %release
+release:
+  call void @free(ptr %old)
+  br label %init
+init:
+  %dtorfield = getelementptr i8, ptr %mi, i64 8
+  store ptr @pyjlad_varsize_dtor, ptr %dtorfield, align 8
+  store ptr %data, ptr %datafield, align 8
+  store i64 %size, ptr %sizefield, align 8
+  ret ptr %data
+}
+
+define linkonce_odr ptr @pyjlad_list_realloc.float(ptr %mi, i64 %size, i64 %header) {
+entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
+  %data = call ptr @malloc(i64 %size)
+  %failed = icmp eq ptr %data, null
+  br i1 %failed, label %fail, label %copy
+fail:
+  ret ptr null
+copy:
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  %old = load ptr, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  %oldsize = load i64, ptr %sizefield, align 8
+  %kept = call i64 @llvm.umin.i64(i64 %oldsize, i64 %size)
+  call void @llvm.memcpy.p0.p0.i64(ptr align 1 %data, ptr align 1 %old, i64 %header, i1 false)
+  %items = getelementptr i8, ptr %data, i64 %header
+  %olditems = getelementptr i8, ptr %old, i64 %header
+  %itembytes = sub i64 %kept, %header
+  call void @llvm.memcpy.p0.p0.i64(ptr align 1 %items, ptr align 1 %olditems, i64 %itembytes, i1 false)
+  %first = getelementptr i8, ptr %mi, i64 48
+  %wasfirst = icmp eq ptr %old, %first
+  br i1 %wasfirst, label %init, label %release
+release:
+  call void @free(ptr %old)
+  br label %init
+init:
+  %dtorfield = getelementptr i8, ptr %mi, i64 8
+  store ptr @pyjlad_varsize_dtor, ptr %dtorfield, align 8
+  store ptr %data, ptr %datafield, align 8
+  store i64 %size, ptr %sizefield, align 8
+  ret ptr %data
+}
+
+define linkonce_odr ptr @pyjlad_list_realloc.integer(ptr %mi, i64 %size, i64 %header) {
+entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
+  %data = call ptr @malloc(i64 %size)
+  %failed = icmp eq ptr %data, null
+  br i1 %failed, label %fail, label %copy
+fail:
+  ret ptr null
+copy:
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  %old = load ptr, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  %oldsize = load i64, ptr %sizefield, align 8
+  %kept = call i64 @llvm.umin.i64(i64 %oldsize, i64 %size)
+  call void @llvm.memcpy.p0.p0.i64(ptr align 1 %data, ptr align 1 %old, i64 %header, i1 false)
+  %items = getelementptr i8, ptr %data, i64 %header
+  %olditems = getelementptr i8, ptr %old, i64 %header
+  %itembytes = sub i64 %kept, %header
+  call void @llvm.memcpy.p0.p0.i64(ptr align 1 %items, ptr align 1 %olditems, i64 %itembytes, i1 false)
+  %first = getelementptr i8, ptr %mi, i64 48
+  %wasfirst = icmp eq ptr %old, %first
+  br i1 %wasfirst, label %init, label %release
+release:
+  call void @free(ptr %old)
+  br label %init
+init:
+  %dtorfield = getelementptr i8, ptr %mi, i64 8
+  store ptr @pyjlad_varsize_dtor, ptr %dtorfield, align 8
+  store ptr %data, ptr %datafield, align 8
+  store i64 %size, ptr %sizefield, align 8
+  ret ptr %data
+}
+
+define linkonce_odr ptr @pyjlad_list_realloc.pointer(ptr %mi, i64 %size, i64 %header) {
+entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
+  %data = call ptr @malloc(i64 %size)
+  %failed = icmp eq ptr %data, null
+  br i1 %failed, label %fail, label %copy
+fail:
+  ret ptr null
+copy:
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  %old = load ptr, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  %oldsize = load i64, ptr %sizefield, align 8
+  %kept = call i64 @llvm.umin.i64(i64 %oldsize, i64 %size)
+  call void @llvm.memcpy.p0.p0.i64(ptr align 1 %data, ptr align 1 %old, i64 %header, i1 false)
+  %items = getelementptr i8, ptr %data, i64 %header
+  %olditems = getelementptr i8, ptr %old, i64 %header
+  %itembytes = sub i64 %kept, %header
+  call void @llvm.memcpy.p0.p0.i64(ptr align 1 %items, ptr align 1 %olditems, i64 %itembytes, i1 false)
+  %first = getelementptr i8, ptr %mi, i64 48
+  %wasfirst = icmp eq ptr %old, %first
+  br i1 %wasfirst, label %init, label %release
+release:
+  call void @free(ptr %old)
+  br label %init
+init:
+  %dtorfield = getelementptr i8, ptr %mi, i64 8
+  store ptr @pyjlad_varsize_dtor, ptr %dtorfield, align 8
+  store ptr %data, ptr %datafield, align 8
+  store i64 %size, ptr %sizefield, align 8
+  ret ptr %data
+}
+
 ; Declarations the definitions above need. The runtime destructor is marked inactive for
 ; Enzyme (a string attribute other LLVM consumers ignore) and `nofree`: it is reached only for
 ; MemInfos whose destructor belongs to Numba's runtime (objects owned outside the
@@ -273,4 +444,6 @@ init:
 declare noalias ptr @malloc(i64)
 declare noalias ptr @calloc(i64, i64)
 declare void @free(ptr)
+declare i64 @llvm.umin.i64(i64, i64)
+declare void @llvm.memcpy.p0.p0.i64(ptr noalias nocapture writeonly, ptr noalias nocapture readonly, i64, i1 immarg)
 declare void @pyjlad_NRT_MemInfo_call_dtor(ptr) nofree "enzyme_inactive"

@@ -1,0 +1,258 @@
+"""Growing lists made differentiable: each growth of a list a copy Enzyme knows the type of.
+
+Numba's ``list.append`` (and the lists inside ``np.clip`` with array bounds, ``np.moveaxis``, ``np.partition``,
+``np.unique``) grows a list's payload with ``NRT_MemInfo_varsize_realloc(mi, size)``, then zero-fills the new
+slots with a ``memset``. The payload is a header (``size``, ``allocated``, ``dirty``: integers) followed by the
+items. Enzyme types a copy or fill of variable length by the type at its first byte only: a growth copied as
+one block is typed by the header (an integer), so the items' adjoints were not carried over (a float32 list's
+gradient came out wrong, silently); the zero fill of new slots had no type at all.
+
+:func:`type_list_growth` rewrites, in each function, every growth of a list whose item type it can read from
+the list's destructor (Numba names it ``.dtor.list.<item type>``, passed to ``NRT_MemInfo_new_varsize_dtor``
+where the list is made, in the same function) into a call of ``@pyjlad_list_realloc.<kind>`` (pyjlad's runtime,
+``nrt.ll``), which copies the header as integers and the items as ``<kind>`` (``double``, ``float``,
+``integer``, ``pointer``), and types each fill of such a list's items (its address computed from the list's
+data pointer) with Enzyme's hint ``__enzyme_<kind>``. Items of one kind, or floats of one width beside integers
+(tuples such as ``(x[i], i)``: the integers are copied as floats, which only moves their shadow, never read),
+have a kind; items holding both pointers (arrays) and floats, floats of both widths, or an integer first and
+floats after it (Enzyme types the first field itself, and a hint saying otherwise is an error), have none.
+
+Growths left as they were (a list made in another function, items without a kind) stay calls of Numba's
+``NRT_MemInfo_varsize_realloc``, which pyjlad's runtime does not define: Enzyme refuses them, and
+:mod:`pyjlad.refusals` says so in the user's terms.
+
+Examples
+--------
+>>> item_kind(".dtor.list.float64"), item_kind(".dtor.list.Tuple(float32, int64)")
+('double', 'float')
+>>> item_kind(".dtor.list.Tuple(int64, float64)") is None
+True
+>>> item_kind(".dtor.list.array(float64, 1d, C)"), item_kind(".dtor.list.Tuple(array(float64, 1d, C), float64)")
+('pointer', None)
+"""
+
+from __future__ import annotations
+
+from .ir.edit import declare
+from .ir.instructions import Instruction, parse_instruction
+from .ir.lexer import words
+from .ir.module import Module
+
+__all__ = ["REALLOC", "LIST_REALLOC", "item_kind", "type_list_growth"]
+
+#: Numba's growth of a variable-size buffer (its lists'), left undefined by pyjlad's runtime.
+REALLOC = "@NRT_MemInfo_varsize_realloc"
+#: pyjlad's typed growth of a list's payload (``nrt.ll``), one per item kind: ``<symbol>.<kind>``.
+LIST_REALLOC = "@pyjlad_list_realloc"
+_MAKER = "@NRT_MemInfo_new_varsize_dtor"
+_DTOR = ".dtor.list."
+_DOUBLE = {"float64", "complex128"}
+_FLOAT = {"float32", "complex64"}
+_INTEGER = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "boolean",
+            "intp", "uintp"}
+#: Words of a tuple type's name that are not item types.
+_SYNTAX = {"Tuple", "UniTuple", "x"}
+#: Enzyme's type hint for each kind, and the bytes it types.
+_HINTS = {"double": ("@__enzyme_double", 8), "float": ("@__enzyme_float", 4), "integer": ("@__enzyme_integer", 1),
+          "pointer": ("@__enzyme_pointer", 8)}
+#: Where the data pointer of a MemInfo is (``struct MemInfo``'s ``data`` field).
+_DATA_OFFSET = "24"
+
+
+def _without_arrays(name: str) -> tuple[str, bool]:
+    """``name`` with each ``array(...)`` left out, and whether there was one."""
+    found = False
+    while "array(" in name:
+        start = name.index("array(")
+        end = name.find(")", start)
+        if end < 0:
+            return name, True
+        name, found = name[:start] + name[end + 1:], True
+    return name, found
+
+
+def item_kind(dtor: str) -> str | None:
+    """The kind (``"double"``, ``"float"``, ``"integer"``, ``"pointer"``) of a list's items from its destructor's
+    name (``.dtor.list.<item type>``, quotes and ``@`` allowed), or ``None`` where they have none (see the module's
+    docstring) or the name is not a list's."""
+    name = dtor.lstrip("@").strip('"')
+    if not name.startswith(_DTOR):
+        return None
+    rest, arrays = _without_arrays(name[len(_DTOR):])
+    order = [w for w in "".join(c if c.isalnum() or c == "_" else " " for c in rest).split()
+             if w not in _SYNTAX and not w.isdigit()]
+    parts = set(order)
+    if parts - _DOUBLE - _FLOAT - _INTEGER:
+        return None  # a type this reading does not know (a record, a string, a nested list)
+    doubles, floats = bool(parts & _DOUBLE), bool(parts & _FLOAT)
+    if arrays:
+        return None if doubles or floats else "pointer"
+    if doubles and floats or (doubles or floats) and order[0] in _INTEGER:
+        return None  # Enzyme knows the first field's type: a hint saying otherwise contradicts it
+    return "double" if doubles else "float" if floats else "integer"
+
+
+def _lists(body: list[str]) -> dict[str, tuple[str, str]]:
+    """Each list made in ``body`` whose items have a kind: its MemInfo (``%mi``) -> (kind, header bytes)."""
+    found = {}
+    for line in body:
+        instruction = parse_instruction(line) if _MAKER in line else None
+        call = instruction.call() if instruction is not None else None
+        if call is None or call.callee != _MAKER or instruction.result is None or len(call.values) != 2:
+            continue
+        kind = item_kind(call.values[1])
+        if kind is not None:
+            found[instruction.result] = (kind, call.values[0])
+    return found
+
+
+def _definitions(body: list[str]) -> dict[str, Instruction]:
+    """Each ``getelementptr`` or ``load`` in ``body``, by its result."""
+    found = {}
+    for line in body:
+        instruction = parse_instruction(line) if (" getelementptr " in line or " load " in line) else None
+        if instruction is not None and instruction.result and instruction.opcode in ("getelementptr", "load"):
+            found[instruction.result] = instruction
+    return found
+
+
+def _base(instruction: Instruction) -> str | None:
+    """The local pointer a ``getelementptr`` indexes from, or a ``load`` reads (``None`` if not a local)."""
+    rest = [w.rstrip(",") for w in words(instruction.after_opcode())]
+    skip = ("ptr", "nonnull", "noundef")
+    if "ptr" not in rest:
+        return None
+    index = rest.index("ptr")
+    if instruction.opcode == "load":  # load ptr, ptr %p
+        index = rest.index("ptr", index + 1) if "ptr" in rest[index + 1:] else -1
+        if index < 0:
+            return None
+    while index < len(rest) and rest[index] in skip:
+        index += 1
+    return rest[index] if index < len(rest) and rest[index].startswith("%") else None
+
+
+def _list_of(pointer: str, definitions: dict[str, Instruction], lists: dict[str, tuple[str, str]]) -> str | None:
+    """The list (its MemInfo) whose payload ``pointer`` points into: ``getelementptr``s from a ``load ptr`` of the
+    list's data field (``getelementptr i8, ptr %mi, i64 24``); ``None`` if it is not one."""
+    seen = set()
+    while pointer in definitions and pointer not in seen:
+        seen.add(pointer)
+        instruction = definitions[pointer]
+        if instruction.opcode == "load":
+            if words(instruction.after_opcode())[:1] != ["ptr,"]:
+                return None
+            field = definitions.get(_base(instruction) or "")
+            if field is None or field.opcode != "getelementptr":
+                return None
+            rest = words(field.after_opcode())
+            mi = _base(field)
+            return mi if mi in lists and rest[-2:] == ["i64", _DATA_OFFSET] and rest[-3].endswith(",") \
+                and rest[-3].rstrip(",") == mi else None
+        pointer = _base(instruction) or ""
+    return None
+
+
+def type_list_growth(module: Module) -> Module:
+    r"""``module`` with each growth of a list whose items have a kind made a call of
+    ``@pyjlad_list_realloc.<kind>(mi, size, header bytes)`` (see the module's docstring); changed in place.
+
+    Examples
+    --------
+    >>> from pyjlad.ir.module import parse
+    >>> m = parse("define void @f() {\n"
+    ...           "  %mi = call ptr @NRT_MemInfo_new_varsize_dtor(i64 24, ptr @.dtor.list.float64)\n"
+    ...           "  %p = call ptr @NRT_MemInfo_varsize_realloc(ptr nonnull %mi, i64 56)\n  ret void\n}\n")
+    >>> print(type_list_growth(m).render(), end="")  # doctest: +NORMALIZE_WHITESPACE
+    define void @f() {
+      %mi = call ptr @NRT_MemInfo_new_varsize_dtor(i64 24, ptr @.dtor.list.float64)
+      %p = call ptr @pyjlad_list_realloc.double(ptr nonnull %mi, i64 56, i64 24)
+      ret void
+    }
+    """
+    for function in module.definitions:
+        body = function.body or []
+        lists = _lists(body) if any(REALLOC in line for line in body) else {}
+        for k, line in enumerate(body if lists else []):
+            instruction = parse_instruction(line) if REALLOC in line else None
+            call = instruction.call() if instruction is not None else None
+            if call is None or call.callee != REALLOC or len(call.values) != 2 or call.values[0] not in lists:
+                continue
+            kind, header = lists[call.values[0]]
+            start, end = line.index(REALLOC + "("), line.rindex(")")
+            arguments = line[start + len(REALLOC) + 1:end]
+            body[k] = f"{line[:start]}{LIST_REALLOC}.{kind}({arguments}, i64 {header}){line[end + 1:]}"
+    return module
+
+
+def _grown(body: list[str]) -> dict[str, str]:
+    """Each list ``body`` grows with ``@pyjlad_list_realloc.<kind>``: its MemInfo -> kind."""
+    found = {}
+    for line in body:
+        instruction = parse_instruction(line) if LIST_REALLOC + "." in line else None
+        call = instruction.call() if instruction is not None else None
+        if call is not None and call.callee.startswith(LIST_REALLOC + ".") and call.values:
+            found[call.values[0]] = call.callee[len(LIST_REALLOC) + 1:]
+    return found
+
+
+def _hint(line: str, pointer: str, kind: str) -> str:
+    """The line of Enzyme's hint that ``pointer`` points at a ``kind``, indented as ``line``."""
+    hint, size = _HINTS[kind]
+    return f"{line[:len(line) - len(line.lstrip())]}call void {hint}(ptr {pointer}, i64 {size})"
+
+
+def hint_list_types(module: Module) -> Module:
+    r"""``module`` with Enzyme's type hints where lists grow (after :func:`type_list_growth`): in each
+    ``@pyjlad_list_realloc.<kind>``, its header copy as integers and its item copy as ``<kind>``; in each function
+    that grows a list, the fill of its new slots (a ``memset`` of the payload) as ``<kind>``. Changed in place.
+
+    Separate from :func:`type_list_growth` because only the module Enzyme gets may call the hints (Enzyme removes
+    them; the portable module runs elsewhere too).
+
+    Examples
+    --------
+    >>> from pyjlad.ir.module import parse
+    >>> m = parse("define void @f(ptr %mi) {\n"
+    ...           "  %p = call ptr @pyjlad_list_realloc.double(ptr nonnull %mi, i64 56, i64 24)\n"
+    ...           "  %f = getelementptr i8, ptr %mi, i64 24\n  %d = load ptr, ptr %f, align 8\n"
+    ...           "  %i = getelementptr inbounds i8, ptr %d, i64 24\n"
+    ...           "  call void @llvm.memset.p0.i64(ptr align 1 %i, i8 0, i64 32, i1 false)\n  ret void\n}\n")
+    >>> print(hint_list_types(m).render(), end="")  # doctest: +NORMALIZE_WHITESPACE
+    define void @f(ptr %mi) {
+      %p = call ptr @pyjlad_list_realloc.double(ptr nonnull %mi, i64 56, i64 24)
+      %f = getelementptr i8, ptr %mi, i64 24
+      %d = load ptr, ptr %f, align 8
+      %i = getelementptr inbounds i8, ptr %d, i64 24
+      call void @__enzyme_double(ptr %i, i64 8)
+      call void @llvm.memset.p0.i64(ptr align 1 %i, i8 0, i64 32, i1 false)
+      ret void
+    }
+    declare void @__enzyme_double(ptr nocapture readnone, i64) readnone nounwind willreturn
+    """
+    kinds: set[str] = set()
+    for function in module.definitions:
+        body = function.body or []
+        own = function.symbol[len(LIST_REALLOC) + 1:] if function.symbol.startswith(LIST_REALLOC + ".") else None
+        lists = {} if own else _grown(body)
+        if own not in _HINTS and not lists:
+            continue
+        definitions = _definitions(body)
+        rewritten = []
+        for line in body:
+            instruction = parse_instruction(line) if "@llvm.mem" in line else None
+            call = instruction.call() if instruction is not None else None
+            if call is not None and call.callee.startswith("@llvm.memcpy.") and own in _HINTS:
+                kind = "integer" if call.values[2] == "%header" else own
+                rewritten.extend(_hint(line, p, kind) for p in call.values[:2])
+                kinds |= {"integer" if kind == "integer" else own}
+            elif call is not None and call.callee.startswith("@llvm.memset.") and lists and call.values:
+                mi = _list_of(call.values[0], definitions, lists)
+                if mi is not None:
+                    rewritten.append(_hint(line, call.values[0], lists[mi]))
+                    kinds.add(lists[mi])
+            rewritten.append(line)
+        function.body = rewritten
+    for kind in sorted(kinds):
+        declare(module, f"declare void {_HINTS[kind][0]}(ptr nocapture readnone, i64) readnone nounwind willreturn")
+    return module

@@ -1,0 +1,204 @@
+"""Lists that grow (``list.append``, and Numba's own lists in ``np.partition`` and ``np.unique``), against JAX in float64.
+
+Numba grows a list with ``NRT_MemInfo_varsize_realloc``, which Enzyme could not see into: every such function was
+refused. pyjlad's runtime now grows a list itself, copying its header and its items apart, each typed for Enzyme
+by the items' kind, read from the list's destructor (:mod:`pyjlad.list_growth`): copied as one block, typed by
+the header, a float32 list's gradient came out wrong without a word, and a float64 list's was refused as untrusted.
+Each list here grows several times (Numba allocates 4 slots, then about an eighth more each time), so items are
+copied while their adjoints are live. Every derivative is compared with JAX's (or a hand-derived one) computed
+from copies taken before the call; the caller's arrays are checked unchanged.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numba import njit
+
+import pyjlad
+
+jax.config.update("jax_enable_x64", True)
+
+X = np.array([0.3, -1.2, 0.8, 2.0, 0.1, -0.5])
+N = 300  # appends: the list is reallocated about twenty times
+
+
+@njit
+def products_of_a_grown_list(x):
+    items = []
+    for k in range(N):
+        items.append(x[k % 6] * (k % 5))
+    total = 0.0
+    for k in range(len(items)):
+        total += items[k] * items[len(items) - 1 - k]
+    return total
+
+
+def products_of_a_grown_list_jax(x):
+    k = np.arange(N)
+    items = x[k % 6] * (k % 5)
+    return jnp.sum(items * items[::-1])
+
+
+@njit
+def float32_items(x):
+    items = []
+    for k in range(N):
+        items.append(np.float32(x[k % 6] * (k % 5)))
+    total = 0.0
+    for v in items:
+        total += v * v
+    return total
+
+
+def float32_items_jax(x):
+    k = np.arange(N)
+    return jnp.sum((x[k % 6] * (k % 5)) ** 2)
+
+
+@njit
+def pairs_with_the_float_first(x):
+    pairs = []
+    for k in range(N):
+        pairs.append((x[k % 6], k % 5))
+    total = 0.0
+    for v, a in pairs:
+        total += v * v * a
+    return total
+
+
+def pairs_with_the_float_first_jax(x):
+    k = np.arange(N)
+    return jnp.sum(x[k % 6] ** 2 * (k % 5))
+
+
+@njit
+def arrays_in_a_list(x):
+    parts = []
+    for k in range(40):
+        parts.append(x[k % 6:k % 6 + 1] * (k % 5))
+    total = 0.0
+    for p in parts:
+        total += p[0] * p[0]
+    return total
+
+
+def arrays_in_a_list_jax(x):
+    k = np.arange(40)
+    return jnp.sum((x[k % 6] * (k % 5)) ** 2)
+
+
+@njit
+def a_stack(x):
+    stack = [0.0]
+    for k in range(60):
+        stack.append(x[k % 6] ** 2)
+        if x[k % 6] < 0:
+            stack.pop()
+    total = 0.0
+    while len(stack) > 0:
+        total = 0.5 * total + stack.pop()
+    return total
+
+
+def a_stack_jax(x):
+    kept = [x[k % 6] ** 2 for k in range(60) if X[k % 6] >= 0]
+    total = 0.0
+    for v in kept[::-1]:
+        total = 0.5 * total + v
+    return 0.5 * total
+
+
+@njit
+def a_sorted_list(x):
+    items = []
+    for k in range(30):
+        items.append(x[k % 6] * (1.0 + 0.1 * k))
+    items.sort()
+    return items[0] * items[-1] + items[7]
+
+
+def a_sorted_list_jax(x):
+    k = np.arange(30)
+    items = jnp.sort(x[k % 6] * (1.0 + 0.1 * k))
+    return items[0] * items[-1] + items[7]
+
+
+@njit
+def partitioned(x):
+    return np.partition(x, 2)[2] * np.sum(x)
+
+
+def partitioned_jax(x):
+    return jnp.sort(x)[2] * jnp.sum(x)
+
+
+@njit
+def unique_values(x):
+    return np.sum(np.unique(x) ** 2) * x[0]
+
+
+def unique_values_jax(x):
+    return jnp.sum(jnp.sort(x) ** 2) * x[0]  # X's values are distinct (jnp.unique passes no gradient)
+
+
+CASES = [
+    (products_of_a_grown_list, products_of_a_grown_list_jax, 1e-10),
+    (float32_items, float32_items_jax, 1e-5),
+    (pairs_with_the_float_first, pairs_with_the_float_first_jax, 1e-10),
+    (arrays_in_a_list, arrays_in_a_list_jax, 1e-10),
+    (a_stack, a_stack_jax, 1e-10),
+    (a_sorted_list, a_sorted_list_jax, 1e-10),
+    (partitioned, partitioned_jax, 1e-10),
+    (unique_values, unique_values_jax, 1e-10),
+]
+
+
+@pytest.mark.parametrize("f, f_jax, rtol", CASES, ids=[c[0].__name__ for c in CASES])
+def test_gradient_of_a_growing_list(f, f_jax, rtol):
+    x = X.copy()
+    before = x.copy()
+    expected = np.asarray(jax.grad(f_jax)(jnp.asarray(before)))
+    got = pyjlad.grad(f)(x)
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
+    assert x.tobytes() == before.tobytes()
+
+
+@pytest.mark.parametrize("f, f_jax, rtol", CASES[:4], ids=[c[0].__name__ for c in CASES[:4]])
+def test_jvp_of_a_growing_list(f, f_jax, rtol):
+    x, v = X.copy(), np.linspace(-0.4, 0.6, 6)
+    before, v_before = x.copy(), v.copy()
+    expected = float(jax.jvp(f_jax, (jnp.asarray(before),), (jnp.asarray(v_before),))[1])
+    value, tangent = pyjlad.jvp(f, (x,), (v,))
+    np.testing.assert_allclose(tangent, expected, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(value, float(f_jax(jnp.asarray(before))), rtol=rtol)
+    assert x.tobytes() == before.tobytes() and v.tobytes() == v_before.tobytes()
+
+
+def test_gradients_repeat_and_numba_lists_still_work_after():
+    """The grown payloads are freed by pyjlad's runtime; Numba's own lists in the same process are unaffected."""
+    gradient = pyjlad.grad(products_of_a_grown_list)
+    first = gradient(X.copy())
+    for _ in range(20):
+        np.testing.assert_array_equal(gradient(X.copy()), first)
+    assert products_of_a_grown_list(X.copy()) == pytest.approx(float(products_of_a_grown_list_jax(jnp.asarray(X))))
+
+
+def test_a_list_of_pairs_with_the_integer_first_is_refused_with_the_rewrite():
+    @njit
+    def pairs(x):
+        items = []
+        for k in range(20):
+            items.append((k % 5, x[k % 6]))
+        total = 0.0
+        for a, v in items:
+            total += v * v * a
+        return total
+
+    x = X.copy()
+    with pytest.raises(pyjlad.EnzymeError) as info:
+        pyjlad.grad(pairs)(x)
+    assert "a list that grows" in str(info.value) and "(x, i) rather than (i, x)" in str(info.value)
+    assert x.tobytes() == X.tobytes()
