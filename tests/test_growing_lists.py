@@ -202,3 +202,19 @@ def test_a_list_of_pairs_with_the_integer_first_is_refused_with_the_rewrite():
         pyjlad.grad(pairs)(x)
     assert "a list that grows" in str(info.value) and "(x, i) rather than (i, x)" in str(info.value)
     assert x.tobytes() == X.tobytes()
+
+
+def test_a_hessian_vector_product_of_a_growing_list_is_refused_before_it_runs():
+    """Enzyme types a list's copies in a gradient and a jvp, not the copies of its tangents inside a Hessian-vector
+    product: built with loose types, one such product (a stack popped and grown) freed an invalid pointer when run
+    and aborted the process. pyjlad refuses it instead, naming the list, and the process goes on."""
+    x, v = X.copy(), np.linspace(-0.4, 0.6, 6)
+    with pytest.raises(pyjlad.EnzymeError) as info:
+        pyjlad.hvp(a_stack, (x,), v)
+    assert "a list that grows" in str(info.value) and "preallocated NumPy array" in str(info.value)
+    assert info.value.diagnostics
+    with pytest.raises(pyjlad.EnzymeError, match="a list that grows"):
+        pyjlad.hessian(a_stack, x)
+    assert x.tobytes() == X.tobytes()
+    expected = np.asarray(jax.grad(a_stack_jax)(jnp.asarray(X)))
+    np.testing.assert_allclose(pyjlad.grad(a_stack)(x), expected, rtol=1e-10)

@@ -461,6 +461,12 @@ def _list_types_hinted(module_text: str) -> str:
     return hint_list_types(parse(module_text, strict=False)).render()
 
 
+def _grows_lists(module: str | bytes) -> bool:
+    """Whether ``module`` grows a list with pyjlad's typed growth (:mod:`pyjlad.list_growth`)."""
+    marker = LIST_REALLOC.lstrip("@") + "."
+    return (marker.encode() if isinstance(module, bytes) else marker) in module
+
+
 def _allocation_failures_exit(module_text: str) -> str:
     """``module_text`` with a loop's failed allocations sent to the driver's out-of-memory exit
     (:mod:`pyjlad.allocation_exits`), where that exit is armed on the thread that runs every allocation: serial CPU
@@ -682,6 +688,15 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 dump(label, "enzyme.input-integers-typed", module)
                 passes, options = PASSES, base
                 continue
+            if attempt is not None and _LOOSE_TYPES in attempt[1] and _grows_lists(module):
+                # Loose types may take a list's copies for another kind: a Hessian-vector product of a list popped
+                # and grown, built so, freed an invalid pointer when run (the process aborted). Refused instead.
+                raise EnzymeError(
+                    f"pyjlad cannot differentiate {exported.name} this way: it uses a list that grows, and Enzyme "
+                    "could not type all of this derivative's memory (in a Hessian-vector product: the copies of the "
+                    "list's tangents). This is a known limit of pyjlad: a list's gradient and jvp are typed; for "
+                    "this derivative fill a preallocated NumPy array instead of growing a list.",
+                    diagnostics=exc.diagnostics) from None
             if attempt is not None and _LOOSE_TYPES in attempt[1] and not floats.tried:
                 # Before loose types, which assume what Enzyme could not deduce: the float accesses typed. Where that
                 # fails too, the module as it was, and the attempts as before.
