@@ -1,7 +1,6 @@
 """Growing lists made differentiable: each growth of a list a copy Enzyme knows the type of.
 
-Numba's ``list.append`` (and the lists inside ``np.clip`` with array bounds, ``np.moveaxis``, ``np.partition``,
-``np.unique``) grows a list's payload with ``NRT_MemInfo_varsize_realloc(mi, size)``, then zero-fills the new
+Numba's ``list.append`` (and the lists inside ``np.clip`` with array bounds, ``np.partition``, ``np.unique``) grows a list's payload with ``NRT_MemInfo_varsize_realloc(mi, size)``, then zero-fills the new
 slots with a ``memset``. The payload is a header (``size``, ``allocated``, ``dirty``: integers) followed by the
 items. Enzyme types a copy or fill of variable length by the type at its first byte only: a growth copied as
 one block is typed by the header (an integer), so the items' adjoints were not carried over (a float32 list's
@@ -50,8 +49,8 @@ _DOUBLE = {"float64", "complex128"}
 _FLOAT = {"float32", "complex64"}
 _INTEGER = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "boolean",
             "intp", "uintp"}
-#: Words of a tuple type's name that are not item types.
-_SYNTAX = {"Tuple", "UniTuple", "x"}
+#: Words of an item type's name that are not item types (a tuple's, a read-only array's).
+_SYNTAX = {"Tuple", "UniTuple", "x", "readonly"}
 #: Enzyme's type hint for each kind, and the bytes it types.
 _HINTS = {"double": ("@__enzyme_double", 8), "float": ("@__enzyme_float", 4), "integer": ("@__enzyme_integer", 1),
           "pointer": ("@__enzyme_pointer", 8)}

@@ -103,13 +103,12 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
                             ("np.random", "random"), True, _RANDOM_ADVICE),
     # pyjlad.list_growth types the growth of the lists whose item kind it can tell; the others stay this call.
     "NRT_MemInfo_varsize_realloc": Construct(
-        "a list that grows (list.append, or Numba's own lists inside np.clip with array bounds) whose items "
-        "pyjlad cannot type: tuples with an integer first and floats after it, arrays beside floats, floats of "
-        "two widths, or a list made in another function than the one that grows it",
-        ("list", "list.append", "np.clip"), True,
+        "a list that grows (list.append) whose items pyjlad cannot type: tuples with an integer first and floats "
+        "after it, arrays beside floats, floats of two widths, or a list made in another function than the one "
+        "that grows it",
+        ("list", "list.append"), True,
         "put a tuple's float fields first ((x, i) rather than (i, x)), keep arrays and floats in separate lists, "
-        "grow a list in the function that makes it, or fill a preallocated NumPy array instead; for np.clip with "
-        "array bounds write np.minimum(np.maximum(x, lo), hi)"),
+        "grow a list in the function that makes it, or fill a preallocated NumPy array instead"),
     # Numba's permute_arrays (numba.np.arrayobj) checks the new axis order for repeats with a set.
     "NRT_MemInfo_varsize_alloc": Construct(
         "an axis reordering (np.swapaxes, np.rot90 with k=1 or 3, np.transpose(x, axes), x.transpose(axes), "

@@ -144,6 +144,16 @@ def unique_values_jax(x):
     return jnp.sum(jnp.sort(x) ** 2) * x[0]  # X's values are distinct (jnp.unique passes no gradient)
 
 
+@njit
+def clipped_to_array_bounds(x):
+    lo, hi = np.full(6, -0.6), np.full(6, 0.9)
+    return np.sum(np.clip(x, lo, hi) ** 2 * x)
+
+
+def clipped_to_array_bounds_jax(x):
+    return jnp.sum(jnp.clip(x, -0.6, 0.9) ** 2 * x)  # no element of X at a bound
+
+
 CASES = [
     (products_of_a_grown_list, products_of_a_grown_list_jax, 1e-10),
     (float32_items, float32_items_jax, 1e-5),
@@ -153,6 +163,7 @@ CASES = [
     (a_sorted_list, a_sorted_list_jax, 1e-10),
     (partitioned, partitioned_jax, 1e-10),
     (unique_values, unique_values_jax, 1e-10),
+    (clipped_to_array_bounds, clipped_to_array_bounds_jax, 1e-10),
 ]
 
 

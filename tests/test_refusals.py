@@ -85,11 +85,6 @@ def appends_pairs_with_the_integer_first(x):
 
 
 @njit
-def clips_to_array_bounds(x):
-    return np.sum(np.clip(x, x[::-1] - 0.5, 2.0))  # REFUSED
-
-
-@njit
 def swaps_axes_of_a_3d_array(x):
     t = np.outer(x, x).reshape(3, 3, 1) * x.reshape(1, 1, 3)
     return np.sum(np.swapaxes(t, 0, 2) * x.reshape(3, 1, 1))  # REFUSED
@@ -115,7 +110,6 @@ CASES = [
     (uses_print, "print()", "print outside"),
     (swaps_axes_of_a_3d_array, "an axis reordering (np.swapaxes", "x.T (all axes reversed)"),
     (appends_pairs_with_the_integer_first, "a list that grows", "(x, i) rather than (i, x)"),
-    (clips_to_array_bounds, "a list that grows", "np.minimum(np.maximum(x, lo), hi)"),
     (uses_typed_list, "a typed list", "preallocated NumPy array"),
     (uses_typed_dict, "a typed dict", "NumPy arrays indexed by integers"),
     (uses_random, "np.random", "pass them in as an argument"),
@@ -152,7 +146,7 @@ def test_refusal_names_the_construct_and_its_line(func, construct, advice):
         assert "print" not in message.lower()
     if func not in (uses_typed_list, uses_typed_dict):
         assert "typed" not in message
-    if func not in (appends_pairs_with_the_integer_first, clips_to_array_bounds):
+    if func not in (appends_pairs_with_the_integer_first,):
         assert "grows" not in message
     assert x.tobytes() == before.tobytes()
 

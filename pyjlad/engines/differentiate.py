@@ -461,10 +461,14 @@ def _list_types_hinted(module_text: str) -> str:
     return hint_list_types(parse(module_text, strict=False)).render()
 
 
-def _grows_lists(module: str | bytes) -> bool:
-    """Whether ``module`` grows a list with pyjlad's typed growth (:mod:`pyjlad.list_growth`)."""
-    marker = LIST_REALLOC.lstrip("@") + "."
-    return (marker.encode() if isinstance(module, bytes) else marker) in module
+def _second_order_grows_lists(module: str | bytes) -> bool:
+    """Whether ``module`` is a second derivative (reverse over forward: it calls both ``__enzyme_fwddiff`` and
+    ``__enzyme_autodiff``) that grows a list with pyjlad's typed growth (:mod:`pyjlad.list_growth`). A first
+    derivative that needs loose types elsewhere (Numba's quicksort in ``np.partition``) is built so and checked
+    (:mod:`pyjlad.engines.loose_check`)."""
+    text = module.decode() if isinstance(module, bytes) else module
+    return (LIST_REALLOC.lstrip("@") + "." in text and "@__enzyme_fwddiff" in text
+            and "@__enzyme_autodiff" in text)
 
 
 def _allocation_failures_exit(module_text: str) -> str:
@@ -688,7 +692,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 dump(label, "enzyme.input-integers-typed", module)
                 passes, options = PASSES, base
                 continue
-            if attempt is not None and _LOOSE_TYPES in attempt[1] and _grows_lists(module):
+            if attempt is not None and _LOOSE_TYPES in attempt[1] and _second_order_grows_lists(module):
                 # Loose types may take a list's copies for another kind: a Hessian-vector product of a list popped
                 # and grown, built so, freed an invalid pointer when run (the process aborted). Refused instead.
                 raise EnzymeError(

@@ -273,9 +273,8 @@ program(FAMILY, "where_two_arrays/1d-reverse", where_two_arrays,
         transforms=("jacobian", "vjp"), **_WHERE)
 program(FAMILY, "clip_array_bounds/1d", clip_array_bounds, lambda x, lo: jnp.clip(x, lo, 1.0),
         args(normal(6, thresholds=(-0.5, 1.0)), np.full(6, -0.5)), wrt=(0, 1), transforms=ARRAY,
-        expect="refused", notes="np.clip with an array bound: Numba broadcasts the operands through a list "
-        "that grows (NRT_MemInfo_varsize_realloc) in a helper other than the one that makes it, which "
-        "pyjlad.list_growth cannot type: a known limit; the refusal names it and suggests np.minimum(np.maximum(x, lo), hi)")
+        notes="np.clip with an array bound: Numba broadcasts the operands through a list of read-only "
+        "arrays that grows, refused until 2026-12-06 (pyjlad.list_growth types its growth)")
 program(FAMILY, "maximum_arrays/1d", maximum_arrays, jnp.maximum, lambda r: _apart(r, (6,)),
         wrt=(0, 1), transforms=ARRAY)
 program(FAMILY, "maximum_arrays/2d-f32", maximum_arrays, jnp.maximum, lambda r: _apart(r, (2, 3), np.float32),
