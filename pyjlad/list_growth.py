@@ -116,16 +116,12 @@ def _definitions(body: list[str]) -> dict[str, Instruction]:
 
 
 def _base(instruction: Instruction) -> str | None:
-    """The local pointer a ``getelementptr`` indexes from, or a ``load`` reads (``None`` if not a local)."""
+    """The local pointer a ``getelementptr`` indexes from (``None`` if not a local)."""
     rest = [w.rstrip(",") for w in words(instruction.after_opcode())]
     skip = ("ptr", "nonnull", "noundef")
     if "ptr" not in rest:
         return None
     index = rest.index("ptr")
-    if instruction.opcode == "load":  # load ptr, ptr %p
-        index = rest.index("ptr", index + 1) if "ptr" in rest[index + 1:] else -1
-        if index < 0:
-            return None
     while index < len(rest) and rest[index] in skip:
         index += 1
     return rest[index] if index < len(rest) and rest[index].startswith("%") else None
@@ -141,7 +137,7 @@ def _list_of(pointer: str, definitions: dict[str, Instruction], lists: dict[str,
         if instruction.opcode == "load":
             if words(instruction.after_opcode())[:1] != ["ptr,"]:
                 return None
-            field = definitions.get(_base(instruction) or "")
+            field = definitions.get(instruction.address() or "")
             if field is None or field.opcode != "getelementptr":
                 return None
             rest = words(field.after_opcode())
