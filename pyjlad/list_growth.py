@@ -16,7 +16,13 @@ data pointer) with Enzyme's hint ``__enzyme_<kind>``. Items of one kind, or floa
 have a kind; items holding both pointers (arrays) and floats, floats of both widths, or an integer first and
 floats after it (Enzyme types the first field itself, and a hint saying otherwise is an error), have none.
 
-Growths left as they were (a list made in another function, items without a kind) stay calls of Numba's
+A list made in one function and grown in another (Numba's ``list.extend``, which ``sorted(zip(...))`` calls, as
+``np.moveaxis`` does) is followed through its calls: a parameter every call site passes a list of one kind to is a
+list of that kind. The header's length is that of Numba's payload struct before its first item (``size`` and
+``allocated``, ``i64``; ``dirty``, ``i8``; padding to the item's alignment): 20 bytes before ``float32`` items, 24
+before ``float64`` ones, whatever the list's first size (a list literal ``[a, b]`` starts with its items).
+
+Growths left as they were (a list whose maker cannot be traced, items without a kind) stay calls of Numba's
 ``NRT_MemInfo_varsize_realloc``, which pyjlad's runtime does not define: Enzyme refuses them, and
 :mod:`pyjlad.refusals` says so in the user's terms.
 
@@ -28,16 +34,21 @@ Examples
 True
 >>> item_kind(".dtor.list.array(float64, 1d, C)"), item_kind(".dtor.list.Tuple(array(float64, 1d, C), float64)")
 ('pointer', None)
+>>> header_bytes(".dtor.list.float64"), header_bytes(".dtor.list.float32"), header_bytes(".dtor.list.bool")
+(24, 20, 17)
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .ir.edit import declare
 from .ir.instructions import Instruction, parse_instruction
-from .ir.lexer import words
+from .ir.items import Function
+from .ir.lexer import texts_of, words
 from .ir.module import Module
 
-__all__ = ["REALLOC", "LIST_REALLOC", "item_kind", "type_list_growth"]
+__all__ = ["REALLOC", "LIST_REALLOC", "header_bytes", "item_kind", "type_list_growth"]
 
 #: Numba's growth of a variable-size buffer (its lists'), left undefined by pyjlad's runtime.
 REALLOC = "@NRT_MemInfo_varsize_realloc"
@@ -56,6 +67,12 @@ _HINTS = {"double": ("@__enzyme_double", 8), "float": ("@__enzyme_float", 4), "i
           "pointer": ("@__enzyme_pointer", 8)}
 #: Where the data pointer of a MemInfo is (``struct MemInfo``'s ``data`` field).
 _DATA_OFFSET = "24"
+#: The bytes of a list payload's fields before its items (``size``, ``allocated``: i64; ``dirty``: i8).
+_HEADER_FIELDS = 17
+#: The alignment of each item type's fields (an array's struct, of pointers and ``i64``: 8).
+_ALIGNMENT = {**dict.fromkeys(("float64", "complex128", "int64", "uint64", "intp", "uintp"), 8),
+              **dict.fromkeys(("float32", "complex64", "int32", "uint32"), 4), "int16": 2, "uint16": 2,
+              **dict.fromkeys(("int8", "uint8", "bool", "boolean"), 1)}
 
 
 def _without_arrays(name: str) -> tuple[str, bool]:
@@ -70,16 +87,35 @@ def _without_arrays(name: str) -> tuple[str, bool]:
     return name, found
 
 
-def item_kind(dtor: str) -> str | None:
-    """The kind (``"double"``, ``"float"``, ``"integer"``, ``"pointer"``) of a list's items from its destructor's
-    name (``.dtor.list.<item type>``, quotes and ``@`` allowed), or ``None`` where they have none (see the module's
-    docstring) or the name is not a list's."""
+def _item_words(dtor: str) -> tuple[list[str], bool] | None:
+    """The scalar type names in a list destructor's item type, in order, and whether it holds arrays; ``None`` if
+    the name is not a list destructor's."""
     name = dtor.lstrip("@").strip('"')
     if not name.startswith(_DTOR):
         return None
     rest, arrays = _without_arrays(name[len(_DTOR):])
-    order = [w for w in "".join(c if c.isalnum() or c == "_" else " " for c in rest).split()
-             if w not in _SYNTAX and not w.isdigit()]
+    return [w for w in "".join(c if c.isalnum() or c == "_" else " " for c in rest).split()
+            if w not in _SYNTAX and not w.isdigit()], arrays
+
+
+def header_bytes(dtor: str) -> int | None:
+    """The bytes before the first item in the payload of a list whose destructor is ``dtor``: the header's 17
+    rounded up to the items' alignment (``None`` for a type this reading does not know)."""
+    read = _item_words(dtor)
+    if read is None or any(w not in _ALIGNMENT for w in read[0]):
+        return None
+    alignment = max([_ALIGNMENT[w] for w in read[0]] + ([8] if read[1] else [1]))
+    return -(-_HEADER_FIELDS // alignment) * alignment
+
+
+def item_kind(dtor: str) -> str | None:
+    """The kind (``"double"``, ``"float"``, ``"integer"``, ``"pointer"``) of a list's items from its destructor's
+    name (``.dtor.list.<item type>``, quotes and ``@`` allowed), or ``None`` where they have none (see the module's
+    docstring) or the name is not a list's."""
+    read = _item_words(dtor)
+    if read is None:
+        return None
+    order, arrays = read
     parts = set(order)
     if parts - _DOUBLE - _FLOAT - _INTEGER:
         return None  # a type this reading does not know (a record, a string, a nested list)
@@ -99,10 +135,52 @@ def _lists(body: list[str]) -> dict[str, tuple[str, str]]:
         call = instruction.call() if instruction is not None else None
         if call is None or call.callee != _MAKER or instruction.result is None or len(call.values) != 2:
             continue
-        kind = item_kind(call.values[1])
-        if kind is not None:
-            found[instruction.result] = (kind, call.values[0])
+        kind, header = item_kind(call.values[1]), header_bytes(call.values[1])
+        if kind is not None and header is not None:
+            found[instruction.result] = (kind, str(header))
     return found
+
+
+def _calls(body: list[str], callees: set[str]) -> list:
+    """Each direct call in ``body`` of one of ``callees``."""
+    found = []
+    for line in body:
+        instruction = parse_instruction(line) if "@" in line and ("call " in line or "invoke " in line) else None
+        call = instruction.call() if instruction is not None else None
+        if call is not None and call.callee in callees:
+            found.append(call)
+    return found
+
+
+def _passed_lists(module: Module, made: dict[str, dict[str, tuple[str, str]]]) -> dict[str, dict[str, tuple[str, str]]]:
+    """The lists each function is passed: function -> {its parameter: (kind, header)} for each parameter that every
+    call site in ``module`` passes a list of one kind to (``made``: the lists each function makes). Functions
+    whose symbol is used other than as a direct callee (called from where pyjlad cannot see) get none."""
+    functions = {f.symbol: f for f in module.definitions if any(p.type == "ptr" and p.name for p in f.parameters)}
+    if not functions:
+        return {}
+    direct = {symbol: 0 for symbol in functions}
+    uses = Counter(texts_of(module.render(), "global"))
+    sites: dict[str, list[tuple[str, list[str]]]] = {symbol: [] for symbol in functions}
+    for caller in module.definitions:
+        for call in _calls(caller.body or [], set(functions)):
+            direct[call.callee] += 1
+            sites[call.callee].append((caller.symbol, call.values))
+    seen = {s for s in functions if uses[s] == direct[s] + 1}  # its definition, then only its direct calls
+    passed: dict[str, dict[str, tuple[str, str]]] = {}
+    for _ in range(8):  # a list passed on through up to eight calls
+        known = {s: {**made.get(s, {}), **passed.get(s, {})} for s in set(made) | set(passed)}
+        found: dict[str, dict[str, tuple[str, str]]] = {}
+        for symbol in seen:
+            for index, parameter in enumerate(functions[symbol].parameters):
+                kinds = {known.get(caller, {}).get(values[index]) if index < len(values) else None
+                         for caller, values in sites[symbol]}
+                if parameter.type == "ptr" and parameter.name and len(kinds) == 1 and None not in kinds:
+                    found.setdefault(symbol, {})[parameter.name] = kinds.pop()
+        if found == passed:
+            break
+        passed = found
+    return passed
 
 
 def _definitions(body: list[str]) -> dict[str, Instruction]:
@@ -148,6 +226,13 @@ def _list_of(pointer: str, definitions: dict[str, Instruction], lists: dict[str,
     return None
 
 
+def _grows_a_parameter(function: Function) -> bool:
+    """Whether ``function`` grows a list it is passed (a parameter of its own)."""
+    parameters = {p.name for p in function.parameters if p.name}
+    return any(call.callee == REALLOC and call.values[:1] and call.values[0] in parameters
+               for call in _calls(function.body or [], {REALLOC}))
+
+
 def type_list_growth(module: Module) -> Module:
     r"""``module`` with each growth of a list whose items have a kind made a call of
     ``@pyjlad_list_realloc.<kind>(mi, size, header bytes)`` (see the module's docstring); changed in place.
@@ -165,9 +250,13 @@ def type_list_growth(module: Module) -> Module:
       ret void
     }
     """
-    for function in module.definitions:
+    growing = [f for f in module.definitions if any(REALLOC in line for line in f.body or [])]
+    made = {f.symbol: _lists(f.body or []) for f in module.definitions
+            if any(_MAKER in line for line in f.body or [])} if growing else {}
+    passed = _passed_lists(module, made) if any(_grows_a_parameter(f) for f in growing) else {}
+    for function in growing:
         body = function.body or []
-        lists = _lists(body) if any(REALLOC in line for line in body) else {}
+        lists = {**passed.get(function.symbol, {}), **made.get(function.symbol, {})}
         for k, line in enumerate(body if lists else []):
             instruction = parse_instruction(line) if REALLOC in line else None
             call = instruction.call() if instruction is not None else None

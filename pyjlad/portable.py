@@ -105,6 +105,7 @@ def kind_specific_calls(line: str, links: set[tuple[str, str]]) -> str:
 # count/number, which only a parallel derivative (pyjlad.openmp_loops) calls, are of that kind too.
 INACTIVE_HELPERS = frozenset({
     "numba_attempt_nocopy_reshape", "numba_fatal_error",
+    "numba_get_internal_random_state", "numba_rnd_shuffle",
     "get_num_threads", "get_parallel_chunksize", "set_parallel_chunksize", "get_sched_size",
     "do_scheduling_signed", "do_scheduling_unsigned", "omp_set_num_threads", "omp_get_thread_num",
 })

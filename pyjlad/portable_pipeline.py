@@ -196,6 +196,8 @@ def _kept(symbol: str, item: Item | None, groups: dict[str, AttributeGroup],
             return "define", items_of(stubs.excinfo_unwrap_stub(symbol))
         if symbol.startswith(stubs.STRING_CODE):
             return "define", [stubs.inactive_definition(item)]
+        if symbol.startswith(stubs.HASHING):
+            return "define", [stubs.inactive_definition(item, frees=False)]
         raising = stubs.raise_only_stub(item) if symbol.startswith(stubs.RAISE_ONLY) else None
         if raising is not None:
             return "define", items_of(raising)

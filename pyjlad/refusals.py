@@ -104,19 +104,11 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
     # pyjlad.list_growth types the growth of the lists whose item kind it can tell; the others stay this call.
     "NRT_MemInfo_varsize_realloc": Construct(
         "a list that grows (list.append) whose items pyjlad cannot type: tuples with an integer first and floats "
-        "after it, arrays beside floats, floats of two widths, or a list made in another function than the one "
-        "that grows it",
+        "after it, arrays beside floats, floats of two widths, or a list whose making pyjlad cannot follow "
+        "(a list passed in from outside, or lists of different items grown by one helper)",
         ("list", "list.append"), True,
         "put a tuple's float fields first ((x, i) rather than (i, x)), keep arrays and floats in separate lists, "
-        "grow a list in the function that makes it, or fill a preallocated NumPy array instead"),
-    # Numba's permute_arrays (numba.np.arrayobj) checks the new axis order for repeats with a set.
-    "NRT_MemInfo_varsize_alloc": Construct(
-        "an axis reordering (np.swapaxes, np.rot90 with k=1 or 3, np.transpose(x, axes), x.transpose(axes), "
-        "np.moveaxis: Numba checks the new axis order with a set)",
-        ("np.swapaxes", "array.swapaxes", "np.rot90", "np.transpose", "array.transpose", "np.moveaxis"), True,
-        "x.T (all axes reversed), np.flip, np.fliplr and np.flipud differentiate: write np.rot90(x) as "
-        "np.flipud(x.T), np.rot90(x, 3) as np.fliplr(x.T), np.swapaxes of a 2-D array as x.T; for another "
-        "order, copy into a preallocated array in a loop"),
+        "grow a list where it is made, or fill a preallocated NumPy array instead"),
     "numba_unicode": Construct("string operations", ("str",), True,
                                "keep string handling outside the differentiated function"),
     # Numba allocates a jitclass instance with a destructor (which drops its members' references); pyjlad's

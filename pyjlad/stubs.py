@@ -17,7 +17,7 @@ from .ir.module import AttributeGroup, Function, GlobalVariable
 from .ir.rewrite import items_of
 from .portable import is_inactive_helper, is_libm_function
 
-__all__ = ["ERROR_PATH_STUBS", "EXCINFO_UNWRAP", "RAISE_ONLY", "STRING_CODE", "clean_global", "excinfo_unwrap_stub",
+__all__ = ["ERROR_PATH_STUBS", "EXCINFO_UNWRAP", "HASHING", "RAISE_ONLY", "STRING_CODE", "clean_global", "excinfo_unwrap_stub",
            "inactive_definition", "libm_declaration", "mark_inactive", "raise_only_stub", "stub"]
 
 #: Python C-API functions that Numba's generated code calls only to build the message of an exception
@@ -46,6 +46,11 @@ EXCINFO_UNWRAP = "@__excinfo_unwrap_args"
 #: type their byte arithmetic.
 STRING_CODE = ("@_ZN5numba7cpython7unicode", "@_ZN5numba7cpython15unicode_support", "@_ZN5numba7cpython7charseq")
 
+#: Numba's hashing (numba.cpython.hashing: the keys of a set): an integer, which for a NaN draws on Numba's random
+#: state (``numba_get_internal_random_state``, a call Enzyme would not pass even where no derivative flows). Kept
+#: as :func:`inactive_definition`, and ``nofree`` (it frees nothing, so Enzyme need not copy it as such).
+HASHING = ("@_ZN5numba7cpython7hashing",)
+
 #: Numba functions that only raise: numba.np.arrayobj's ``raise_with_shape_context`` (Numba 0.61 on), called
 #: where a slice assignment's shapes differ (``g[1:, :] = x`` of a 2-D array), formats its message with a list of
 #: strings it grows (``NRT_MemInfo_varsize_realloc``, which Enzyme refused to process even in an inactive
@@ -57,16 +62,18 @@ _INACTIVE = '"enzyme_inactive"'
 _NOT_ANALYZED = '"enzyme_ta_norecur"'
 
 
-def inactive_definition(function: Function) -> Function:
+def inactive_definition(function: Function, *, frees: bool = True) -> Function:
     """``function`` (a definition of :data:`STRING_CODE`) that Enzyme neither differentiates
-    (``"enzyme_inactive"``) nor analyzes (``"enzyme_ta_norecur"``).
+    (``"enzyme_inactive"``) nor analyzes (``"enzyme_ta_norecur"``); with ``frees=False`` (:data:`HASHING`), also
+    ``nofree``.
 
     Without the second, Enzyme's type analysis walked the string code of every error message the
     function can raise, for each call of it: most of Enzyme's time on a slice assignment
     (``y[1:-1] = x``, whose shape check formats its message with ``unicode_concat``) or a reduction
     along an axis (``benchmarks/build_time.py`` times their first derivatives).
     """
-    missing = [a for a in (_INACTIVE, _NOT_ANALYZED) if a.strip('"') not in " ".join(function.attributes)]
+    wanted = (_INACTIVE, _NOT_ANALYZED) if frees else (_INACTIVE, _NOT_ANALYZED, "nofree")
+    missing = [a for a in wanted if a.strip('"') not in " ".join(function.attributes)]
     return dataclasses.replace(function, attributes=[*function.attributes, *missing]) if missing else function
 
 

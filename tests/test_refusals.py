@@ -84,12 +84,6 @@ def appends_pairs_with_the_integer_first(x):
     return total
 
 
-@njit
-def swaps_axes_of_a_3d_array(x):
-    t = np.outer(x, x).reshape(3, 3, 1) * x.reshape(1, 1, 3)
-    return np.sum(np.swapaxes(t, 0, 2) * x.reshape(3, 1, 1))  # REFUSED
-
-
 @jitclass([("w", float64[:]), ("b", float64)])
 class Affine:
     def __init__(self, w, b):
@@ -108,7 +102,6 @@ def uses_jitclass(x):
 
 CASES = [
     (uses_print, "print()", "print outside"),
-    (swaps_axes_of_a_3d_array, "an axis reordering (np.swapaxes", "x.T (all axes reversed)"),
     (appends_pairs_with_the_integer_first, "a list that grows", "(x, i) rather than (i, x)"),
     (uses_typed_list, "a typed list", "preallocated NumPy array"),
     (uses_typed_dict, "a typed dict", "NumPy arrays indexed by integers"),

@@ -29,6 +29,8 @@
 ;   @pyjlad_list_realloc.<kind>   pyjlad's own: NRT_MemInfo_varsize_realloc of a list whose items are of
 ;                                 one kind (pyjlad.list_growth), the grown data in a block of its own
 ;   @pyjlad_varsize_dtor          pyjlad's own: the destructor of such a MemInfo (frees the grown data)
+;   @NRT_MemInfo_varsize_alloc,   a set's new table, in a block of its own (its MemInfo's dtor then
+;   @NRT_MemInfo_varsize_free     @pyjlad_varsize_dtor); the old table released
 ;
 ; The data follows the 48-byte header, so it is 16-byte aligned (malloc's guarantee) rather
 ; than `align`-aligned: Numba's IR never assumes more than the element alignment (8 bytes),
@@ -248,9 +250,8 @@ init:
   ret ptr %mi
 }
 
-; ... and with an element destructor, which only matters for containers of
-; reference-counted items; growing such a buffer (NRT_MemInfo_varsize_realloc) stays an
-; opaque call that Enzyme refuses, so these never reach the runtime.
+; ... and with an element destructor (a list's, a set's), which only matters for containers of
+; reference-counted items (strings); it is not kept, so such items would leak, never be freed twice.
 define linkonce_odr ptr @NRT_MemInfo_new_varsize_dtor(i64 %size, ptr %element_dtor) {
 entry:
   %huge = icmp uge i64 %size, 140737488355328
@@ -278,8 +279,7 @@ init:
   ret ptr %mi
 }
 
-; Growing a list (pyjlad_list_realloc.<kind> below; Numba's sets, which allocate a new table with
-; NRT_MemInfo_varsize_alloc, stay refused). The first data area follows the header (above); a grown one is
+; Growing a list (pyjlad_list_realloc.<kind> below) or a set (NRT_MemInfo_varsize_alloc). The first data area follows the header (above); a grown one is
 ; a block of its own, malloc'ed, its contents copied with memcpy (Enzyme copies and adds back the
 ; shadow's contents the same way), and the MemInfo's dtor becomes @pyjlad_varsize_dtor, which
 ; frees the data area: NRT_MemInfo_call_dtor above frees both blocks itself, and Numba's runtime
@@ -288,6 +288,52 @@ init:
 define linkonce_odr void @pyjlad_varsize_dtor(ptr %data, i64 %size, ptr %info) {
 entry:
   call void @free(ptr %data)
+  ret void
+}
+
+; A set's new table (Numba's NRT_MemInfo_varsize_alloc: a set that grows, and the set Numba builds to
+; check an axis order, np.transpose(x, axes) and np.swapaxes): a block of its own, malloc'ed, as for a
+; grown list; the old table stays until NRT_MemInfo_varsize_free below releases it (Numba copies the
+; entries between the two calls).
+define linkonce_odr ptr @NRT_MemInfo_varsize_alloc(ptr %mi, i64 %size) {
+entry:
+  %huge = icmp uge i64 %size, 140737488355328
+  br i1 %huge, label %fail, label %request
+request:
+  %data = call ptr @malloc(i64 %size)
+  %failed = icmp eq ptr %data, null
+  br i1 %failed, label %fail, label %init
+fail:
+  ret ptr null
+init:
+  %dtorfield = getelementptr i8, ptr %mi, i64 8
+  store ptr @pyjlad_varsize_dtor, ptr %dtorfield, align 8
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  store ptr %data, ptr %datafield, align 8
+  %sizefield = getelementptr i8, ptr %mi, i64 32
+  store i64 %size, ptr %sizefield, align 8
+  ret ptr %data
+}
+
+; Releases a set's old table: freed unless it is the first one, which follows the header in the
+; MemInfo's own block; the MemInfo forgets it if it was its data (as Numba's does).
+define linkonce_odr void @NRT_MemInfo_varsize_free(ptr %mi, ptr %ptr) {
+entry:
+  %first = getelementptr i8, ptr %mi, i64 48
+  %wasfirst = icmp eq ptr %ptr, %first
+  br i1 %wasfirst, label %forget, label %release
+release:
+  call void @free(ptr %ptr)
+  br label %forget
+forget:
+  %datafield = getelementptr i8, ptr %mi, i64 24
+  %data = load ptr, ptr %datafield, align 8
+  %current = icmp eq ptr %data, %ptr
+  br i1 %current, label %clear, label %done
+clear:
+  store ptr null, ptr %datafield, align 8
+  br label %done
+done:
   ret void
 }
 
