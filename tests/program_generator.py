@@ -16,7 +16,11 @@ integer-array indexing (gather and scatter-add), axis reductions of a
 reshaped array, recurrences that read back what the loop wrote (``y[i]`` from
 ``y[i - 1]``, first or second order, forward or backward) and sibling loops
 reading the same column of an array a sweep then updates. Each block adds a
-term ``e0``, ``e1`` to the result.
+term ``e0``, ``e1`` to the result. About a third of the programs also gain a
+container block: a list of floats (or of ``(float, int)`` pairs) that starts
+empty, as a literal or as a repeated list and grows by ``append`` in ``f`` or
+in a helper it is passed to, sometimes popped; or a set of integer keys that
+decides which terms are added.
 
 Seeds: the base program of a seed is the one the generator always gave (its
 draws come first, from ``random.Random(seed)``); the blocks are drawn from an
@@ -45,10 +49,14 @@ BINARY = ["({0} + {1})", "({0} - {1})", "({0} * {1})", "({0} / (1.0 + {1} * {1})
 
 
 #: The constructs of the extension blocks.
-CONSTRUCTS = ("running-max", "running-min", "early-exit", "while-loop", "helper-writes",
-              "swapped-buffers", "index-array", "axis-sum", "recurrence", "sibling-loops")
-#: Share of seeds whose program gains extension blocks.
+BLOCK_CONSTRUCTS = ("running-max", "running-min", "early-exit", "while-loop", "helper-writes",
+                    "swapped-buffers", "index-array", "axis-sum", "recurrence", "sibling-loops")
+#: Containers (since 2026-12-06), drawn from a stream of their own so that every seed keeps the blocks above.
+CONTAINER_CONSTRUCTS = ("list-growth", "integer-set")
+CONSTRUCTS = BLOCK_CONSTRUCTS + CONTAINER_CONSTRUCTS
+#: Share of seeds whose program gains extension blocks, and a container block.
 EXTENSION_RATE = 0.75
+CONTAINER_RATE = 0.3
 
 
 @dataclass
@@ -104,10 +112,13 @@ def generate(seed: int) -> Program:
     ext = _extension_rng(seed)
     kinds: list[str] = []
     if ext.random() < EXTENSION_RATE:
-        kinds = [ext.choice(CONSTRUCTS) for _ in range(1 if ext.random() < 0.6 else 2)]
+        kinds = [ext.choice(BLOCK_CONSTRUCTS) for _ in range(1 if ext.random() < 0.6 else 2)]
+    containers = random.Random(f"pyjlad-fuzz-containers-{seed}")
+    if containers.random() < CONTAINER_RATE:
+        kinds.append(containers.choice(CONTAINER_CONSTRUCTS))
     helpers: list[str] = []
     for j, kind in enumerate(kinds):
-        helper_lines, body_lines = _BLOCKS[kind](ext, j)
+        helper_lines, body_lines = _BLOCKS[kind](containers if kind in CONTAINER_CONSTRUCTS else ext, j)
         helpers += helper_lines
         lines += body_lines
     lines.append("    return r + s" + "".join(f" + e{j}" for j in range(len(kinds))))
@@ -313,6 +324,45 @@ def _sibling_loops(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
     ]
 
 
+def _list_growth(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    start = rng.choice(("[]", f"[{_coef(rng)} * x[0]]", f"[x[0], {_coef(rng)} * x[1]]", "[0.0] * 3"))
+    pairs = rng.random() < 0.3  # (float, int) items, the float first
+    last = f"L{j}[len(L{j}) - 1]" + ("[0]" if pairs else "")
+    value = f"0.5 * ({last} if len(L{j}) > 0 else 0.0) + {_expr(rng, ['x[i % x.shape[0]]', 'a'], 2)}"
+    item = f"({value}, i)" if pairs else value
+    if start != "[]" and pairs:
+        start = "[" + ", ".join(f"({v}, 0)" for v in (["0.0"] * 3 if start == "[0.0] * 3" else start[1:-1].split(", ")))
+        start += "]"
+    helper: list[str] = []
+    body = [f"    L{j} = {start}", f"    e{j} = 0.0", "    for i in range(x.shape[0] * (k + 2)):"]
+    if rng.random() < 0.4 and start != "[]":  # grown in a helper it is passed to (Numba cannot type [] passed on)
+        helper = ["@njit", f"def grow{j}(L, x, a, i):", f"    L{j} = L", f"    L{j}.append({item})", ""]
+        body.append(f"        grow{j}(L{j}, x, a, i)")
+    else:
+        body.append(f"        L{j}.append({item})")
+    if rng.random() < 0.4:
+        body += ["        if i % 3 == 2:", f"            e{j} += {_coef(rng)} * L{j}.pop()" + ("[0]" if pairs else "")]
+    read = f"L{j}[i]" + ("[0]" if pairs else "")
+    body += [f"    for i in range(len(L{j})):",
+             f"        e{j} += {_coef(rng)} * {read} + {_expr(rng, [read, 'a'], 1)}" + (f" * L{j}[i][1]" if pairs else "")]
+    return helper, body
+
+
+def _integer_set(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    stride = rng.randint(2, 7)
+    return [], [
+        f"    seen{j} = set()",
+        f"    e{j} = 0.0",
+        "    for i in range(4 * x.shape[0]):",
+        f"        m{j} = (i * {stride} + k) % (3 * x.shape[0])",  # up to 15 keys: the table grows past 8 slots
+        f"        if m{j} not in seen{j}:",
+        f"            seen{j}.add(m{j})",
+        f"            e{j} += {_coef(rng)} * x[m{j} % x.shape[0]] + {_expr(rng, [f'x[m{j} % x.shape[0]]', 'a'], 2)}",
+        "        else:",
+        f"            e{j} += {_coef(rng)} * x[m{j} % x.shape[0]] * a * len(seen{j})",
+    ]
+
+
 _BLOCKS = {
     "running-max": lambda rng, j: _running_extremum(rng, j, True),
     "running-min": lambda rng, j: _running_extremum(rng, j, False),
@@ -324,6 +374,8 @@ _BLOCKS = {
     "axis-sum": _axis_sum,
     "recurrence": _recurrence,
     "sibling-loops": _sibling_loops,
+    "list-growth": _list_growth,
+    "integer-set": _integer_set,
 }
 
 

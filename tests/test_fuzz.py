@@ -1,8 +1,8 @@
 """Random programs: pyjlad's gradient agrees with central finite differences.
 
 The full run (1,000 programs) is ``tools/fuzz.py``. The suite runs the first 20 programs,
-which between them contain every construct of the generator's extension blocks (about 4 s
-each: the blocks make programs about twice as long to differentiate as the base alone).
+which between them contain every construct of the generator's extension and container blocks
+(about 4 s each: the blocks make programs about twice as long to differentiate as the base alone).
 """
 
 from __future__ import annotations
