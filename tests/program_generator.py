@@ -26,7 +26,8 @@ Seeds: the base program of a seed is the one the generator always gave (its
 draws come first, from ``random.Random(seed)``); the blocks are drawn from an
 independent stream (:func:`_extension_rng`), and a seed whose stream draws no
 block (about a quarter of them) gives exactly the program it gave before the
-blocks were added.
+blocks were added, unless it gains a container block (from a third stream,
+``pyjlad-fuzz-containers-<seed>``, added after the others on 2026-12-06).
 """
 
 from __future__ import annotations
