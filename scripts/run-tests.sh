@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: set up (idempotent, with test tools), lint, then pytest.
+# The test suite: set up (idempotent, with test tools), lint, then pytest. --full (passed on to pytest, see
+# conftest.py) runs every case of the heaviest parametrized tests, which the default run samples
+# (tests/sampled_tests.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests

@@ -1,0 +1,59 @@
+"""The heaviest parametrized tests, sampled in the default run: ``bash scripts/run-tests.sh`` runs one variant in
+``every`` of each test named here (by collection order: the first, then every ``every``-th), ``bash
+scripts/run-tests.sh --full`` runs them all.
+
+Every derivative a test builds is built afresh by Enzyme (5-40 s each on the 2-core build machine), so these
+tests, each a list of cases of one shape, took a third of the suite's time; the default run keeps cases of every
+shape and the full run is the complete check (run it before a release or after a change to what they cover).
+Chosen from ``--durations=0`` of a full run (2026-12-06: 8,434 s of test time on two workers, 71 min);
+``tests/test_sampled_tests.py`` checks that each name still exists.
+"""
+
+from __future__ import annotations
+
+#: ``path::test function`` -> keep one variant in this many.
+SAMPLED = {
+    "tests/test_selected_element.py::test_gradient_of_a_selected_element": 3,
+    "tests/test_array_idioms.py::test_jacobian_and_vjp_of_an_array_result": 3,
+    "tests/test_array_idioms.py::test_gradient_through_an_array_idiom": 3,
+    "tests/test_array_idioms.py::test_gradient_of_a_scalar_idiom": 3,
+    "tests/test_array_idioms.py::test_forward_mode_through_integer_arrays_the_function_allocates": 2,
+    "tests/test_array_idioms.py::test_float32_gradient_through_an_array_idiom": 2,
+    "tests/test_sorted_copies.py::test_sorted_then_copied_matches_jax": 3,
+    "tests/test_parallel_races.py::test_blas_with_a_shared_operand_differentiates_in_parallel_without_a_race": 2,
+    "tests/test_refusals.py::test_refusal_names_the_construct_and_its_line": 2,
+    "tests/test_copied_slices.py::test_gradient_through_a_copied_slice_matches_jax": 2,
+    "tests/test_linalg.py::test_solve_gradient": 2,
+    "tests/test_linalg.py::test_products": 2,
+    "tests/test_linalg.py::test_matrix_norms_of_order_one_and_inf": 2,
+    "tests/test_views_more.py::test_jacobian_of_a_view": 3,
+    "tests/test_views_more.py::test_jvp_and_vjp_of_a_view": 2,
+    "tests/test_checkpointing.py::test_gradient_matches_plain_pyjlad_and_jax": 2,
+    "tests/test_linalg_errors.py::test_rejected_matrix_raises_the_functions_error": 2,
+    "tests/test_gpu_static.py::test_cpu_compiled_body_matches_jax_and_the_embedded_engine": 2,
+    "tests/test_repeated_calls_memory.py::test_repeated_calls_reach_a_steady_state": 2,
+    "tests/test_invariant_reads.py::test_hessian_vector_products_against_jax": 2,
+    "tests/test_invariant_reads.py::test_gradients_against_jax": 2,
+    "tests/test_corpus.py::test_program": 2,
+}
+
+
+def left_out(nodeids: list[str]) -> set[str]:
+    """The node ids (``path::test[variant]``) the default run leaves out of ``nodeids`` (in collection order).
+
+    >>> sorted(left_out(["tests/test_linalg.py::test_products[a]", "tests/test_linalg.py::test_products[b]",
+    ...                  "tests/test_linalg.py::test_products[c]", "tests/test_linalg.py::test_seed001_verbatim"]))
+    ['tests/test_linalg.py::test_products[b]']
+    """
+    seen: dict[str, int] = {}
+    out = set()
+    for nodeid in nodeids:
+        family = nodeid.split("[", 1)[0]
+        every = SAMPLED.get(family)
+        if every is None or "[" not in nodeid:
+            continue
+        index = seen.get(family, 0)
+        seen[family] = index + 1
+        if index % every:
+            out.add(nodeid)
+    return out

@@ -1,0 +1,22 @@
+"""Each test tests/sampled_tests.py samples still exists (a renamed test would silently run in full)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from sampled_tests import SAMPLED
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("family", sorted(SAMPLED))
+def test_each_sampled_test_is_a_parametrized_test_function(family):
+    path, name = family.split("::")
+    tree = ast.parse((ROOT / path).read_text())
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    assert name in functions, f"{family} is not a test function any more"
+    decorators = [ast.unparse(d) for d in functions[name].decorator_list]
+    assert any("parametrize" in d for d in decorators), f"{family} is not parametrized"
+    assert SAMPLED[family] in (2, 3)
