@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from corpus.family_containers import extend_in_helper, extend_in_helper_jax
 from numba import njit
 
 import pyjlad
@@ -210,29 +211,6 @@ def a_repeated_list_grown_jax(x):
     return sum(items)
 
 
-@njit
-def _extended_by(items, x, k):
-    items.extend([x[k % 6], x[(k + 1) % 6] * k])
-
-
-@njit
-def extended_in_a_helper(x):
-    items = [x[5]]
-    for k in range(N // 2):
-        _extended_by(items, x, k)
-    total = 0.0
-    for k in range(len(items)):
-        total += items[k] * np.cos(items[len(items) - 1 - k])
-    return total
-
-
-def extended_in_a_helper_jax(x):
-    items = [x[5]]
-    for k in range(N // 2):
-        items += [x[k % 6], x[(k + 1) % 6] * k]
-    return sum(items[k] * jnp.cos(items[len(items) - 1 - k]) for k in range(len(items)))
-
-
 CASES = [
     (products_of_a_grown_list, products_of_a_grown_list_jax, 1e-10),
     (float32_items, float32_items_jax, 1e-5),
@@ -246,7 +224,7 @@ CASES = [
     (a_literal_grown, a_literal_grown_jax, 1e-10),
     (a_float32_literal_grown, a_float32_literal_grown_jax, 1e-4),
     (a_repeated_list_grown, a_repeated_list_grown_jax, 1e-10),
-    (extended_in_a_helper, extended_in_a_helper_jax, 1e-10),
+    (extend_in_helper, extend_in_helper_jax, 1e-10),  # the corpus's (tests/corpus/family_containers.py)
 ]
 
 

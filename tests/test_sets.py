@@ -6,7 +6,8 @@ refused (and with it ``np.transpose(x, axes)``, ``np.swapaxes``, ``np.rot90``: `
 pyjlad's runtime now grows a set's table in a block of its own (``pyjlad/runtime/nrt.ll``), and Numba's hashing is
 inactive for Enzyme (a NaN's hash draws on Numba's random state). Sets of integers (indices, labels) are what a
 differentiated function holds in practice; each set here grows past its first table (8 slots). Every derivative is
-compared with JAX's, computed from copies taken before the call; the caller's arrays are checked unchanged.
+compared with JAX's, computed from copies taken before the call; the caller's arrays are checked unchanged. The
+programs are the corpus's (``tests/corpus/family_containers.py``).
 """
 
 from __future__ import annotations
@@ -15,62 +16,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from numba import njit
+from corpus.family_containers import class_means, class_means_jax, first_visits, first_visits_jax
 
 import pyjlad
 
 jax.config.update("jax_enable_x64", True)
 
 RNG = np.random.default_rng(20261206)
-X = RNG.standard_normal(30)
-INDEX = RNG.integers(0, 30, 200)
+X = RNG.standard_normal(40)
+INDEX = RNG.integers(0, 40, 200)  # first_visits: up to 40 keys
+LABELS = RNG.integers(0, 11, 40)  # class_means: one label per element of x
 
 
-@njit
-def first_visits(x, index):
-    seen = set()
-    total = 0.0
-    for i in index:
-        if i not in seen:
-            seen.add(i)
-            total += np.sin(x[i]) * len(seen)
-    return total
-
-
-def first_visits_jax(x, index):
-    seen, total = [], 0.0
-    for i in index.tolist():
-        if i not in seen:
-            seen.append(i)
-            total = total + jnp.sin(x[i]) * len(seen)
-    return total
-
-
-@njit
-def class_means(x, labels):
-    total = 0.0
-    for c in sorted(set(labels)):
-        mean, count = 0.0, 0
-        for k in range(labels.size):
-            if labels[k] == c:
-                mean += x[k % x.size]
-                count += 1
-        total += (mean / count) ** 2
-    return total
-
-
-def class_means_jax(x, labels):
-    total = 0.0
-    for c in sorted(set(labels.tolist())):
-        chosen = np.array([k % x.size for k in range(labels.size) if labels[k] == c])
-        total = total + (jnp.sum(x[chosen]) / chosen.size) ** 2
-    return total
-
-
-@pytest.mark.parametrize("f, f_jax", [(first_visits, first_visits_jax), (class_means, class_means_jax)],
+@pytest.mark.parametrize("f, f_jax, index", [(first_visits, first_visits_jax, INDEX),
+                                              (class_means, class_means_jax, LABELS)],
                          ids=["first_visits", "class_means"])
-def test_gradient_and_jvp_through_a_set(f, f_jax):
-    x, index = X.copy(), INDEX.copy()
+def test_gradient_and_jvp_through_a_set(f, f_jax, index):
+    x, index = X.copy(), index.copy()
     before, index_before = x.copy(), index.copy()
     expected = jax.grad(f_jax)(jnp.asarray(before), index_before)
     np.testing.assert_allclose(pyjlad.gradient(f, x, index, wrt=0), np.asarray(expected), rtol=1e-12, atol=1e-12)
