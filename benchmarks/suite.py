@@ -5,6 +5,7 @@ Usage (after ``bash scripts/setup.sh --tests``, which installs the peers)::
     .venv/bin/python benchmarks/suite.py            # prints the table, writes RESULTS.md and results.png
     .venv/bin/python benchmarks/suite.py --section numba-calls   # re-measures one section of RESULTS.md
     .venv/bin/python benchmarks/suite.py --quick --out DIR       # no large workloads; writes into DIR
+    .venv/bin/python benchmarks/suite.py --keep-sections         # the table only; RESULTS.md's sections kept
 
 Everything is measured in one run (these machines are noisy, so ratios taken
 together are the figures to compare): for each workload the Numba function,
@@ -237,13 +238,31 @@ def main() -> None:
         warm = fresh_process(FIRST_GRADIENT, env)
         memory = fresh_process(PEAK_MEMORY, env)
     info = versions()
+    before = (OUT / "RESULTS.md").read_text() if (OUT / "RESULTS.md").exists() else ""
     write_results(rows, cold, warm, memory, info)
     text = (OUT / "RESULTS.md").read_text()
     for name in SECTIONS:
-        text = replace_section(text, name, run_section(name))
+        kept = section_body(before, name) if "--keep-sections" in sys.argv else None
+        text = replace_section(text, name, run_section(name) if kept is None else kept)
     (OUT / "RESULTS.md").write_text(text)
     plot(rows)
     print((OUT / "RESULTS.md").read_text())
+
+
+def section_body(text: str, name: str) -> str | None:
+    """The body of section ``name`` in ``text`` (a RESULTS.md), or ``None`` where it has none.
+
+    Examples
+    --------
+    >>> section_body("x\\n<!-- section: a -->\\nbody\\n<!-- end section: a -->\\n", "a")
+    'body'
+    >>> section_body("x", "a") is None
+    True
+    """
+    start, end = f"<!-- section: {name} -->\n", f"\n<!-- end section: {name} -->"
+    if start not in text or end not in text:
+        return None
+    return text.split(start, 1)[1].split(end, 1)[0]
 
 
 def write_results(rows, cold, warm, memory, info) -> None:

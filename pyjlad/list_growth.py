@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .ir.edit import declare
+from .ir.edit import declare, define_element_loops, element_loop_call
 from .ir.instructions import Instruction, parse_instruction
 from .ir.items import Function
 from .ir.lexer import texts_of, words
@@ -62,6 +62,8 @@ _INTEGER = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uin
             "intp", "uintp"}
 #: Words of an item type's name that are not item types (a tuple's, a read-only array's).
 _SYNTAX = {"Tuple", "UniTuple", "x", "readonly"}
+#: The kinds whose fills and copies become loops of float stores (:func:`_zero_float_fill`).
+_FLOATS = ("double", "float")
 #: Enzyme's type hint for each kind, and the bytes it types.
 _HINTS = {"double": ("@__enzyme_double", 8), "float": ("@__enzyme_float", 4), "integer": ("@__enzyme_integer", 1),
           "pointer": ("@__enzyme_pointer", 8)}
@@ -289,7 +291,8 @@ def _hint(line: str, pointer: str, kind: str) -> str:
 def hint_list_types(module: Module) -> Module:
     r"""``module`` with Enzyme's type hints where lists grow (after :func:`type_list_growth`): in each
     ``@pyjlad_list_realloc.<kind>``, its header copy as integers and its item copy as ``<kind>``; in each function
-    that grows a list, the fill of its new slots (a ``memset`` of the payload) as ``<kind>``. Changed in place.
+    that grows a list, the fill of its new slots (a ``memset`` of the payload) as ``<kind>`` (a zero fill of float
+    items made a loop of ``0.0`` stores). Changed in place.
 
     Separate from :func:`type_list_growth` because only the module Enzyme gets may call the hints (Enzyme removes
     them; the portable module runs elsewhere too).
@@ -302,19 +305,23 @@ def hint_list_types(module: Module) -> Module:
     ...           "  %f = getelementptr i8, ptr %mi, i64 24\n  %d = load ptr, ptr %f, align 8\n"
     ...           "  %i = getelementptr inbounds i8, ptr %d, i64 24\n"
     ...           "  call void @llvm.memset.p0.i64(ptr align 1 %i, i8 0, i64 32, i1 false)\n  ret void\n}\n")
-    >>> print(hint_list_types(m).render(), end="")  # doctest: +NORMALIZE_WHITESPACE
+    >>> text = hint_list_types(m).render()
+    >>> print("\n".join(text.splitlines()[:7]))
     define void @f(ptr %mi) {
       %p = call ptr @pyjlad_list_realloc.double(ptr nonnull %mi, i64 56, i64 24)
       %f = getelementptr i8, ptr %mi, i64 24
       %d = load ptr, ptr %f, align 8
       %i = getelementptr inbounds i8, ptr %d, i64 24
-      call void @__enzyme_double(ptr %i, i64 8)
-      call void @llvm.memset.p0.i64(ptr align 1 %i, i8 0, i64 32, i1 false)
+      call void @pyjlad.zero.double(ptr %i, i64 32)
       ret void
-    }
-    declare void @__enzyme_double(ptr nocapture readnone, i64) readnone nounwind willreturn
+    >>> "define internal void @pyjlad.zero.double(ptr %p, i64 %bytes)" in text
+    True
+
+    The zero fill of float items is a loop of ``0.0`` stores (:func:`_zero_float_fill`); a fill of other items, or
+    of other bytes, keeps its ``memset`` after a hint (``call void @__enzyme_integer(ptr %i, i64 1)``).
     """
     kinds: set[str] = set()
+    loops: set[tuple[str, str]] = set()
     for function in module.definitions:
         body = function.body or []
         own = function.symbol[len(LIST_REALLOC) + 1:] if function.symbol.startswith(LIST_REALLOC + ".") else None
@@ -328,10 +335,20 @@ def hint_list_types(module: Module) -> Module:
             call = instruction.call() if instruction is not None else None
             if call is not None and call.callee.startswith("@llvm.memcpy.") and own in _HINTS:
                 kind = "integer" if call.values[2] == "%header" else own
+                if kind in _FLOATS and call.callee.endswith(".i64"):  # the items: a loop (_zero_float_fill says why)
+                    indent = line[:len(line) - len(line.lstrip())]
+                    rewritten.append(element_loop_call(indent, "copy", kind, call.values[:2], call.values[2]))
+                    loops.add(("copy", kind))
+                    continue
                 rewritten.extend(_hint(line, p, kind) for p in call.values[:2])
-                kinds |= {"integer" if kind == "integer" else own}
+                kinds.add(kind)
             elif call is not None and call.callee.startswith("@llvm.memset.") and lists and call.values:
                 mi = _list_of(call.values[0], definitions, lists)
+                if mi is not None and _zero_float_fill(instruction, lists[mi]):
+                    indent = line[:len(line) - len(line.lstrip())]
+                    rewritten.append(element_loop_call(indent, "zero", lists[mi], call.values[:1], call.values[2]))
+                    loops.add(("zero", lists[mi]))
+                    continue
                 if mi is not None:
                     rewritten.append(_hint(line, call.values[0], lists[mi]))
                     kinds.add(lists[mi])
@@ -339,4 +356,15 @@ def hint_list_types(module: Module) -> Module:
         function.body = rewritten
     for kind in sorted(kinds):
         declare(module, f"declare void {_HINTS[kind][0]}(ptr nocapture readnone, i64) readnone nounwind willreturn")
-    return module
+    return define_element_loops(module, loops)
+
+
+def _zero_float_fill(instruction: Instruction, kind: str) -> bool:
+    """Whether ``instruction`` (a ``memset`` of a list's new slots) fills float items with zeros, over an ``i64``
+    length: then it becomes a loop of ``0.0`` stores (:func:`pyjlad.ir.edit.element_loop_call`), which Enzyme
+    types in every mode, as the copy of float items in ``@pyjlad_list_realloc.<kind>`` becomes a loop of loads and
+    stores. Annotated instead, their own derivatives (a ``memset`` or ``memcpy`` of the tangents) were met untyped
+    by a Hessian-vector product, which was refused."""
+    call = instruction.call()
+    return (kind in _FLOATS and call is not None and call.callee.endswith(".i64")
+            and len(call.values) >= 3 and call.values[1] == "0" and not instruction.result)

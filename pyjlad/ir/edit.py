@@ -17,7 +17,7 @@ Each edits the module in place, re-rendering only what it changes: every other b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..errors import IRError
 from .downlevel import tokenize_attributes
@@ -28,7 +28,7 @@ from .rewrite import map_items
 
 __all__ = ["rename_callees", "renamed_line", "drop_repeated_declarations", "declare", "drop_attributes",
            "drop_empty_attribute_groups", "tag_float_accesses", "tag_integer_accesses", "mark_enzyme_calls", "type_float_copies",
-           "type_float_fills", "float_copies_as_loops",
+           "type_float_fills", "float_copies_as_loops", "element_loop_call", "define_element_loops",
            "FLOAT_TYPE_HINTS", "type_hint_declaration"]
 
 
@@ -511,7 +511,7 @@ def type_float_fills(module: Module, float_callees: Mapping[str, str] | None = N
             indent = line[: len(line) - len(line.lstrip())]
             destination, value, length = call.values[:3]
             if value == "0" and call.callee.endswith(".i64") and not instruction.result:
-                typed.append(f"{indent}call void @{_ZERO}.{kind}(ptr {destination}, i64 {length})")
+                typed.append(element_loop_call(indent, "zero", kind, [destination], length))
                 zeroed.add(kind)
                 continue
             hint, size = FLOAT_TYPE_HINTS[kind]
@@ -520,8 +520,34 @@ def type_float_fills(module: Module, float_callees: Mapping[str, str] | None = N
         function.body[:] = typed
     for hint in sorted(hints):
         declare(module, type_hint_declaration(hint))
-    for kind in sorted(zeroed):
-        module.items.extend(parse(_zero_definition(kind)).items)
+    return define_element_loops(module, (("zero", kind) for kind in zeroed))
+
+
+def element_loop_call(indent: str, loop: str, kind: str, pointers: Sequence[str], length: str) -> str:
+    """The line calling ``@pyjlad.<loop>.<kind>`` over the ``length`` bytes (an ``i64``) at ``pointers``: ``zero``
+    (one pointer) stores ``0.0`` into each ``kind`` element (``double``, ``float``), ``copy`` (destination,
+    source) copies each. Loops of float loads and stores, which Enzyme types in every mode, where a ``memset`` or
+    ``memcpy``'s own derivative (a fill or copy of the tangent, unannotated) is met untyped by a second
+    derivative. The module must define the function (:func:`define_element_loops`).
+
+    Examples
+    --------
+    >>> element_loop_call("  ", "zero", "float", ["%row"], "%n")
+    '  call void @pyjlad.zero.float(ptr %row, i64 %n)'
+    >>> element_loop_call("", "copy", "double", ["%to", "%from"], "%n")
+    'call void @pyjlad.copy.double(ptr %to, ptr %from, i64 %n)'
+    """
+    return f"{indent}call void @pyjlad.{loop}.{kind}({', '.join(f'ptr {p}' for p in pointers)}, i64 {length})"
+
+
+def define_element_loops(module: Module, loops: Iterable[tuple[str, str]]) -> Module:
+    """``module`` with ``@pyjlad.<loop>.<kind>`` defined for each ``(loop, kind)`` of ``loops`` (see
+    :func:`element_loop_call`) it does not define yet. Changed in place."""
+    defined = {function.symbol for function in module.definitions}
+    definitions = {"zero": _zero_definition, "copy": _copy_definition}
+    for loop, kind in sorted(set(loops)):
+        if f"@pyjlad.{loop}.{kind}" not in defined:
+            module.items.extend(parse(definitions[loop](kind)).items)
     return module
 
 
@@ -567,12 +593,10 @@ def float_copies_as_loops(module: Module) -> Module:
                 looped.append(line)
                 continue
             indent = line[: len(line) - len(line.lstrip())]
-            looped.append(f"{indent}call void @{_COPY}.{kind}(ptr {destination}, ptr {source}, i64 {length})")
+            looped.append(element_loop_call(indent, "copy", kind, [destination, source], length))
             kinds.add(kind)
         function.body[:] = looped
-    for kind in sorted(kinds):
-        module.items.extend(parse(_copy_definition(kind)).items)
-    return module
+    return define_element_loops(module, (("copy", kind) for kind in kinds))
 
 
 #: The functions :func:`float_copies_as_loops` calls in place of a copy: ``@pyjlad.copy.<double|float>``.
