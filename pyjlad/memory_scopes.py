@@ -32,6 +32,16 @@ the function instead of 4x (``benchmarks/fresh_temporaries.py``).
   decrement in that scope and a ``free`` (:mod:`pyjlad.temporary_decrefs`), so that a temporary read after
   its last write is read again, not copied into the tape, when the decrement that frees it follows.
 
+One exception, for Enzyme's sake: a load of a temporary inside a loop that also writes that temporary (a root
+in common, :func:`read_in_written_loops`) keeps its ``!alias.scope`` but not its ``!noalias`` *reference counts*.
+Enzyme v0.0.289 decides whether a load's value must be kept for the reverse sweep by asking LLVM's alias analysis
+whether a later write may overwrite it (``overwritesToMemoryReadBy``), and that analysis answers for one
+iteration: ``V[i] = p * V[i + 1]`` reads ``V[i + 1]`` and writes ``V[i]``, "no alias", although the next
+iteration writes ``V[i + 1]``. Enzyme then read ``V[i + 1]`` again in the reverse sweep, after the loop had
+overwritten it, and the gradient was **silently wrong** (backward induction in a binomial option tree: 8x off;
+``tests/test_read_ahead.py``). Before this module, and with it for such loads, the temporary's decrement
+that follows (which may free it, as far as Enzyme knows) is the write that keeps the value.
+
 "Comes from" is exact: a pointer is classed by following ``getelementptr`` (its base), casts,
 ``freeze``, ``phi`` and ``select`` back to a parameter, or to the data field (offset 24) of a
 ``MemInfo`` that an allocation in this function returned; a pointer that meets both, or anything else
@@ -55,12 +65,14 @@ import enum
 from collections.abc import Iterable
 
 from .ir import Function, Metadata, Module, parse
+from .ir.cfg import ControlFlow, block_label, blocks
 from .ir.edit import declare
 from .ir.instructions import Instruction, parse_instruction
 from .ir.lexer import split_top_level, words
 from .temporary_decrefs import DECREF, inline_temporary_decrefs
 
-__all__ = ["ALLOCATIONS", "DATA_FIELD", "REFERENCE_COUNTS", "Origin", "pointer_origins", "scope_temporaries"]
+__all__ = ["ALLOCATIONS", "DATA_FIELD", "REFERENCE_COUNTS", "Origin", "pointer_origins", "read_in_written_loops",
+           "scope_temporaries"]
 
 #: pyjlad's allocators (:mod:`pyjlad.runtime`, ``nrt.ll``): a new block, header and data, no destructor.
 ALLOCATIONS = frozenset({"@NRT_MemInfo_alloc_aligned", "@NRT_MemInfo_alloc_safe_aligned", "@NRT_MemInfo_alloc",
@@ -216,12 +228,15 @@ class _Scopes:
 
 
 def _tag(instruction: Instruction, origins: dict[str, Origin], scopes: _Scopes,
-         runtime: frozenset[str]) -> str | None:
-    """``instruction``'s line with its metadata; ``None`` where it stays as it is."""
+         runtime: frozenset[str], read_ahead: bool = False) -> str | None:
+    """``instruction``'s line with its metadata; ``None`` where it stays as it is. ``read_ahead``: a load of a
+    temporary that its loop writes (see the module's docstring), which gets its scope only."""
     if instruction.opcode in ("load", "store"):
         origin = origins.get(instruction.address() or "")
         if origin is Origin.ARGUMENT:
             return instruction.with_metadata("!noalias", scopes.neither)
+        if origin is Origin.TEMPORARY and read_ahead:
+            return instruction.with_metadata("!alias.scope", scopes.in_temporaries)
         if origin is Origin.TEMPORARY:
             # A temporary's data is never a reference count (a header's first word), its own or an argument's.
             return parse_instruction(instruction.with_metadata("!alias.scope", scopes.in_temporaries)
@@ -243,17 +258,108 @@ def _tag(instruction: Instruction, origins: dict[str, Origin], scopes: _Scopes,
     return None
 
 
+def read_in_written_loops(function: Function, origins: dict[str, Origin] | None = None) -> set[int]:
+    """The body lines of ``function`` that load a temporary inside a loop that also writes that temporary:
+    a ``store`` (or ``llvm.memset``/``llvm.memcpy``/``llvm.memmove`` destination) in the loop whose address has a
+    root in common with the load's (:func:`_roots`: followed back through ``getelementptr``, casts, ``freeze``,
+    ``phi`` and ``select``).
+
+    Examples
+    --------
+    >>> from pyjlad.ir import parse
+    >>> f = parse('''define void @f(i64 %n) {
+    ... entry:
+    ...   %mi = call ptr @NRT_MemInfo_alloc_aligned(i64 %n, i32 32)
+    ...   %field = getelementptr i8, ptr %mi, i64 24
+    ...   %v = load ptr, ptr %field, align 8
+    ...   br label %loop
+    ... loop:
+    ...   %i = phi i64 [ 0, %entry ], [ %next, %loop ]
+    ...   %here = getelementptr double, ptr %v, i64 %i
+    ...   %ahead = getelementptr i8, ptr %here, i64 8
+    ...   %x = load double, ptr %ahead, align 8
+    ...   store double %x, ptr %here, align 8
+    ...   %next = add i64 %i, 1
+    ...   %more = icmp ult i64 %next, %n
+    ...   br i1 %more, label %loop, label %done
+    ... done:
+    ...   %first = load double, ptr %v, align 8
+    ...   ret void
+    ... }
+    ... ''').function("f")
+    >>> [f.body[k].split(",")[0].strip() for k in sorted(read_in_written_loops(f))]  # not the load after the loop
+    ['%x = load double']
+    """
+    origins = pointer_origins(function) if origins is None else origins
+    body = function.body or []
+    sources: dict[str, list[str]] = {}
+    for instruction in function.instructions():
+        if instruction.result is not None and instruction.opcode in _MOVES:
+            sources[instruction.result] = _moved_pointers(instruction)
+    block_of: dict[int, str | None] = {}  # each line's block (None: the entry's lines before any label)
+    block = None
+    for index, line in enumerate(body):
+        block = block_label(line) or block
+        block_of[index] = block
+    entry = next((name for name, _ in blocks(body)), None)
+    loads: list[tuple[int, frozenset[str]]] = []
+    writes: list[tuple[int, frozenset[str]]] = []
+    for index, line in enumerate(body):
+        if not any(word in line for word in ("load", "store", "@llvm.mem")):
+            continue
+        instruction = parse_instruction(line)
+        if instruction is None:
+            continue
+        call = instruction.call()
+        if call is not None and call.callee.startswith(("@llvm.memset.", "@llvm.memcpy.", "@llvm.memmove.")):
+            address = call.values[0] if call.values else None
+        elif instruction.opcode in ("load", "store"):
+            address = instruction.address()
+        else:
+            continue
+        if address is None or origins.get(address) is not Origin.TEMPORARY:
+            continue
+        found = (loads if instruction.opcode == "load" else writes)
+        found.append((index, _roots(address, sources)))
+    if not loads or not writes:
+        return set()
+    graph = ControlFlow.of(body)
+    chosen: set[int] = set()
+    for loop in graph.loops():
+        inside = loop.blocks
+        written = set().union(*(roots for k, roots in writes if (block_of.get(k) or entry) in inside))
+        chosen |= {k for k, roots in loads if (block_of.get(k) or entry) in inside and roots & written}
+    return chosen
+
+
+def _roots(value: str, sources: dict[str, list[str]]) -> frozenset[str]:
+    """The values ``value`` is computed from through pointer moves (itself where it is not one)."""
+    roots, seen, todo = set(), set(), [value]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current in sources:
+            todo += sources[current]
+        else:
+            roots.add(current)
+    return frozenset(roots)
+
+
 def _scope_function(function: Function, scopes: _Scopes, runtime: frozenset[str]) -> bool:
     """Tag ``function``'s accesses in place (``runtime``: the allocations and reference counts the module
     defines); whether any was."""
     origins = pointer_origins(function, runtime & ALLOCATIONS)
     body = function.body or []
+    read_ahead = read_in_written_loops(function, origins)
     tagged = False
     for index, line in enumerate(body):
         if not any(word in line for word in ("load", "store", "call")) or any(kind in line for kind in _SCOPED):
             continue
         instruction = parse_instruction(line)
-        tagged_line = _tag(instruction, origins, scopes, runtime) if instruction is not None else None
+        tagged_line = (_tag(instruction, origins, scopes, runtime, index in read_ahead)
+                       if instruction is not None else None)
         if tagged_line is not None:
             body[index] = tagged_line
             tagged = True

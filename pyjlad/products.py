@@ -42,6 +42,7 @@ from .pytrees import flatten_call, flattened_function, has_container, tangent_le
 from .sweep import Sweep, compact_overlapping, shadow_like
 from .vector_batched import jvp_batched, vjp_batched
 from .vector_products import check_chunk, hessian_columns, jacobian_vector
+from .written_aliases import refuse_written_aliases
 
 __all__ = ["jvp", "vjp", "jacobian", "hessian", "hvp"]
 
@@ -96,6 +97,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     if filled_f is not f or len(filled) > len(primals):  # omitted defaults: constants
         tangents = (*tangents, *(None,) * (len(filled) - len(primals)))
         return jvp(filled_f, filled, tangents, engine=engine, batched=batched, chunk=chunk)
+    refuse_written_aliases(f, primals, "jvp")
     if batched:
         return jvp_batched(f, primals, tangents, check_chunk(chunk), engine)
     if has_container(primals):
@@ -172,6 +174,7 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
     if filled_f is not f or len(filled) > len(primals):  # omitted defaults: constants, no cotangents returned
         value, cotangents = vjp(filled_f, filled, cotangent, engine=engine, batched=batched, chunk=chunk)
         return value, cotangents[: len(primals)]
+    refuse_written_aliases(f, primals, "vjp")
     if batched:
         return vjp_batched(f, primals, cotangent, check_chunk(chunk), engine)
     if has_container(primals):
@@ -311,6 +314,7 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
         raise ArgumentTypeError(f"wrt must be an argument's position or a tuple of them, got {wrt!r}")
     indices = tuple(argument_position(index, len(args)) for index in ((wrt,) if single else wrt))
     f, args = with_defaults(f, args)
+    refuse_written_aliases(f, args, "jacobian")
     for index in indices:
         if not differentiable(args[index]):
             raise ArgumentTypeError(f"argument {index} is not a float or float array: it has no derivative")
@@ -376,6 +380,7 @@ def _hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int, *, engine: str | None
     refuse_containers(primals, "hvp")
     wrt = argument_position(wrt, len(primals))
     f, primals = with_defaults(f, primals)
+    refuse_written_aliases(f, primals, "hvp")
     primals = compact_overlapping(primals, [i for i, p in enumerate(primals) if is_float_array(p)])
     x = primals[wrt]
     if isinstance(v, (tuple, list)):
@@ -422,6 +427,7 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: 
     wrt = argument_position(wrt, len(args))
     refuse_containers(args, "hessian")
     f, args = with_defaults(f, args)
+    refuse_written_aliases(f, args, "hessian")
     x = args[wrt]
     # Every column at the point given: each sweep runs f on copies of the arrays (one that f writes
     # would otherwise move the point from column to column), as the vector-mode sweeps do.

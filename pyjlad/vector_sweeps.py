@@ -32,7 +32,7 @@ from .sweep import Sweep
 from .vector_lanes import Lanes
 from .vector_plan import Refused, SweepPlan, fresh, shadowed, stack
 
-__all__ = ["NotInterleaved", "UnitChunks", "forward_chunks", "reverse_chunks", "sweeper"]
+__all__ = ["CotangentShapeError", "NotInterleaved", "UnitChunks", "forward_chunks", "reverse_chunks", "sweeper"]
 
 #: Directions yielded per chunk: ``make(start, stop, width)`` gives, per argument, a
 #: stacked ``(width, *shape)`` array (zero past ``stop - start``) or ``None``.
@@ -46,6 +46,14 @@ _SPARE_BYTES, _SPARE_SETS, _SPARE_SHAPES = 1 << 20, 2, 8
 
 class NotInterleaved(PyjladError):
     """The interleaved layout does not apply here: stack the shadows instead (never reaches the user)."""
+
+
+class CotangentShapeError(OutputShapeChanged, ArgumentError):
+    """Cotangents shaped otherwise than the output as planned. The plan's output shape may be an earlier call's
+    (:func:`pyjlad.vector_plan.sweep_plan` remembers it by the arrays' shapes and the integers: a bool, or the
+    values, can change it), so the caller measures the output and sweeps again first
+    (:func:`pyjlad.vector_products.planned`); measured, the error is the caller's, an :class:`ArgumentError`.
+    Until 2026-12-06 a batched ``vjp`` refused right cotangents after an earlier call with another output size."""
 
 
 class UnitChunks:
@@ -301,7 +309,7 @@ def reverse_chunks(plan: SweepPlan, primals: tuple[Any, ...], active: tuple[bool
         seed = None if units else np.asarray(seeds(start, stop, width)[0] if isinstance(seeds, UnitChunks)
                                              else seeds(start, stop, width), dtype=out_dtype)
         if seed is not None and seed.shape[1:] != np.shape(out_like):
-            raise ArgumentError(f"the cotangents have shape {seed.shape[1:]}; the output has {np.shape(out_like)}")
+            raise CotangentShapeError(f"the cotangents have shape {seed.shape[1:]}; the output has {np.shape(out_like)}")
         for i, lane in lanes.items():
             lane.load(args[i])
             args[i] = lane.primal

@@ -20,14 +20,17 @@ term ``e0``, ``e1`` to the result. About a third of the programs also gain a
 container block: a list of floats (or of ``(float, int)`` pairs) that starts
 empty, as a literal or as a repeated list and grows by ``append`` in ``f`` or
 in a helper it is passed to, sometimes popped; or a set of integer keys that
-decides which terms are added.
+decides which terms are added. About a third gain an in-place sweep of a temporary: each element updated
+from itself and the element the loop overwrites next (ahead in a forward sweep, behind in a backward one, the
+next row from an outer loop), as backward induction in an option tree does.
 
 Seeds: the base program of a seed is the one the generator always gave (its
 draws come first, from ``random.Random(seed)``); the blocks are drawn from an
 independent stream (:func:`_extension_rng`), and a seed whose stream draws no
 block (about a quarter of them) gives exactly the program it gave before the
 blocks were added, unless it gains a container block (from a third stream,
-``pyjlad-fuzz-containers-<seed>``, added after the others on 2026-12-06).
+``pyjlad-fuzz-containers-<seed>``, added after the others on 2026-12-06) or an in-place sweep (a fourth,
+``pyjlad-fuzz-sweeps-<seed>``, added later that day).
 """
 
 from __future__ import annotations
@@ -54,10 +57,13 @@ BLOCK_CONSTRUCTS = ("running-max", "running-min", "early-exit", "while-loop", "h
                     "swapped-buffers", "index-array", "axis-sum", "recurrence", "sibling-loops")
 #: Containers (since 2026-12-06), drawn from a stream of their own so that every seed keeps the blocks above.
 CONTAINER_CONSTRUCTS = ("list-growth", "integer-set")
-CONSTRUCTS = BLOCK_CONSTRUCTS + CONTAINER_CONSTRUCTS
-#: Share of seeds whose program gains extension blocks, and a container block.
+#: Temporaries swept in place, read ahead (since 2026-12-06), from a fourth stream.
+SWEEP_CONSTRUCTS = ("in-place-sweep",)
+CONSTRUCTS = BLOCK_CONSTRUCTS + CONTAINER_CONSTRUCTS + SWEEP_CONSTRUCTS
+#: Share of seeds whose program gains extension blocks, a container block, and an in-place sweep.
 EXTENSION_RATE = 0.75
 CONTAINER_RATE = 0.3
+SWEEP_RATE = 0.3
 
 
 @dataclass
@@ -117,9 +123,13 @@ def generate(seed: int) -> Program:
     containers = random.Random(f"pyjlad-fuzz-containers-{seed}")
     if containers.random() < CONTAINER_RATE:
         kinds.append(containers.choice(CONTAINER_CONSTRUCTS))
+    sweeps = random.Random(f"pyjlad-fuzz-sweeps-{seed}")
+    if sweeps.random() < SWEEP_RATE:
+        kinds.append(sweeps.choice(SWEEP_CONSTRUCTS))
     helpers: list[str] = []
     for j, kind in enumerate(kinds):
-        helper_lines, body_lines = _BLOCKS[kind](containers if kind in CONTAINER_CONSTRUCTS else ext, j)
+        stream = containers if kind in CONTAINER_CONSTRUCTS else sweeps if kind in SWEEP_CONSTRUCTS else ext
+        helper_lines, body_lines = _BLOCKS[kind](stream, j)
         helpers += helper_lines
         lines += body_lines
     lines.append("    return r + s" + "".join(f" + e{j}" for j in range(len(kinds))))
@@ -364,6 +374,31 @@ def _integer_set(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
     ]
 
 
+def _in_place_sweep(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    # A temporary swept in place, each element from itself and the one its loop overwrites next: ahead in a forward
+    # sweep, behind in a backward one, the next row in an outer loop (backward induction in an option tree).
+    w = f"{rng.uniform(0.2, 0.7):.3f}"
+    body = [f"    v{j} = {rng.choice(('np.empty', 'np.zeros'))}(x.shape[0] + 1)"]
+    body += ["    for i in range(x.shape[0] + 1):",
+             f"        v{j}[i] = {_expr(rng, ['x[i % x.shape[0]]', 'a'], 1)}"]
+    shape = rng.choice(("forward", "backward", "rows"))
+    mix = _expr(rng, [f"v{j}[i + 1]" if shape == "forward" else f"v{j}[i - 1]", "a"], 1)
+    if shape == "forward":
+        body += ["    for step in range(k):", "        for i in range(x.shape[0]):",
+                 f"            v{j}[i] = {w} * v{j}[i] + (1.0 - {w}) * math.tanh({mix})"]
+    elif shape == "backward":
+        body += ["    for step in range(k):", "        for i in range(x.shape[0], 0, -1):",
+                 f"            v{j}[i] = {w} * v{j}[i] + (1.0 - {w}) * math.tanh({mix})"]
+    else:
+        body += [f"    m{j} = np.empty((x.shape[0] + 1, 2))",
+                 "    for i in range(x.shape[0] + 1):", f"        m{j}[i, 0] = v{j}[i]", f"        m{j}[i, 1] = 0.5 * v{j}[i]",
+                 "    for i in range(x.shape[0]):", "        for c in range(2):",
+                 f"            m{j}[i, c] = {w} * m{j}[i, c] + (1.0 - {w}) * math.tanh(m{j}[i + 1, c] * a)",
+                 "    for i in range(x.shape[0] + 1):", f"        v{j}[i] = m{j}[i, 0] + m{j}[i, 1]"]
+    return [], body + [f"    e{j} = 0.0", "    for i in range(x.shape[0] + 1):",
+                       f"        e{j} += {_coef(rng)} * v{j}[i] + {_expr(rng, [f'v{j}[i]', 'a'], 1)}"]
+
+
 _BLOCKS = {
     "running-max": lambda rng, j: _running_extremum(rng, j, True),
     "running-min": lambda rng, j: _running_extremum(rng, j, False),
@@ -377,6 +412,7 @@ _BLOCKS = {
     "sibling-loops": _sibling_loops,
     "list-growth": _list_growth,
     "integer-set": _integer_set,
+    "in-place-sweep": _in_place_sweep,
 }
 
 

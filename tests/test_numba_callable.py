@@ -249,6 +249,46 @@ def test_other_array_kinds(make):
     np.testing.assert_array_equal(x, before)
 
 
+@njit
+def doubled_in_place(x):
+    for i in range(x.size):
+        x.flat[i] = 2.0 * x.flat[i]
+    return np.sum(x ** 2)
+
+
+DF_DOUBLED = pyjlad.grad(doubled_in_place)
+
+
+@njit
+def doubled_gradient_of_every_other(b):
+    return DF_DOUBLED(b[::2])
+
+
+@njit
+def doubled_gradient_of_each_column(m):
+    out = np.empty_like(m)
+    for j in range(m.shape[1]):
+        out[:, j] = DF_DOUBLED(m[:, j])
+    return out
+
+
+def test_a_strided_view_the_function_writes_is_written_as_by_a_call():
+    """The derivative runs on a C-contiguous copy of a strided view; until 2026-12-06 the function's own writes
+    into it stayed in the copy (a call of ``f``, and the derivative called from Python, write the view)."""
+    b = np.arange(1.0, 7.0)
+    by_call = b.copy()
+    doubled_in_place(by_call[::2])
+    gradient = doubled_gradient_of_every_other(b)
+    np.testing.assert_array_equal(b, by_call)
+    np.testing.assert_allclose(gradient, 8.0 * np.arange(1.0, 7.0)[::2], rtol=1e-14)  # d/dx sum((2x)^2)
+    m = np.arange(1.0, 13.0).reshape(3, 4)
+    before, by_call = m.copy(), m.copy()
+    for j in range(4):
+        doubled_in_place(by_call[:, j])
+    np.testing.assert_allclose(doubled_gradient_of_each_column(m), 8.0 * before, rtol=1e-14)
+    np.testing.assert_array_equal(m, by_call)
+
+
 # ------------------------------------------------------------------ many calls from compiled loops
 @njit
 def descend(x, steps, rate):

@@ -409,6 +409,47 @@ def test_a_result_whose_length_changes_between_calls_of_the_same_shapes_is_measu
         np.testing.assert_array_equal(x, before)
 
 
+@njit
+def squares_or_more(x, flag):
+    if flag:
+        return np.concatenate((np.sin(x), np.array([np.sum(x * x)])))
+    return np.cos(x) * x
+
+
+def squares_or_more_jax(x, flag):
+    return jnp.concatenate((jnp.sin(x), jnp.array([jnp.sum(x * x)]))) if flag else jnp.cos(x) * x
+
+
+def test_batched_vjp_measures_an_output_whose_size_a_flag_or_the_values_changed():
+    """The plan's output size is remembered by the arrays' shapes and the integers; a bool or the values may change
+    it. Until 2026-12-06 a batched vjp then refused right cotangents ("the output has (5,)"); now it measures the
+    output again, and still refuses cotangents of the wrong shape, naming the output's measured shape."""
+    x = np.array([0.3, -1.2, 0.8, 0.5, -0.7])
+    rng = np.random.default_rng(3)
+    for flag, size in [(False, 5), (True, 6), (False, 5)]:
+        cotangents = rng.normal(size=(3, size))
+        _, pullback = jax.vjp(lambda v, f=flag: squares_or_more_jax(v, f), jnp.asarray(x))
+        want = np.stack([np.asarray(pullback(jnp.asarray(c))[0]) for c in cotangents])
+        _, (got, flag_cotangent) = pyjlad.vjp(squares_or_more, (x, flag), cotangents, batched=True)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        assert flag_cotangent is None
+    with pytest.raises(ArgumentError, match=r"the cotangents have shape \(7,\); the output has \(6,\)"):
+        pyjlad.vjp(squares_or_more, (x, True), np.ones((2, 7)), batched=True)
+    for sign, size in [(1.0, 3), (-1.0, 2)]:  # the values decide the size
+        v = sign * x
+        mask = v > 0.0
+        cotangents = rng.normal(size=(2, size))
+        _, pullback = jax.vjp(lambda u, m=mask: jnp.sin(u[m]), jnp.asarray(v))
+        want = np.stack([np.asarray(pullback(jnp.asarray(c))[0]) for c in cotangents])
+        _, (got,) = pyjlad.vjp(positive_sines, (v,), cotangents, batched=True)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+@njit
+def positive_sines(x):
+    return np.sin(x[x > 0.0])
+
+
 def test_sweep_width_is_what_the_directions_need_at_most_the_chunk():
     # Hand-derived: the directions per thread, rounded up to a power of two (at least 2), capped by the chunk.
     assert [sweep_width(32, n) for n in (1, 2, 3, 5, 16, 17, 33, 500)] == [2, 2, 4, 8, 16, 32, 32, 32]

@@ -23,6 +23,7 @@ from ..errors import DifferentiatedFunctionError, UnsupportedFunctionError
 from ..export import ExportedFunction, as_numba_function, describe_function
 from ..out_of_bounds import check_guards
 from ..sweep import Sweep, compact_overlapping, overlaps_itself, shadow_like
+from ..written_aliases import refuse_written_aliases
 
 __all__ = ["Engine", "ReverseGradient", "Sweep", "compact_overlapping", "overlaps_itself", "reraise_from_function",
            "check_result", "resolve_activities", "shadow_like"]
@@ -135,6 +136,7 @@ class ReverseGradient:
             # Scalars only (the per-call fast path): adjoints come back in wrt order.
             value, _, adjoints = self._compiled(args, (), 1.0)
             return float(value) if self._value else None, tuple(map(float, adjoints))
+        refuse_written_aliases(self._func, args, "gradient")
         args = compact_overlapping(args, wrt)
         shadows = []
         views = []

@@ -278,18 +278,35 @@ def _zeros_like(a: Any) -> Any:
     return np.zeros(a.shape, a.dtype)
 
 
+def _copy_into(view: Any, copy: Any) -> None:
+    view[...] = copy
+
+
 def _pass_arguments(context: Any, builder: Any, plan: _CallPlan, llargs: Any) -> tuple[list[Any], list[Any]]:
     """The arguments as the sweep takes them (arrays to differentiate made C-contiguous copies
-    where they are not) and the copies to release after the call."""
+    where they are not) and the copies, ``(index, copy's type, copy)``, to write back and release after the call."""
     values, copies = [], []
-    for value, have, want in zip(llargs, plan.argtypes, plan.targets):
+    for index, (value, have, want) in enumerate(zip(llargs, plan.argtypes, plan.targets)):
         if isinstance(have, types.Array) and have != want:
             value = context.compile_internal(builder, _contiguous_copy, signature(want, have), [value])
-            copies.append((want, value))
+            copies.append((index, want, value))
         elif have != want:
             value = context.cast(builder, value, have, want)
         values.append(value)
     return values, copies
+
+
+def _write_back(context: Any, builder: Any, plan: _CallPlan, llargs: Any, copies: list[Any]) -> None:
+    """Write each copy of an array the function writes (:attr:`pyjlad.abi.ArrayArg.writes`) back into the
+    caller's view, as a call of the function would have written it, then release every copy. Until 2026-12-06
+    a derivative called from ``@njit`` code on a strided view (``df(b[::2])``, a column) lost the function's
+    own writes into it, while the same call from Python kept them."""
+    args = plan.built.exported.abi.args
+    for index, copy_type, copy in copies:
+        if index < len(args) and getattr(args[index], "writes", False):
+            have = plan.argtypes[index]
+            context.compile_internal(builder, _copy_into, signature(types.none, have, copy_type), [llargs[index], copy])
+        context.nrt.decref(builder, copy_type, copy)
 
 
 def _zeroed_shadows(context: Any, builder: Any, plan: _CallPlan, values: list[Any]) -> dict[int, Any]:
@@ -356,8 +373,7 @@ def _make_impl(derivative: _ValueAndGrad, plan: _CallPlan) -> Callable[..., Any]
         shadows = _zeroed_shadows(context, builder, plan, values)
         status, excinfo, value_slot, adjoint_slots = _call_driver(context, builder, plan, values, shadows,
                                                                   result_type)
-        for copy_type, copy in copies:
-            context.nrt.decref(builder, copy_type, copy)
+        _write_back(context, builder, plan, llargs, copies)
         _raise_on_failure(context, builder, status, excinfo, exported.name,
                           rerun=(plan.func, plan.argtypes, list(llargs)))
         value = context.cast(builder, builder.load(value_slot), result_type, types.float64)

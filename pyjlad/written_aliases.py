@@ -1,0 +1,101 @@
+"""Arguments the caller passes as one memory while the function writes one of them: refused, not guessed.
+
+``f(u, u, w)`` (an in-place update through a function written for an input and an output) has no derivative
+pyjlad can give without guessing: Enzyme gives every array argument its own shadow, so the sweep mixed the
+aliased run of the function (its writes land in the array it reads) with separate adjoints for the two names.
+Until 2026-12-06 such a gradient was **silently wrong** (6x where the aliased call's derivative is 8x and two
+separate arrays' 4x), a ``jvp`` too, while ``jacobian`` and ``hessian``, which run on private copies, gave the
+separate arrays' answer. Arguments that share memory but are only read (``kernel(X, X)``) are differentiated
+as usual: each name gets its adjoint, as JAX's would.
+
+:func:`refuse_written_aliases` checks the caller's arguments before a transform copies or sweeps them:
+``np.may_share_memory`` first (bounds only, about 0.2 us a pair), then, only where that finds a pair, the
+function's ABI (which arguments it writes: :attr:`pyjlad.abi.ArrayArg.writes`) and ``np.shares_memory``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .abi import ArrayArg
+from .errors import ArgumentError
+from .export import describe_function, export, numba_argtypes
+
+__all__ = ["refuse_written_aliases", "overlapping_pairs"]
+
+#: Work ``np.shares_memory`` may spend on one pair of strided arrays before the pair counts as overlapping.
+_MAX_WORK = 100_000
+
+
+def overlapping_pairs(args: tuple[Any, ...]) -> list[tuple[int, int]]:
+    """The pairs ``(i, j)``, ``i < j``, of array arguments whose memory overlaps (or may, where deciding it
+    exactly would take too long).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x, y = np.ones(6), np.ones(6)
+    >>> overlapping_pairs((x, x, 2.0, y)), overlapping_pairs((x[::2], x[1::2], x[3:]))
+    ([(0, 1)], [(0, 2), (1, 2)])
+    >>> overlapping_pairs((x[::2], x[1::2]))  # interleaved: no element in common
+    []
+    """
+    arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.size]
+    pairs = []
+    for k, (i, a) in enumerate(arrays):
+        for j, b in arrays[k + 1:]:
+            if np.may_share_memory(a, b) and _shares(a, b):
+                pairs.append((i, j))
+    return pairs
+
+
+def _shares(a: np.ndarray, b: np.ndarray) -> bool:
+    try:
+        return bool(np.shares_memory(a, b, max_work=_MAX_WORK))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def refuse_written_aliases(f: Any, args: tuple[Any, ...], transform: str) -> None:
+    """Raise :class:`~pyjlad.errors.ArgumentError` where two array arguments of ``f`` share memory and ``f``
+    writes one of them; do nothing otherwise (the usual case costs one ``np.may_share_memory`` per pair).
+
+    Examples
+    --------
+    >>> import numpy as np, pyjlad
+    >>> from numba import njit
+    >>> @njit
+    ... def scale(x, out):
+    ...     for i in range(x.size):
+    ...         out[i] = 2.0 * x[i]
+    ...     return np.sum(x * out)
+    >>> u = np.array([1.0, 2.0])
+    >>> refuse_written_aliases(scale, (u, u.copy()), "gradient")  # separate arrays: nothing to say
+    >>> refuse_written_aliases(scale, (u, u), "gradient")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pyjlad.errors.ArgumentError: gradient: arguments 0 and 1 of scale are the same memory, and scale writes argument 1...
+    """
+    pairs = overlapping_pairs(args)
+    if not pairs:
+        return
+    abi = export(f, numba_argtypes(args)).abi
+    for i, j in pairs:
+        written = [k for k in (i, j) if k < len(abi.args) and isinstance(abi.args[k], ArrayArg) and abi.args[k].writes]
+        if written:
+            name = describe_function(f)
+            raise ArgumentError(
+                f"{transform}: arguments {i} and {j} of {name} are "
+                f"{'the same memory' if _same_view(args[i], args[j]) else 'overlapping views of one array'}, and "
+                f"{name} writes argument {written[-1]}: its derivative would depend on which of the two names each "
+                "adjoint belongs to, which pyjlad cannot tell (Enzyme gives each argument its own). To differentiate the "
+                f"update in place, differentiate an @njit function that calls {name} with the same array as "
+                f"arguments {i} and {j} itself; to treat them as two arrays, pass a copy (np.copy) as one of them"
+            )
+
+
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are views of the same elements in the same layout."""
+    return (a.shape, a.strides, a.__array_interface__["data"][0]) == (b.shape, b.strides, b.__array_interface__["data"][0])

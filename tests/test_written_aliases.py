@@ -1,0 +1,134 @@
+"""The same array passed twice to a function that writes one of the two (``gs(u, u, w)``): refused by every transform.
+
+Until 2026-12-06 ``gradient`` and ``jvp`` of such a call were silently wrong (matching neither the aliased call
+nor two separate arrays), while ``jacobian`` and ``hessian`` gave the separate arrays' answer
+(:mod:`pyjlad.written_aliases`). Now each transform raises an ``ArgumentError`` saying what to write, before
+anything runs; the two rewrites it names are checked against JAX (float64, from copies taken before the call), and
+arrays that share memory but are only read still differentiate.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numba import njit
+
+import pyjlad
+
+jax.config.update("jax_enable_x64", True)
+
+U = np.array([0.3, -1.2, 0.8, 0.5, -0.7, 1.1])
+W = 0.9
+
+
+@njit
+def sweep(u, out, w):
+    for i in range(1, u.size - 1):
+        out[i] = 0.5 * (u[i - 1] + u[i + 1]) * w + 0.1 * u[i] ** 2
+    return np.sum(out ** 2)
+
+
+@njit
+def in_place(u, w):
+    """The rewrite the refusal names for the update in place: the function passes the array twice itself."""
+    return sweep(u, u, w)
+
+
+def in_place_jax(u, w):
+    for i in range(1, u.size - 1):
+        u = u.at[i].set(0.5 * (u[i - 1] + u[i + 1]) * w + 0.1 * u[i] ** 2)
+    return jnp.sum(u ** 2)
+
+
+def separate_jax(u, out, w):
+    i = np.arange(1, u.size - 1)
+    out = out.at[i].set(0.5 * (u[i - 1] + u[i + 1]) * w + 0.1 * u[i] ** 2)
+    return jnp.sum(out ** 2)
+
+
+@njit
+def gram(a, b):
+    total = 0.0
+    for i in range(a.size):
+        for j in range(b.size):
+            total += np.exp(-(a[i] - b[j]) ** 2) * a[i]
+    return total
+
+
+def gram_jax(a, b):
+    return jnp.sum(jnp.exp(-(a[:, None] - b[None, :]) ** 2) * a[:, None])
+
+
+TRANSFORMS = {
+    "gradient": lambda u: pyjlad.gradient(sweep, u, u, W),
+    "value_and_grad": lambda u: pyjlad.value_and_grad(sweep, wrt=(0, 1))(u, u, W),
+    "grad_of_the_output": lambda u: pyjlad.grad(sweep, wrt=1)(u, u, W),
+    "jvp": lambda u: pyjlad.jvp(sweep, (u, u, W), (np.ones(6), None, None)),
+    "vjp": lambda u: pyjlad.vjp(sweep, (u, u, W), 1.0),
+    "jacobian_reverse": lambda u: pyjlad.jacobian(sweep, u, u, W),
+    "jacobian_forward": lambda u: pyjlad.jacobian(sweep, u, u, W, mode="forward"),
+    "hessian": lambda u: pyjlad.hessian(sweep, u, u, W),
+    "hvp": lambda u: pyjlad.hvp(sweep, (u, u, W), np.ones(6)),
+}
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS.values(), ids=TRANSFORMS.keys())
+def test_the_same_array_as_input_and_written_output_is_refused(transform):
+    u = U.copy()
+    with pytest.raises(pyjlad.ArgumentError) as info:
+        transform(u)
+    message = str(info.value)
+    assert "arguments 0 and 1 of sweep are the same memory" in message and "writes argument 1" in message
+    assert "calls sweep with the same array as arguments 0 and 1 itself" in message and "np.copy" in message
+    assert u.tobytes() == U.tobytes()  # refused before anything ran
+
+
+def test_overlapping_views_with_a_write_are_refused():
+    x = np.linspace(-1.0, 1.0, 8)
+    before = x.copy()
+    with pytest.raises(pyjlad.ArgumentError, match="overlapping views of one array"):
+        pyjlad.gradient(sweep, x[1:], x[:-1], W)
+    assert x.tobytes() == before.tobytes()
+
+
+def test_the_update_in_place_differentiates_as_the_refusal_says():
+    expected = np.asarray(jax.grad(in_place_jax)(jnp.asarray(U), W))
+    np.testing.assert_allclose(pyjlad.gradient(in_place, U.copy(), W), expected, rtol=1e-12, atol=1e-14)
+    u = U.copy()
+    np.testing.assert_allclose(pyjlad.hessian(in_place, u, W), jax.hessian(in_place_jax)(jnp.asarray(U), W),
+                               rtol=1e-12, atol=1e-14)
+    assert u.tobytes() == U.tobytes()  # hessian runs on copies (gradient, like a call, writes the caller's u)
+
+
+def test_a_copy_as_the_output_differentiates_as_two_arrays():
+    u, out = U.copy(), U.copy()
+    expected = jax.grad(separate_jax, argnums=(0, 1))(jnp.asarray(U), jnp.asarray(U), W)
+    gu, gout = pyjlad.gradient(sweep, u, out, W, wrt=(0, 1))
+    np.testing.assert_allclose(gu, expected[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gout, expected[1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("second", [lambda a: a, lambda a: a[::-1]], ids=["same", "reversed"])
+def test_arrays_sharing_memory_that_are_only_read_still_differentiate(second):
+    a = np.linspace(-0.8, 1.2, 5)
+    before = a.copy()
+    b = second(a)
+    expected = jax.grad(gram_jax, argnums=(0, 1))(jnp.asarray(before), jnp.asarray(second(before)))
+    ga, gb = pyjlad.gradient(gram, a, b, wrt=(0, 1))
+    np.testing.assert_allclose(ga, expected[0], rtol=1e-12)
+    np.testing.assert_allclose(gb, expected[1], rtol=1e-12)
+    value, tangent = pyjlad.jvp(gram, (a, b), (np.ones(5), None))
+    np.testing.assert_allclose(tangent, float(jnp.sum(expected[0])), rtol=1e-12)
+    assert a.tobytes() == before.tobytes()
+
+
+def test_interleaved_views_share_no_element_and_differentiate():
+    x = np.linspace(-1.0, 1.0, 12)
+    before = x.copy()
+    u, out = x[::2], x[1::2]
+    expected = jax.grad(separate_jax, argnums=(0, 1))(jnp.asarray(before[::2]), jnp.asarray(before[1::2]), W)
+    gu, gout = pyjlad.gradient(sweep, u, out, W, wrt=(0, 1))
+    np.testing.assert_allclose(gu, expected[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gout, expected[1], rtol=1e-12, atol=1e-14)
