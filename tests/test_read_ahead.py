@@ -13,12 +13,11 @@ ahead in an outer loop, several sweeps, the temporary made by ``np.empty``, ``np
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from corpus.family_numerics import american_put, american_put_jax, value_iteration, value_iteration_jax
 from numba import njit
 
 import pyjlad
@@ -40,38 +39,6 @@ def filled_then_read_ahead_jax(p, n):
     V = jnp.arange(n + 1.0)
     V = V.at[:n].set(p * V[1:])
     return V[0] ** 2 + V[1] ** 2
-
-
-@njit
-def american_put(S0, r, sig):
-    n, K, T = 40, 105.0, 1.0
-    dt = T / n
-    u = math.exp(sig * math.sqrt(dt))
-    d = 1.0 / u
-    p = (math.exp(r * dt) - d) / (u - d)
-    disc = math.exp(-r * dt)
-    V = np.empty(n + 1)
-    for i in range(n + 1):
-        V[i] = max(K - S0 * u ** (n - i) * d ** i, 0.0)
-    for step in range(n - 1, -1, -1):
-        for i in range(step + 1):
-            V[i] = max(disc * (p * V[i] + (1.0 - p) * V[i + 1]), K - S0 * u ** (step - i) * d ** i)
-    return V[0]
-
-
-def american_put_jax(S0, r, sig):
-    n, K, T = 40, 105.0, 1.0
-    dt = T / n
-    u = jnp.exp(sig * jnp.sqrt(dt))
-    d = 1.0 / u
-    p = (jnp.exp(r * dt) - d) / (u - d)
-    disc = jnp.exp(-r * dt)
-    i = jnp.arange(n + 1)
-    V = jnp.maximum(K - S0 * u ** (n - i) * d ** i, 0.0)
-    for step in range(n - 1, -1, -1):
-        i = jnp.arange(step + 1)
-        V = jnp.maximum(disc * (p * V[:-1] + (1.0 - p) * V[1:]), K - S0 * u ** (step - i) * d ** i)
-    return V[0]
 
 
 @njit
@@ -125,28 +92,6 @@ def rows_read_ahead_jax(x, w):
     m = x[:, None] * jnp.arange(1.0, 4.0)[None, :]
     m = m.at[:-1].set(w * m[1:] * m[:-1] + 0.1 * jnp.arange(3.0)[None, :])
     return jnp.sum(jnp.cos(m))
-
-
-@njit
-def _made_by_a_helper(x):
-    return np.exp(x * 0.5)
-
-
-@njit
-def value_iteration(gamma, rewards):
-    """In-place value iteration on a chain whose helper makes the values."""
-    v = _made_by_a_helper(rewards)
-    for _ in range(4):
-        for s in range(v.size - 1):
-            v[s] = rewards[s] + gamma * max(v[s], v[s + 1])
-    return np.sum(v)
-
-
-def value_iteration_jax(gamma, rewards):
-    v = jnp.exp(rewards * 0.5)
-    for _ in range(4):
-        v = v.at[:-1].set(rewards[:-1] + gamma * jnp.maximum(v[:-1], v[1:]))
-    return jnp.sum(v)
 
 
 X = np.array([0.4, -0.7, 1.1, 0.25, -0.3, 0.9])

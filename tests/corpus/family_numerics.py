@@ -781,3 +781,71 @@ def prefix_sum_loss_jax(x):
 
 program(FAMILY, "prefix-sum-loss", prefix_sum_loss, prefix_sum_loss_jax,
         lambda rng: (rng.standard_normal(9),), transforms=SMOOTH)
+
+
+# ------------------------------------------------------------------ in-place sweeps reading ahead
+# Each element is updated from the one the loop overwrites next: Enzyme read it again after the loop had overwritten
+# it, and these gradients were silently wrong until 2026-12-06 (tests/test_read_ahead.py).
+@njit
+def american_put(S0, r, sig):
+    n, K, T = 40, 105.0, 1.0
+    dt = T / n
+    u = math.exp(sig * math.sqrt(dt))
+    d = 1.0 / u
+    p = (math.exp(r * dt) - d) / (u - d)
+    disc = math.exp(-r * dt)
+    V = np.empty(n + 1)
+    for i in range(n + 1):
+        V[i] = max(K - S0 * u ** (n - i) * d ** i, 0.0)
+    for step in range(n - 1, -1, -1):
+        for i in range(step + 1):
+            V[i] = max(disc * (p * V[i] + (1.0 - p) * V[i + 1]), K - S0 * u ** (step - i) * d ** i)
+    return V[0]
+
+
+def american_put_jax(S0, r, sig):
+    n, K, T = 40, 105.0, 1.0
+    dt = T / n
+    u = jnp.exp(sig * jnp.sqrt(dt))
+    d = 1.0 / u
+    p = (jnp.exp(r * dt) - d) / (u - d)
+    disc = jnp.exp(-r * dt)
+    i = jnp.arange(n + 1)
+    V = jnp.maximum(K - S0 * u ** (n - i) * d ** i, 0.0)
+    for step in range(n - 1, -1, -1):
+        i = jnp.arange(step + 1)
+        V = jnp.maximum(disc * (p * V[:-1] + (1.0 - p) * V[1:]), K - S0 * u ** (step - i) * d ** i)
+    return V[0]
+
+
+
+program(FAMILY, "american-put-binomial", american_put, american_put_jax,
+        lambda rng: (float(rng.uniform(95.0, 100.0)), float(rng.uniform(0.02, 0.04)), float(rng.uniform(0.2, 0.3))),
+        wrt=(0, 1, 2), transforms=SMOOTH, rtol=1e-8)
+
+
+@njit
+def _values_of_rewards(x):
+    return np.exp(x * 0.5)
+
+
+@njit
+def value_iteration(gamma, rewards):
+    """In-place value iteration on a chain whose helper makes the values."""
+    v = _values_of_rewards(rewards)
+    for _ in range(4):
+        for s in range(v.size - 1):
+            v[s] = rewards[s] + gamma * max(v[s], v[s + 1])
+    return np.sum(v)
+
+
+def value_iteration_jax(gamma, rewards):
+    v = jnp.exp(rewards * 0.5)
+    for _ in range(4):
+        v = v.at[:-1].set(rewards[:-1] + gamma * jnp.maximum(v[:-1], v[1:]))
+    return jnp.sum(v)
+
+
+program(FAMILY, "value-iteration-in-place", value_iteration, value_iteration_jax,
+        lambda rng: (float(rng.uniform(0.8, 0.95)), rng.standard_normal(7) * 0.5), wrt=(0, 1), transforms=SMOOTH,
+        rtol=1e-8)

@@ -668,7 +668,21 @@ def _bad_input_probes() -> list[Probe]:
                     TypeError, "is None, which pyjlad cannot pass", (71,)))
     out.append(_bad("an @njit function passed as an argument", lambda: g(_applied, np.ones(2), _total), _UE,
                     r"argument 1 is a function \(Numba type type\(CPUDispatcher", (73,)))
+    out.append(_bad("the same array as an input and the output the function writes",
+                    lambda: g(_doubled_into, _SHARED, _SHARED), pyjlad.ArgumentError,
+                    r"arguments 0 and 1 of _doubled_into are the same memory, and _doubled_into writes argument 1",
+                    (74,)))
     return out
+
+
+_SHARED = np.linspace(0.1, 0.6, 6)
+
+
+@njit
+def _doubled_into(x, out):
+    for i in range(x.size):
+        out[i] = 2.0 * x[i]
+    return np.sum(x * out)
 
 
 @njit
