@@ -266,6 +266,12 @@ def _output_shape(f: Any, primals: tuple[Any, ...]) -> tuple[tuple[int, ...], An
     value = as_numba_function(f)(*copy_arrays(primals))
     if isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32):
         return value.shape, value.dtype
+    if isinstance(value, np.ndarray):
+        raise UnsupportedFunctionError(
+            f"jacobian needs a function with one float or float-array output; {describe_function(f)} returns an "
+            f"array of {value.dtype}, which has no derivative: return floats (.astype(np.float64)) where the "
+            "result should have one"
+        )
     raise UnsupportedFunctionError(
         f"jacobian needs a function with one float or float-array output; "
         f"{describe_function(f)} returns {type(value).__name__} (use vjp/jvp for tuple outputs)"
@@ -424,6 +430,11 @@ def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: 
     [[6.0, 2.0], [2.0, 0.0]]
     """
     needs_point(args, "hessian")
+    if isinstance(wrt, (tuple, list)):
+        raise ArgumentTypeError(
+            f"hessian takes one argument's position as wrt (the Hessian with respect to it), got {wrt!r}: for the "
+            "Hessian with respect to several arguments, pass them as one array and split it inside the function"
+        )
     wrt = argument_position(wrt, len(args))
     refuse_containers(args, "hessian")
     f, args = with_defaults(f, args)

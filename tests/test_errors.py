@@ -286,3 +286,17 @@ def test_none_passed_as_an_argument_says_to_leave_the_default_out() -> None:
     np.testing.assert_allclose(pyjlad.grad(weighted)(x), 2 * x)  # the default, left out: fine
     with pytest.raises(pyjlad.UnsupportedFunctionError, match=r"argument 1 is None.*leave it out of the call"):
         pyjlad.grad(weighted)(x, None)
+
+
+def test_a_jacobian_of_an_integer_array_names_the_dtype() -> None:
+    """Until 2026-12-06 the message said the function "returns ndarray (use vjp/jvp for tuple outputs)"."""
+    x = np.array([0.3, -1.2, 0.8])
+    with pytest.raises(pyjlad.UnsupportedFunctionError, match=r"returns an array of int64, which has no derivative"):
+        pyjlad.jacobian(njit(lambda v: (v > 0).astype(np.int64)), x)
+
+
+def test_a_hessian_with_several_positions_says_it_takes_one() -> None:
+    """Until 2026-12-06: "wrt must name one of arguments 0..1 ..., got (0, 1)", as if (0, 1) were out of range."""
+    x = np.array([0.3, -1.2, 0.8])
+    with pytest.raises(pyjlad.ArgumentTypeError, match=r"hessian takes one argument's position as wrt"):
+        pyjlad.hessian(njit(lambda a, b: np.sum(a * b) ** 2), x, x.copy(), wrt=(0, 1))
