@@ -46,13 +46,17 @@ def overlapping_pairs(args: tuple[Any, ...]) -> list[tuple[int, int]]:
     >>> overlapping_pairs((x[::2], x[1::2]))  # interleaved: no element in common
     []
     """
-    arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.size]
+    arrays = [(i, a) for i, a in enumerate(args) if isinstance(a, np.ndarray)]
     pairs = []
-    for k, (i, a) in enumerate(arrays):
-        for j, b in arrays[k + 1:]:
-            if np.may_share_memory(a, b) and _shares(a, b):
+    for k in range(1, len(arrays)):
+        i, a = arrays[k - 1]
+        for j, b in arrays[k:]:
+            if _may_share(a, b) and _shares(a, b):
                 pairs.append((i, j))
     return pairs
+
+
+_may_share = np.may_share_memory
 
 
 def _shares(a: np.ndarray, b: np.ndarray) -> bool:
@@ -82,6 +86,9 @@ def refuse_written_aliases(f: Any, args: tuple[Any, ...], transform: str) -> Non
     ...
     pyjlad.errors.ArgumentError: gradient: arguments 0 and 1 of scale are the same memory, and scale writes argument 1...
     """
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    if len(arrays) < 2 or (len(arrays) == 2 and not _may_share(*arrays)):  # the usual calls, quickly
+        return
     pairs = overlapping_pairs(args)
     if not pairs:
         return

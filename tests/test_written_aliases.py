@@ -65,6 +65,7 @@ TRANSFORMS = {
     "gradient": lambda u: pyjlad.gradient(sweep, u, u, W),
     "value_and_grad": lambda u: pyjlad.value_and_grad(sweep, wrt=(0, 1))(u, u, W),
     "grad_of_the_output": lambda u: pyjlad.grad(sweep, wrt=1)(u, u, W),
+    "gradient_of_a_scalar": lambda u: pyjlad.gradient(sweep, u, u, W, wrt=2),
     "jvp": lambda u: pyjlad.jvp(sweep, (u, u, W), (np.ones(6), None, None)),
     "vjp": lambda u: pyjlad.vjp(sweep, (u, u, W), 1.0),
     "jacobian_reverse": lambda u: pyjlad.jacobian(sweep, u, u, W),

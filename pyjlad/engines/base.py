@@ -134,6 +134,8 @@ class ReverseGradient:
             )
         if not any(isinstance(args[index], np.ndarray) for index in wrt):
             # Scalars only (the per-call fast path): adjoints come back in wrt order.
+            if nargs > len(wrt):  # constant arguments, maybe arrays (pyjlad.written_aliases)
+                refuse_written_aliases(self._func, args, "gradient")
             value, _, adjoints = self._compiled(args, (), 1.0)
             return float(value) if self._value else None, tuple(map(float, adjoints))
         refuse_written_aliases(self._func, args, "gradient")
