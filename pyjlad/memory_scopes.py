@@ -72,7 +72,7 @@ from .ir.lexer import split_top_level, words
 from .temporary_decrefs import DECREF, inline_temporary_decrefs
 
 __all__ = ["ALLOCATIONS", "DATA_FIELD", "REFERENCE_COUNTS", "Origin", "pointer_origins", "read_in_written_loops",
-           "scope_temporaries"]
+           "pointer_roots", "pointer_sources", "scope_temporaries"]
 
 #: pyjlad's allocators (:mod:`pyjlad.runtime`, ``nrt.ll``): a new block, header and data, no destructor.
 ALLOCATIONS = frozenset({"@NRT_MemInfo_alloc_aligned", "@NRT_MemInfo_alloc_safe_aligned", "@NRT_MemInfo_alloc",
@@ -261,7 +261,7 @@ def _tag(instruction: Instruction, origins: dict[str, Origin], scopes: _Scopes,
 def read_in_written_loops(function: Function, origins: dict[str, Origin] | None = None) -> set[int]:
     """The body lines of ``function`` that load a temporary inside a loop that also writes that temporary:
     a ``store`` (or ``llvm.memset``/``llvm.memcpy``/``llvm.memmove`` destination) in the loop whose address has a
-    root in common with the load's (:func:`_roots`: followed back through ``getelementptr``, casts, ``freeze``,
+    root in common with the load's (:func:`pointer_roots`: followed back through ``getelementptr``, casts, ``freeze``,
     ``phi`` and ``select``).
 
     Examples
@@ -292,10 +292,7 @@ def read_in_written_loops(function: Function, origins: dict[str, Origin] | None 
     """
     origins = pointer_origins(function) if origins is None else origins
     body = function.body or []
-    sources: dict[str, list[str]] = {}
-    for instruction in function.instructions():
-        if instruction.result is not None and instruction.opcode in _MOVES:
-            sources[instruction.result] = _moved_pointers(instruction)
+    sources = pointer_sources(function)
     block_of: dict[int, str | None] = {}  # each line's block (None: the entry's lines before any label)
     block = None
     for index, line in enumerate(body):
@@ -320,7 +317,7 @@ def read_in_written_loops(function: Function, origins: dict[str, Origin] | None 
         if address is None or origins.get(address) is not Origin.TEMPORARY:
             continue
         found = (loads if instruction.opcode == "load" else writes)
-        found.append((index, _roots(address, sources)))
+        found.append((index, pointer_roots(address, sources)))
     if not loads or not writes:
         return set()
     graph = ControlFlow.of(body)
@@ -332,8 +329,15 @@ def read_in_written_loops(function: Function, origins: dict[str, Origin] | None 
     return chosen
 
 
-def _roots(value: str, sources: dict[str, list[str]]) -> frozenset[str]:
-    """The values ``value`` is computed from through pointer moves (itself where it is not one)."""
+def pointer_sources(function: Function) -> dict[str, list[str]]:
+    """For each pointer move of ``function`` (``getelementptr``, casts, ``freeze``, ``phi``, ``select``), the values
+    its result comes from (:func:`pointer_roots` follows them)."""
+    return {i.result: _moved_pointers(i) for i in function.instructions() if i.result is not None and i.opcode in _MOVES}
+
+
+def pointer_roots(value: str, sources: dict[str, list[str]]) -> frozenset[str]:
+    """The values ``value`` is computed from through pointer moves (``sources``: :func:`pointer_sources`), itself
+    where it is not one."""
     roots, seen, todo = set(), set(), [value]
     while todo:
         current = todo.pop()

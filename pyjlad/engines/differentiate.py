@@ -54,6 +54,7 @@ from ..targets.nvptx import NVPTX_TRIPLE
 from ..toolchain import Toolchain, locate
 from ..trip_counts import distinct_trip_counts
 from ..unread_tape_slots import unread_slots_on_the_stack
+from ..written_arguments import keep_written_arguments
 from ..zeroed_allocations import zeroed_allocations
 from .blas import BLAS_NAME
 from .driver import OOM_ENTER
@@ -444,6 +445,8 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # The entry's own temporaries told apart from its caller's memory, so that Enzyme does not cache what it
     # can read again (pyjlad.memory_scopes).
     scoped = scope_temporaries(module_text, exported.abi.entry) if config.scope_temporaries() else module_text
+    # The caller's arrays it reads and writes kept for the reverse sweep (pyjlad.written_arguments).
+    scoped = keep_written_arguments(scoped, exported.abi.entry)
     texts = [prepare_special(m) for m in (*nested, scoped, *linked_modules(exported))]
     linked = toolchain.link(texts, what=exported.name, text=True).decode() if len(texts) > 1 else texts[0]
     # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
