@@ -50,6 +50,11 @@ __version__ = "0.1.0"
 # handlers to the application: logging.basicConfig(level=logging.DEBUG) shows them.
 _logging.getLogger("pyjlad").addHandler(_logging.NullHandler())
 
+# Written inside @njit code, each of these is a Numba typing error saying what to write instead.
+_numba_calls.python_only.register({"gradient": gradient, "value_and_gradient": value_and_gradient, "grad": grad,
+                                   "value_and_grad": value_and_grad, "jvp": jvp, "vjp": vjp, "jacobian": jacobian,
+                                   "hvp": hvp, "hessian": hessian})
+
 __all__ = [
     "gradient", "value_and_gradient", "grad", "value_and_grad",
     "jvp", "vjp", "jacobian", "hessian", "hvp", "jacrev", "jacfwd", "jvp_fn", "vjp_fn", "hvp_fn", "vmap",

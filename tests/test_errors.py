@@ -300,3 +300,29 @@ def test_a_hessian_with_several_positions_says_it_takes_one() -> None:
     x = np.array([0.3, -1.2, 0.8])
     with pytest.raises(pyjlad.ArgumentTypeError, match=r"hessian takes one argument's position as wrt"):
         pyjlad.hessian(njit(lambda a, b: np.sum(a * b) ** 2), x, x.copy(), wrt=(0, 1))
+
+
+@njit
+def _square_sum(x):
+    return np.sum(x * x)
+
+
+@njit
+def _gradient_written_inside(x):
+    return pyjlad.gradient(_square_sum, x)
+
+
+@njit
+def _grad_built_inside(x):
+    g = pyjlad.grad(_square_sum)
+    return g(x)
+
+
+@pytest.mark.parametrize("caller, name", [(_gradient_written_inside, "gradient"), (_grad_built_inside, "grad")])
+def test_a_transform_written_inside_njit_says_to_build_it_outside(caller, name) -> None:
+    """Until 2026-12-06 Numba said only "Unknown attribute 'gradient' of type Module(<module 'pyjlad'>)"."""
+    from numba.core.errors import TypingError
+
+    with pytest.raises(TypingError, match=rf"pyjlad.{name} cannot be called inside @njit code: build the derivative "
+                                          r"in Python, outside the @njit function"):
+        caller(np.ones(3))

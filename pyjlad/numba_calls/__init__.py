@@ -11,6 +11,7 @@ Importing this package registers the Numba types (``pyjlad`` imports it).
 
 from . import batched as _batched  # noqa: F401 - registers the vmap callables' Numba type
 from . import products as _products  # noqa: F401 - registers the product callables' Numba type
+from . import python_only
 from .derivatives import (  # noqa: F401 - the helpers other modules build on, under their old names
     DerivativeType,
     _build_for_numba,
@@ -25,4 +26,4 @@ from .derivatives import (  # noqa: F401 - the helpers other modules build on, u
 )
 from .sweeps import RawSweep, RawSweepType, raw_sweep
 
-__all__ = ["DerivativeType", "RawSweep", "RawSweepType", "raw_sweep", "resolve_symbols"]
+__all__ = ["DerivativeType", "RawSweep", "RawSweepType", "python_only", "raw_sweep", "resolve_symbols"]

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 from numba import jit, njit
+from numba.core.errors import TypingError as _TypingError
 
 import pyjlad
 from pyjlad import Active, Duplicated, Forward, Reverse
@@ -672,7 +673,19 @@ def _bad_input_probes() -> list[Probe]:
                     lambda: g(_doubled_into, _SHARED, _SHARED), pyjlad.ArgumentError,
                     r"arguments 0 and 1 of _doubled_into are the same memory, and _doubled_into writes argument 1",
                     (74,)))
+    out.append(_bad("pyjlad.gradient written inside @njit code", lambda: _gradient_inside(np.ones(3)), _TypingError,
+                    r"pyjlad.gradient cannot be called inside @njit code: build the derivative in Python", (75,)))
     return out
+
+
+@njit
+def _gradient_inside(x):
+    return pyjlad.gradient(_doubled_sum, x)
+
+
+@njit
+def _doubled_sum(x):
+    return np.sum(2.0 * x * x)
 
 
 _SHARED = np.linspace(0.1, 0.6, 6)
