@@ -65,13 +65,13 @@ import enum
 from collections.abc import Iterable
 
 from .ir import Function, Metadata, Module, parse
-from .ir.cfg import ControlFlow, block_label, blocks
+from .ir.cfg import ControlFlow, block_label
 from .ir.edit import declare
 from .ir.instructions import Instruction, parse_instruction
 from .ir.lexer import split_top_level, words
 from .temporary_decrefs import DECREF, inline_temporary_decrefs
 
-__all__ = ["ALLOCATIONS", "DATA_FIELD", "REFERENCE_COUNTS", "Origin", "pointer_origins", "read_in_written_loops",
+__all__ = ["ALLOCATIONS", "DATA_FIELD", "MEMORY_WRITERS", "REFERENCE_COUNTS", "Origin", "pointer_origins", "read_in_written_loops",
            "pointer_roots", "pointer_sources", "scope_temporaries"]
 
 #: pyjlad's allocators (:mod:`pyjlad.runtime`, ``nrt.ll``): a new block, header and data, no destructor.
@@ -84,6 +84,8 @@ DATA_FIELD = "24"
 _MOVES = frozenset({"getelementptr", "bitcast", "addrspacecast", "freeze", "phi", "select"})
 _NOT_MEMORY = frozenset({"null", "undef", "poison", "zeroinitializer"})
 _SCOPED = ("!alias.scope", "!noalias")
+#: The intrinsics whose first argument is memory they write.
+MEMORY_WRITERS = ("@llvm.memset.", "@llvm.memcpy.", "@llvm.memmove.")
 
 
 class Origin(enum.Enum):
@@ -298,7 +300,6 @@ def read_in_written_loops(function: Function, origins: dict[str, Origin] | None 
     for index, line in enumerate(body):
         block = block_label(line) or block
         block_of[index] = block
-    entry = next((name for name, _ in blocks(body)), None)
     loads: list[tuple[int, frozenset[str]]] = []
     writes: list[tuple[int, frozenset[str]]] = []
     for index, line in enumerate(body):
@@ -308,7 +309,7 @@ def read_in_written_loops(function: Function, origins: dict[str, Origin] | None 
         if instruction is None:
             continue
         call = instruction.call()
-        if call is not None and call.callee.startswith(("@llvm.memset.", "@llvm.memcpy.", "@llvm.memmove.")):
+        if call is not None and call.callee.startswith(MEMORY_WRITERS):
             address = call.values[0] if call.values else None
         elif instruction.opcode in ("load", "store"):
             address = instruction.address()
@@ -321,6 +322,7 @@ def read_in_written_loops(function: Function, origins: dict[str, Origin] | None 
     if not loads or not writes:
         return set()
     graph = ControlFlow.of(body)
+    entry = graph.names[0] if graph.names else None
     chosen: set[int] = set()
     for loop in graph.loops():
         inside = loop.blocks

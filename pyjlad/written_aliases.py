@@ -9,7 +9,7 @@ separate arrays' answer. Arguments that share memory but are only read (``kernel
 as usual: each name gets its adjoint, as JAX's would.
 
 :func:`refuse_written_aliases` checks the caller's arguments before a transform copies or sweeps them:
-``np.may_share_memory`` first (bounds only, about 0.2 us a pair), then, only where that finds a pair, the
+``np.may_share_memory`` first (bounds only: two arrays take one call), then, only where that finds a pair, the
 function's ABI (which arguments it writes: :attr:`pyjlad.abi.ArrayArg.writes`) and ``np.shares_memory``.
 
 Not checked: :func:`pyjlad.autodiff`, Enzyme's own vocabulary, where the caller gives every shadow (two

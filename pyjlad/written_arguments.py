@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .ir import Function, Module, parse
 from .ir.instructions import parse_instruction
-from .memory_scopes import pointer_roots, pointer_sources
+from .memory_scopes import MEMORY_WRITERS, pointer_roots, pointer_sources
 
 __all__ = ["BARRIER", "keep_written_arguments", "read_and_written_parameters"]
 
@@ -30,7 +30,6 @@ __all__ = ["BARRIER", "keep_written_arguments", "read_and_written_parameters"]
 BARRIER = "@pyjlad.written_argument"
 _DEFINITION = (f'define internal void {BARRIER}(ptr %p) noinline nounwind argmemonly "enzyme_inactive" '
                '"enzyme_ta_norecur" {\nentry:\n  call void asm sideeffect "", "r,~{memory}"(ptr %p)\n  ret void\n}\n')
-_WRITERS = ("@llvm.memset.", "@llvm.memcpy.", "@llvm.memmove.")
 
 
 def read_and_written_parameters(function: Function) -> list[str]:
@@ -59,7 +58,7 @@ def read_and_written_parameters(function: Function) -> list[str]:
     written: set[str] = set()
     for instruction in function.instructions():
         call = instruction.call()
-        if call is not None and call.callee.startswith(_WRITERS) and call.values:
+        if call is not None and call.callee.startswith(MEMORY_WRITERS) and call.values:
             written |= pointer_roots(call.values[0], sources)
             if not call.callee.startswith("@llvm.memset.") and len(call.values) > 1:
                 read |= pointer_roots(call.values[1], sources)

@@ -444,9 +444,12 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     module_text = _callees_inlined(toolchain, module_text, exported.name, exported.abi.entry, whatever_they_call)
     # The entry's own temporaries told apart from its caller's memory, so that Enzyme does not cache what it
     # can read again (pyjlad.memory_scopes).
-    scoped = scope_temporaries(module_text, exported.abi.entry) if config.scope_temporaries() else module_text
-    # The caller's arrays it reads and writes kept for the reverse sweep (pyjlad.written_arguments).
-    scoped = keep_written_arguments(scoped, exported.abi.entry)
+    # Then the caller's arrays it reads and writes kept for the reverse sweep (pyjlad.written_arguments). Both
+    # change the one parsed module in place.
+    entry_module = parse(module_text)
+    if config.scope_temporaries():
+        scope_temporaries(entry_module, exported.abi.entry)
+    scoped = keep_written_arguments(entry_module, exported.abi.entry)
     texts = [prepare_special(m) for m in (*nested, scoped, *linked_modules(exported))]
     linked = toolchain.link(texts, what=exported.name, text=True).decode() if len(texts) > 1 else texts[0]
     # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
