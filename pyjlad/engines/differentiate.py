@@ -24,6 +24,7 @@ from ..errors import (
     EnzymeError,
 )
 from ..export import ExportedFunction
+from ..forward_over_reverse import INLINE_PASS, forward_over_reverse_text, inline_allocators
 from ..inline_callees import INLINE_PASSES, mark_inlinable, more_inlinable
 from ..ir.edit import (
     float_copies_as_loops,
@@ -454,9 +455,23 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     linked = toolchain.link(texts, what=exported.name, text=True).decode() if len(texts) > 1 else texts[0]
     # Small constant-trip loops unrolled; then every loop's trip count its own (pyjlad.trip_counts), so that
     # Enzyme never reads one loop's cache with another loop's counter.
-    unrolled = toolchain.run_text(linked, UNROLL_CONSTANT_LOOPS, what=exported.name, defines=exported.abi.entry)
+    # In a forward derivative of a reverse sweep, pyjlad's allocators inlined first: otherwise Enzyme frees nothing
+    # they allocate (pyjlad.forward_over_reverse).
+    linked, passes = _allocators_inlined(linked)
+    unrolled = toolchain.run_text(linked, passes, what=exported.name, defines=exported.abi.entry)
     typed = _fills_typed(_list_types_hinted(unrolled))
     return dominance_ordered(distinct_trip_counts(_exits_through_latches(_allocation_failures_exit(typed))))
+
+
+def _allocators_inlined(module_text: str) -> tuple[str, str]:
+    """``module_text`` with :func:`pyjlad.forward_over_reverse.inline_allocators` applied, and the passes that inline
+    what it marked and unroll small constant-trip loops (:data:`UNROLL_CONSTANT_LOOPS` alone where nothing was)."""
+    if not forward_over_reverse_text(module_text):
+        return module_text, UNROLL_CONSTANT_LOOPS
+    module = parse(module_text, strict=False)
+    if not inline_allocators(module):
+        return module_text, UNROLL_CONSTANT_LOOPS
+    return module.render(), f"{INLINE_PASS},{UNROLL_CONSTANT_LOOPS}"
 
 
 def _list_types_hinted(module_text: str) -> str:
@@ -522,7 +537,11 @@ def _base_options(module: str | bytes, host: bool) -> tuple[str, ...]:
     derivative runs on this machine's CPU."""
     text = module.decode() if isinstance(module, bytes) else module
     base = (*NO_SPECULATION_ARGS, NO_HOISTED_CACHES)
-    return (*base, MAX_CACHE) if host and bounded_caches_fit(text) else base
+    # Not in a forward derivative of a reverse sweep: there Enzyme v0.0.289 frees nothing a loop with caches sized
+    # once allocates (pyjlad.forward_over_reverse).
+    if host and bounded_caches_fit(text) and not forward_over_reverse_text(text):
+        return (*base, MAX_CACHE)
+    return base
 
 
 def enzyme_input_key() -> str:
@@ -539,10 +558,12 @@ def enzyme_input_key() -> str:
     (:mod:`pyjlad.allocation_exits`; both since 2026-12-05: a derivative refused before, Enzyme out of memory, is
     built); a loop's early ways out with long searches taken at its latch (:mod:`pyjlad.loop_exit_latches`, since
     2026-12-05: the same); the copies and fills of growing lists typed (:mod:`pyjlad.list_growth`, since
-    2026-12-06: a list that grows was refused before)."""
+    2026-12-06: a list that grows was refused before); in a forward derivative of a reverse sweep, pyjlad's
+    allocators inlined and no loop caches sized once (:mod:`pyjlad.forward_over_reverse`, since 2026-12-06: a
+    derivative cached before leaked memory on every call)."""
     scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
