@@ -193,3 +193,48 @@ def test_vector_mode_hessian_of_a_list_of_arrays_gives_back_what_it_allocates() 
     grown = growth_over(lambda: pyjlad.hessian(list_of_arrays, x, chunk=4), warm=3, repeats=CALLS)
     np.testing.assert_array_equal(x, before)
     assert grown < 40 * CALLS, f"{grown / CALLS:.0f} bytes more in use per call over {CALLS} calls"
+
+
+@njit
+def _checked_square_sum(x):
+    if x[0] < 0:
+        raise ValueError("x[0] must not be negative")
+    total = 0.0
+    for i in range(x.size):
+        total += x[i] * x[i] * np.sin(x[i])
+    return total
+
+
+_checked_gradient = pyjlad.grad(_checked_square_sum)
+
+
+@njit
+def _gradient_inside(x):
+    return _checked_gradient(x)
+
+
+@njit
+def _plain_inside(x):
+    return _checked_square_sum(x)
+
+
+def _swallowing(call, x):
+    def run():
+        with pytest.raises(ValueError, match="must not be negative"):
+            call(x)
+    return run
+
+
+def test_a_derivative_called_from_njit_that_stops_at_an_exception_gives_back_its_gradient() -> None:
+    # Numba itself keeps a small block per exception raised in compiled code (the plain call measures it); the
+    # derivative lost its gradient array (8 bytes per element) on top of that until 2026-12-06.
+    x = np.linspace(0.5, 1.5, 4096)
+    x[0] = -1.0
+    before = x.copy()
+    plain = growth_over(_swallowing(_plain_inside, x), warm=3, repeats=CALLS)
+    derivative = growth_over(_swallowing(_gradient_inside, x), warm=3, repeats=CALLS)
+    np.testing.assert_array_equal(x, before)
+    assert derivative - plain < 40 * CALLS, f"{(derivative - plain) / CALLS:.0f} bytes more per call than Numba's own"
+    x[0] = 1.0
+    expected = 2 * x * np.sin(x) + x * x * np.cos(x)
+    np.testing.assert_allclose(_gradient_inside(x), expected, rtol=1e-12, atol=1e-14)

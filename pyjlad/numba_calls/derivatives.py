@@ -375,7 +375,8 @@ def _make_impl(derivative: _ValueAndGrad, plan: _CallPlan) -> Callable[..., Any]
                                                                   result_type)
         _write_back(context, builder, plan, llargs, copies)
         _raise_on_failure(context, builder, status, excinfo, exported.name,
-                          rerun=(plan.func, plan.argtypes, list(llargs)))
+                          rerun=(plan.func, plan.argtypes, list(llargs)),
+                          release=[(plan.targets[i], shadow) for i, shadow in shadows.items()])
         value = context.cast(builder, builder.load(value_slot), result_type, types.float64)
         adjoints = [builder.load(slot) for slot in adjoint_slots]
         return _results(context, builder, derivative, plan, sig, value, adjoints, shadows)
@@ -390,8 +391,14 @@ def _excinfo_ptr_type() -> ir.Type:
 
 
 def _raise_on_failure(context: Any, builder: Any, status: Any, excinfo: Any, name: str,
-                      rerun: tuple[Any, tuple[types.Type, ...], list[Any]] | None = None) -> None:
+                      rerun: tuple[Any, tuple[types.Type, ...], list[Any]] | None = None,
+                      release: list[tuple[types.Type, Any]] = ()) -> None:
     """Propagate an exception the differentiated function raised; ``MemoryError`` when the sweep ran out.
+
+    ``release``: ``(type, value)`` of the arrays made for the call's results (the gradients to be), released before
+    the exception propagates. Until 2026-12-06 a derivative called from ``@njit`` code that stopped at an
+    exception lost its gradient arrays (8 bytes per element and a header per failed call; found by a user-style
+    probe).
 
     With ``rerun`` (the function, its argument types, the call's values): the exception the function itself
     raises when called again with these arguments, as the Python path re-raises it
@@ -401,6 +408,8 @@ def _raise_on_failure(context: Any, builder: Any, status: Any, excinfo: Any, nam
     the caller garbled (``EOFError``, a crash or a hang; a constant message reached it intact)."""
     failed = builder.icmp_signed("!=", status, status.type(0))
     with cgutils.if_unlikely(builder, failed):
+        for kind, value in release:
+            context.nrt.decref(builder, kind, value)
         out_of_memory = builder.icmp_signed("==", status, status.type(OUT_OF_MEMORY))
         with builder.if_else(out_of_memory) as (oom, other):
             with oom:
