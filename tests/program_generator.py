@@ -22,7 +22,10 @@ empty, as a literal or as a repeated list and grows by ``append`` in ``f`` or
 in a helper it is passed to, sometimes popped; or a set of integer keys that
 decides which terms are added. About a third gain an in-place sweep of a temporary: each element updated
 from itself and the element the loop overwrites next (ahead in a forward sweep, behind in a backward one, the
-next row from an outer loop), as backward induction in an option tree does.
+next row from an outer loop), as backward induction in an option tree does. About a fifth end with a sweep of
+the argument ``x`` itself, in place (the same shapes, into the caller's array: each element from itself and the
+one the loop overwrites next), after which its terms read ``x``; the checks take their finite differences and
+the derivative on copies of the point taken before any call.
 
 Seeds: the base program of a seed is the one the generator always gave (its
 draws come first, from ``random.Random(seed)``); the blocks are drawn from an
@@ -30,7 +33,8 @@ independent stream (:func:`_extension_rng`), and a seed whose stream draws no
 block (about a quarter of them) gives exactly the program it gave before the
 blocks were added, unless it gains a container block (from a third stream,
 ``pyjlad-fuzz-containers-<seed>``, added after the others on 2026-12-06) or an in-place sweep (a fourth,
-``pyjlad-fuzz-sweeps-<seed>``, added later that day).
+``pyjlad-fuzz-sweeps-<seed>``, added later that day) or a sweep of its argument (a fifth,
+``pyjlad-fuzz-arguments-<seed>``, added later still).
 """
 
 from __future__ import annotations
@@ -59,11 +63,15 @@ BLOCK_CONSTRUCTS = ("running-max", "running-min", "early-exit", "while-loop", "h
 CONTAINER_CONSTRUCTS = ("list-growth", "integer-set")
 #: Temporaries swept in place, read ahead (since 2026-12-06), from a fourth stream.
 SWEEP_CONSTRUCTS = ("in-place-sweep",)
-CONSTRUCTS = BLOCK_CONSTRUCTS + CONTAINER_CONSTRUCTS + SWEEP_CONSTRUCTS
-#: Share of seeds whose program gains extension blocks, a container block, and an in-place sweep.
+#: The argument ``x`` swept in place at the end (since 2026-12-06), from a fifth stream.
+ARGUMENT_CONSTRUCTS = ("argument-sweep",)
+CONSTRUCTS = BLOCK_CONSTRUCTS + CONTAINER_CONSTRUCTS + SWEEP_CONSTRUCTS + ARGUMENT_CONSTRUCTS
+#: Share of seeds whose program gains extension blocks, a container block, an in-place sweep, and a sweep of
+#: its argument.
 EXTENSION_RATE = 0.75
 CONTAINER_RATE = 0.3
 SWEEP_RATE = 0.3
+ARGUMENT_RATE = 0.2
 
 
 @dataclass
@@ -126,9 +134,13 @@ def generate(seed: int) -> Program:
     sweeps = random.Random(f"pyjlad-fuzz-sweeps-{seed}")
     if sweeps.random() < SWEEP_RATE:
         kinds.append(sweeps.choice(SWEEP_CONSTRUCTS))
+    arguments = random.Random(f"pyjlad-fuzz-arguments-{seed}")
+    if arguments.random() < ARGUMENT_RATE:
+        kinds.append(arguments.choice(ARGUMENT_CONSTRUCTS))
     helpers: list[str] = []
     for j, kind in enumerate(kinds):
-        stream = containers if kind in CONTAINER_CONSTRUCTS else sweeps if kind in SWEEP_CONSTRUCTS else ext
+        stream = (containers if kind in CONTAINER_CONSTRUCTS else sweeps if kind in SWEEP_CONSTRUCTS
+                  else arguments if kind in ARGUMENT_CONSTRUCTS else ext)
         helper_lines, body_lines = _BLOCKS[kind](stream, j)
         helpers += helper_lines
         lines += body_lines
@@ -399,6 +411,19 @@ def _in_place_sweep(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
                        f"        e{j} += {_coef(rng)} * v{j}[i] + {_expr(rng, [f'v{j}[i]', 'a'], 1)}"]
 
 
+def _argument_sweep(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    # The caller's array swept in place, each element from itself and the one the loop overwrites next (ahead in a
+    # forward sweep, behind in a backward one), then read: backward induction into the argument.
+    w = f"{rng.uniform(0.2, 0.7):.3f}"
+    forward = rng.random() < 0.5
+    mix = _expr(rng, ["x[i + 1]" if forward else "x[i - 1]", "a"], 1)
+    loop = "range(x.shape[0] - 1)" if forward else "range(x.shape[0] - 1, 0, -1)"
+    body = ["    for step in range(k):", f"        for i in {loop}:",
+            f"            x[i] = {w} * x[i] + (1.0 - {w}) * math.tanh({mix})"]
+    return [], body + [f"    e{j} = 0.0", "    for i in range(x.shape[0]):",
+                       f"        e{j} += {_coef(rng)} * x[i] + {_expr(rng, ['x[i]', 'a'], 1)}"]
+
+
 _BLOCKS = {
     "running-max": lambda rng, j: _running_extremum(rng, j, True),
     "running-min": lambda rng, j: _running_extremum(rng, j, False),
@@ -413,6 +438,7 @@ _BLOCKS = {
     "list-growth": _list_growth,
     "integer-set": _integer_set,
     "in-place-sweep": _in_place_sweep,
+    "argument-sweep": _argument_sweep,
 }
 
 
@@ -433,7 +459,7 @@ def central_fd(f, x: np.ndarray, a: float, k: int, h: float = 1e-6) -> tuple[np.
         xp[i] += h
         xm[i] -= h
         gx[i] = (f(xp, a, k) - f(xm, a, k)) / (2 * h)
-    ga = (f(x, a + h, k) - f(x, a - h, k)) / (2 * h)
+    ga = (f(x.copy(), a + h, k) - f(x.copy(), a - h, k)) / (2 * h)  # copies: f may write its argument
     return gx, ga
 
 
@@ -448,8 +474,8 @@ def check(seed: int, tol: float = 1e-5) -> tuple[str, str]:
 
     try:
         program = generate(seed)
-        x, a, k = sample_point(seed)
-        value = program.func(x, a, k)
+        x, a, k = sample_point(seed)  # never passed itself: a program may write its argument (argument-sweep)
+        value = program.func(x.copy(), a, k)
     except Exception as exc:  # noqa: BLE001 - the generator produced something Numba rejects
         return "invalid-program", f"{type(exc).__name__}: {exc}"
     if not math.isfinite(value) or abs(value) > 1e6:
@@ -457,7 +483,7 @@ def check(seed: int, tol: float = 1e-5) -> tuple[str, str]:
     try:
         pyjlad.gradient(program.func, x.copy(), a, k, wrt=(0, 1))  # built; the second call is the one checked,
         poison_small_free_blocks()  # on a heap of NaN: a derivative reading memory it never wrote shows
-        gx, ga = pyjlad.gradient(program.func, x, a, k, wrt=(0, 1))
+        gx, ga = pyjlad.gradient(program.func, x.copy(), a, k, wrt=(0, 1))
     except Exception as exc:  # noqa: BLE001 - classified by type
         return f"pyjlad-error:{type(exc).__name__}", str(exc).splitlines()[0][:200]
     fx, fa = central_fd(program.func, x, a, k)
