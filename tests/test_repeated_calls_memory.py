@@ -136,6 +136,23 @@ def _gradient_penalty_jax(x):
     return g * g + x
 
 
+def _jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def _right_then_steady(call, expected, *inputs) -> None:
+    """``call()`` gives ``expected`` (JAX's, from copies taken before), then reaches a steady state over
+    :data:`CALLS` more calls, the ``inputs`` unchanged."""
+    before = [a.copy() for a in inputs]
+    np.testing.assert_allclose(call(), expected, rtol=1e-10, atol=1e-12)
+    grown = growth_over(call, warm=3, repeats=CALLS)
+    for a, b in zip(inputs, before):
+        np.testing.assert_array_equal(a, b)
+    assert grown < 40 * CALLS, f"{grown / CALLS:.0f} bytes more in use per call over {CALLS} calls"
+
+
 @pytest.mark.parametrize("func, oracle", [
     (with_temporaries, _with_temporaries_jax),
     (allocating_per_iteration, _allocating_per_iteration_jax),
@@ -143,31 +160,17 @@ def _gradient_penalty_jax(x):
 ], ids=["temporaries", "per_iteration", "per_parallel_iteration"])
 def test_vector_mode_hessians_give_back_what_the_function_allocates(func, oracle) -> None:
     # A Hessian in vector mode (chunk 4: several sweeps per call) is Enzyme's forward derivative of the gradient.
-    jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
     x = np.linspace(0.1, 1.0, 12)
-    before = x.copy()
-    expected = np.asarray(jax.hessian(oracle)(before))
-    np.testing.assert_allclose(pyjlad.hessian(func, x, chunk=4), expected, rtol=1e-10, atol=1e-12)
-    grown = growth_over(lambda: pyjlad.hessian(func, x, chunk=4), warm=3, repeats=CALLS)
-    np.testing.assert_array_equal(x, before)
-    assert grown < 40 * CALLS, f"{grown / CALLS:.0f} bytes more in use per call over {CALLS} calls"
+    expected = np.asarray(_jax().hessian(oracle)(x.copy()))
+    _right_then_steady(lambda: pyjlad.hessian(func, x, chunk=4), expected, x)
 
 
 def test_forward_jacobians_of_a_gradient_penalty_give_back_what_it_allocates() -> None:
     # jacobian(mode="forward") in vector mode of a function calling a pyjlad.grad object: a forward derivative of
     # the gradient's reverse sweep.
-    jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
     x = np.linspace(0.1, 1.0, 12)
-    before = x.copy()
-    expected = np.asarray(jax.jacfwd(_gradient_penalty_jax)(before))
-    np.testing.assert_allclose(pyjlad.jacobian(gradient_penalty, x, mode="forward", chunk=4), expected,
-                               rtol=1e-10, atol=1e-12)
-    grown = growth_over(lambda: pyjlad.jacobian(gradient_penalty, x, mode="forward", chunk=4), warm=3,
-                        repeats=CALLS)
-    np.testing.assert_array_equal(x, before)
-    assert grown < 40 * CALLS, f"{grown / CALLS:.0f} bytes more in use per call over {CALLS} calls"
+    expected = np.asarray(_jax().jacfwd(_gradient_penalty_jax)(x.copy()))
+    _right_then_steady(lambda: pyjlad.jacobian(gradient_penalty, x, mode="forward", chunk=4), expected, x)
 
 
 @njit
@@ -184,15 +187,9 @@ def list_of_arrays(x):
 @pytest.mark.xfail(strict=True, reason="known: a vector-mode Hessian of a function growing a list of arrays still "
                                        "loses memory on every call (README, Limitations)")
 def test_vector_mode_hessian_of_a_list_of_arrays_gives_back_what_it_allocates() -> None:
-    jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
     x = np.linspace(0.1, 1.0, 12)
-    before = x.copy()
-    expected = np.asarray(jax.hessian(lambda y: sum(((y * (i + 1.0)) ** 3).sum() for i in range(3)))(before))
-    np.testing.assert_allclose(pyjlad.hessian(list_of_arrays, x, chunk=4), expected, rtol=1e-10, atol=1e-12)
-    grown = growth_over(lambda: pyjlad.hessian(list_of_arrays, x, chunk=4), warm=3, repeats=CALLS)
-    np.testing.assert_array_equal(x, before)
-    assert grown < 40 * CALLS, f"{grown / CALLS:.0f} bytes more in use per call over {CALLS} calls"
+    expected = np.asarray(_jax().hessian(lambda y: sum(((y * (i + 1.0)) ** 3).sum() for i in range(3)))(x.copy()))
+    _right_then_steady(lambda: pyjlad.hessian(list_of_arrays, x, chunk=4), expected, x)
 
 
 @njit
@@ -243,15 +240,7 @@ def test_a_derivative_called_from_njit_that_stops_at_an_exception_gives_back_its
 @pytest.mark.xfail(strict=True, reason="known: a Hessian-vector product of a parallel=True function loses a few hundred "
                                        "bytes on every call (README, Limitations)")
 def test_hessian_vector_products_of_a_parallel_function_give_back_what_they_allocate() -> None:
-    jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
     x = np.linspace(0.1, 1.0, 64)
     v = np.cos(x)
-    before, direction = x.copy(), v.copy()
-    expected = np.asarray(jax.jvp(jax.grad(_allocating_per_iteration_jax), (before,), (direction,))[1])
-    np.testing.assert_allclose(pyjlad.hvp(allocating_per_parallel_iteration, (x,), v), expected,
-                               rtol=1e-10, atol=1e-12)
-    grown = growth_over(lambda: pyjlad.hvp(allocating_per_parallel_iteration, (x,), v), warm=3, repeats=CALLS)
-    np.testing.assert_array_equal(x, before)
-    np.testing.assert_array_equal(v, direction)
-    assert grown < 40 * CALLS, f"{grown / CALLS:.0f} bytes more in use per call over {CALLS} calls"
+    expected = np.asarray(_jax().jvp(_jax().grad(_allocating_per_iteration_jax), (x.copy(),), (v.copy(),))[1])
+    _right_then_steady(lambda: pyjlad.hvp(allocating_per_parallel_iteration, (x,), v), expected, x, v)
