@@ -316,9 +316,6 @@ def _copies_looped(module: str | bytes) -> str:
 #: from an integer array the function fills in one loop and reads in another: ``np.maximum(np.minimum(k, 4),
 #: 0)`` written as two statements).
 _ADDED_INTEGER_FAILURE = "Cannot deduce adding type of"
-#: Enzyme met an integer operation it took for one with a derivative, on the same line (a count in a set's header,
-#: ``used + 1``, which it could not type: the set of integer keys of a function that writes its argument).
-_UNKNOWN_BINARY = "cannot handle unknown binary operator:"
 #: Forward mode met an intrinsic it cannot differentiate, named on the next line, its call on the one after (an
 #: integer one: ``llvm.smax`` of ``np.clip``).
 _UNKNOWN_INTRINSIC = "unknown intrinsic"
@@ -338,16 +335,10 @@ def _integer_taken_active(diagnostics: str) -> bool:
     >>> _integer_taken_active("Enzyme: cannot handle (forward) unknown intrinsic\nllvm.smax\n"
     ...                       "  %.pj3 = tail call <8 x i64> @llvm.smax.v8i64(<8 x i64> %s, <8 x i64> %w) #11")
     True
-    >>> _integer_taken_active("cannot handle unknown binary operator:   %.513 = add i64 %.512, 1")
-    True
-    >>> _integer_taken_active("cannot handle unknown binary operator:   %.5 = frem double %.4, %.3")
-    False
     """
     if _ADDED_INTEGER_FAILURE in diagnostics:
         return True
     lines = diagnostics.splitlines()
-    if any(integer_valued(line.partition(_UNKNOWN_BINARY)[2]) for line in lines if _UNKNOWN_BINARY in line):
-        return True
     if _SHADOW_ASSERTION in diagnostics and any(
             integer_valued(line.partition("oval=")[2].partition(" icv=")[0]) for line in lines if "oval=" in line):
         return True
@@ -569,12 +560,10 @@ def enzyme_input_key() -> str:
     2026-12-05: the same); the copies and fills of growing lists typed (:mod:`pyjlad.list_growth`, since
     2026-12-06: a list that grows was refused before); in a forward derivative of a reverse sweep, pyjlad's
     allocators inlined and no loop caches sized once (:mod:`pyjlad.forward_over_reverse`, since 2026-12-06: a
-    derivative cached before leaked memory on every call); an integer operation Enzyme could not type (``cannot handle
-    unknown binary operator`` on an ``add i64``: a set's count) retried with the integer accesses typed before loose
-    types (since 2026-12-06: such a derivative was built with loose types, or refused)."""
+    derivative cached before leaked memory on every call)."""
     scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once; untyped integer operations retried with integers typed"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
