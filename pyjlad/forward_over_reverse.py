@@ -34,7 +34,7 @@ from .ir import Module, parse
 from .ir.analysis import reachable, references
 from .list_growth import LIST_REALLOC
 
-__all__ = ["ALLOCATORS", "INLINE_PASS", "allocators", "forward_over_reverse", "forward_over_reverse_text",
+__all__ = ["INLINE_PASS", "allocators", "forward_over_reverse", "forward_over_reverse_text",
            "inline_allocators"]
 
 #: ``opt``'s pass that inlines what :func:`inline_allocators` marked.
@@ -56,10 +56,6 @@ def allocators() -> frozenset[str]:
     """
     return frozenset(f.symbol for f in runtime.module("nrt.ll").definitions
                      if f.return_type == "ptr" and references(f) & _ALLOCATING and not f.symbol.startswith(LIST_REALLOC))
-
-
-#: The same set, named once for the reader (computed from ``nrt.ll`` by :func:`allocators`).
-ALLOCATORS = allocators()
 
 
 def _runtime_name(symbol: str) -> str:
@@ -120,7 +116,7 @@ def forward_over_reverse_text(text: str) -> bool:
 
 
 def inline_allocators(module: Module) -> int:
-    """Mark ``alwaysinline`` the :data:`ALLOCATORS` ``module`` defines, where :func:`forward_over_reverse` holds;
+    """Mark ``alwaysinline`` the :func:`allocators` ``module`` defines, where :func:`forward_over_reverse` holds;
     how many were marked (0: ``module`` unchanged).
 
     Examples
@@ -149,7 +145,7 @@ def inline_allocators(module: Module) -> int:
         return 0
     marked = 0
     for function in module.definitions:
-        if _runtime_name(function.symbol) in ALLOCATORS and "alwaysinline" not in function.attributes:
+        if _runtime_name(function.symbol) in allocators() and "alwaysinline" not in function.attributes:
             function.attributes.append("alwaysinline")
             marked += 1
     return marked
