@@ -39,6 +39,7 @@ from .errors import (
     UncheckedDerivativeWarning,
     UnsupportedFunctionError,
 )
+from .frozen_globals import watch as _watch
 from .product_fns import hvp_fn, jacfwd, jacrev, jvp_fn, vjp_fn
 from .products import hessian, hvp, jacobian, jvp, vjp
 from .rules import CustomDerivative, custom_derivative
@@ -49,6 +50,9 @@ __version__ = "0.1.0"
 # The library logs to "pyjlad" (compile timings, Enzyme retries, cache use at DEBUG) and leaves
 # handlers to the application: logging.basicConfig(level=logging.DEBUG) shows them.
 _logging.getLogger("pyjlad").addHandler(_logging.NullHandler())
+
+# Numba's compiles recorded from here on: what arrays each one froze (pyjlad.frozen_globals).
+_watch()
 
 # Written inside @njit code, each of these is a Numba typing error saying what to write instead.
 _numba_calls.python_only.register({"gradient": gradient, "value_and_gradient": value_and_gradient, "grad": grad,

@@ -38,6 +38,7 @@ from .export_compile import (
 )
 from .export_ir import enzyme_ir
 from .export_recursion import resolve_recursion
+from .frozen_globals import refuse_changed
 from .inferred_readonly import readonly_parameters
 from .ir import Module, Parameter
 from .ir import parse as parse_module
@@ -167,6 +168,9 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         cres = inspectable_compile_result(serial_dispatcher(target), argtypes)
         refuse_objmode(target, argtypes, describe_function(target))
         argtypes = tuple(cres.signature.args)
+        # An array Numba froze into the user's f, changed since: a derivative of the new values would disagree
+        # with f (pyjlad.frozen_globals).
+        refuse_changed(target, argtypes, wrapped_name(target) or name)
         restype = cres.signature.return_type
         ir = resolve_recursion(cres.library.get_llvm_str(), cres, describe_function(target))
         mangled = cres.fndesc.mangled_name

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["cached_for"]
+__all__ = ["cached_for", "forget"]
 
 _ATTRIBUTE = "__pyjlad_memo__"
 _by_id: dict[int, tuple[Any, dict[tuple, Any]]] = {}
@@ -102,3 +102,12 @@ def _renew_locks_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_renew_locks_in_child)
+
+
+def forget(func: Any) -> None:
+    """Drop what :func:`cached_for` remembers for ``func`` (entries being built are left to their builders)."""
+    with _lock:
+        table = _table(func)
+        for key, entry in list(table.items()):
+            if not isinstance(entry, _Building):
+                del table[key]

@@ -242,6 +242,30 @@ def extract(module: Module, context: PortableContext) -> Module:
     return module
 
 
+#: The globals by which Numba reads an array it does not copy into the module (``add_dynamic_addr``: a global
+#: or closure array over 1 MB, or not contiguous), each holding the array's address.
+DYNAMIC_GLOBAL_PREFIX = "numba.dynamic.globals."
+
+
+def constant_dynamic_globals(module: Module, context: PortableContext) -> Module:
+    """Declare ``constant`` each global holding the address of an array Numba reads where it is.
+
+    Numba writes ``global`` (it never stores to one); Enzyme took such a global for memory the function could
+    write, with no shadow, and refused every function reading a global array over 1 MB ("cannot compute with
+    global variable that doesn't have marked shadow global", until 2026-12-06). Constant, it is a constant of
+    the function, as the small arrays Numba copies into the module are.
+
+    >>> from pyjlad.ir import parse
+    >>> module = parse('@"numba.dynamic.globals.7f" = linkonce local_unnamed_addr global ptr inttoptr (i64 8 to ptr)')
+    >>> constant_dynamic_globals(module, PortableContext("f", "f")).items[0].kind
+    'constant'
+    """
+    for item in module.items:
+        if isinstance(item, GlobalVariable) and item.kind == "global" and item.name.startswith(DYNAMIC_GLOBAL_PREFIX):
+            item.kind = "constant"
+    return module
+
+
 def split_excinfo_slots(module: Module, context: PortableContext) -> Module:
     """Give the exception slot of each call to a Numba function its own ``alloca`` where LLVM shared it.
 
@@ -429,6 +453,7 @@ PORTABLE = Pipeline("portable", (
     Pass("typed-list-growth", typed_list_growth, "calls that grow lists"),
     Pass("stable-names", stable_names, "global names; comments and metadata dropped"),
     Pass("extract", extract, "which items are kept; runtime definitions and stubs"),
+    Pass("constant-dynamic-globals", constant_dynamic_globals, "globals holding arrays' addresses"),
     Pass("split-excinfo-slots", split_excinfo_slots, "bodies of Numba's functions"),
     Pass("split-result-slots", split_result_slots, "bodies of Numba's functions"),
     Pass("branch-selects", branch_selects, "bodies of Numba's functions"),

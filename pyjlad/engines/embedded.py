@@ -51,7 +51,8 @@ from ..export import (
     numba_argtypes,
     wrapped_name,
 )
-from ..memo import cached_for
+from ..frozen_globals import follow
+from ..memo import cached_for, forget
 from ..nested import NestedSweep, cache_key_parts, remember
 from ..parallel_derivatives import (
     cache_tag,
@@ -313,6 +314,18 @@ class Compiled:
         self._lock = threading.Lock()
         self._refused: EnzymeError | None = None  # a loose-typed derivative that failed its check
         self._kinds: set[tuple[type, ...]] = set()  # the Python types of the calls compiled for (__call__)
+        follow(func, self)  # reset when Numba compiles func again with other frozen arrays (f.recompile())
+
+    def reset(self) -> None:
+        """Forget every build: the next call of each argument types exports and differentiates ``func`` again
+        (:mod:`pyjlad.frozen_globals`). Replaces the tables without taking the lock, which a build holds while
+        Numba compiles. A new caller factory too: Numba remembers what an intrinsic typed, per argument types."""
+        self._make = _make_caller(weakref.WeakMethod(self._build))
+        self._callers = {}
+        self._kinds = set()
+        self._refused = None
+        self._recursive = False
+        forget(self)
 
     def _caller(self, nargs: int, nshadows: int) -> Any:
         with self._lock:
