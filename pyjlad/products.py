@@ -39,6 +39,7 @@ from .product_args import (
     written_output,
 )
 from .pytrees import flatten_call, flattened_function, has_container, tangent_leaves
+from .random_draws import before_run, one_draw_per_call
 from .sweep import Sweep, compact_overlapping, shadow_like
 from .vector_batched import jvp_batched, vjp_batched
 from .vector_products import check_chunk, hessian_columns, jacobian_vector
@@ -47,6 +48,7 @@ from .written_aliases import refuse_written_aliases
 __all__ = ["jvp", "vjp", "jacobian", "hessian", "hvp"]
 
 
+@one_draw_per_call(lambda f, primals, *_, **__: (f, primals))
 def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str | None = None,
         batched: bool = False, chunk: int | None = None) -> tuple[Any, Any]:
     """Jacobian-vector product by one forward-mode sweep (or several, ``batched``).
@@ -123,6 +125,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
             return float(value), float(tangent)
         position = [i for i, a in enumerate(arg_acts) if a is Activity.DUP].index(written)
         return None, as_result(arg_shadows[position], views[written])
+    before_run()  # (every run of f draws what the first drew: pyjlad.random_draws)
     value = as_numba_function(f)(*primals)
     layout = output_layout(value, describe_function(f))
     buffers = [np.zeros(shape, dtype) for _, shape, dtype in layout.buffers]
@@ -134,6 +137,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any], *, engine: str 
     return value, layout.unpack(out_shadows)
 
 
+@one_draw_per_call(lambda f, primals, *_, **__: (f, primals))
 def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = None, batched: bool = False,
         chunk: int | None = None) -> tuple[Any, tuple[Any, ...]]:
     """Vector-Jacobian product by one reverse-mode sweep (or several, ``batched``).
@@ -213,6 +217,7 @@ def vjp(f: Any, primals: Sequence[Any], cotangent: Any, *, engine: str | None = 
         _, _, adjoints = compiled(passed, tuple(arg_shadows), 0.0)
         check_guards(f, passed, zip(shadowed, arg_shadows))
         return None, _collect(primals, arg_acts, arg_shadows, views, adjoints)
+    before_run()  # (every run of f draws what the first drew: pyjlad.random_draws)
     value = as_numba_function(f)(*primals)
     layout = output_layout(value, describe_function(f))
     seeds = layout.seeds(cotangent, describe_function(f))
@@ -263,6 +268,7 @@ def _output_shape(f: Any, primals: tuple[Any, ...]) -> tuple[tuple[int, ...], An
     if kind == "none":
         x = primals[written_output(f, primals)]
         return x.shape, x.dtype
+    before_run()
     value = as_numba_function(f)(*copy_arrays(primals))
     if isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32):
         return value.shape, value.dtype
@@ -278,6 +284,7 @@ def _output_shape(f: Any, primals: tuple[Any, ...]) -> tuple[tuple[int, ...], An
     )
 
 
+@one_draw_per_call(lambda f, *args, **__: (f, args))
 def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "reverse",
              engine: str | None = None, chunk: int | None = None) -> Any:
     """The Jacobian of ``f`` with respect to argument(s) ``wrt``.
@@ -348,6 +355,7 @@ def jacobian(f: Any, *args: Any, wrt: int | tuple[int, ...] = 0, mode: str = "re
     return results[0] if single else tuple(results)
 
 
+@one_draw_per_call(lambda f, primals, *_, **__: (f, primals))
 def hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int = 0, *, engine: str | None = None) -> Any:
     """Hessian-vector product ``H @ v`` without forming ``H``.
 
@@ -409,6 +417,7 @@ def _hvp(f: Any, primals: Sequence[Any], v: Any, wrt: int, *, engine: str | None
     return float(result[0])
 
 
+@one_draw_per_call(lambda f, *args, **__: (f, args))
 def hessian(f: Any, *args: Any, wrt: int = 0, engine: str | None = None, chunk: int | None = None) -> Any:
     """The Hessian of the scalar function ``f`` with respect to argument ``wrt``.
 

@@ -21,6 +21,7 @@ from .memo import cached_for
 from .outputs import output_layout, output_wrapper
 from .product_args import differentiable
 from .pytrees import has_container
+from .random_draws import before_run
 from .shadow_guards import guarded
 
 __all__ = ["Refused", "SweepPlan", "argtypes_of", "call_key", "fresh", "shadowed", "size_key", "sweep_plan", "stack",
@@ -180,6 +181,7 @@ def sweep_plan(f: Any, primals: tuple[Any, ...], measure: bool = False) -> Sweep
     if result is None:
         # f's output shape: from one run of f, on copies of the arrays it writes (once known, from
         # its wrapper's analysis; until then of every array).
+        before_run()  # (the draws of the sweeps after it: pyjlad.random_draws)
         value = as_numba_function(f)(*fresh(primals, record.known_writes))
         if not (isinstance(value, np.ndarray) and value.dtype in (np.float64, np.float32)):
             raise Refused

@@ -61,6 +61,7 @@ from ..parallel_derivatives import (
     with_runtime_activity,
 )
 from ..portable import RUNTIME_CALL_DTOR, PortableModule, has_recursion
+from ..random_draws import REPLAYING, before_run
 from ..rules import calls_custom_rules
 from ..toolchain import locate, opt_route
 from . import native
@@ -400,6 +401,8 @@ class Compiled:
                                       name=wrapped_name(self.func))
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
+        if REPLAYING[0]:  # inside a transform running a function that draws random numbers (pyjlad.random_draws)
+            before_run()
         if self._refused is not None:
             raise self._refused.with_traceback(None)
         self._pending.error = None

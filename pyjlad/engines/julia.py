@@ -39,6 +39,7 @@ from ..activity import Activity
 from ..errors import EngineUnavailableError
 from ..export import ExportedFunction, export, numba_argtypes
 from ..memo import cached_for
+from ..random_draws import REPLAYING, before_run
 from ..targets.llvmcall import julia_module_text
 from .base import Sweep, reraise_from_function, resolve_activities
 from .julia_boundary import (
@@ -238,6 +239,8 @@ class JuliaCompiled:
         return cached_for(exported, ("julia",), load), activities, exported
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
+        if REPLAYING[0]:  # inside a transform running a function that draws random numbers (pyjlad.random_draws)
+            before_run()
         function, activities, exported = self._loaded(args)
         jl = _pyjlad_julia()
         if self.sweep.kind == "hvp":
