@@ -1,6 +1,6 @@
-"""Global and closure arrays Numba froze into a function, and whether they have changed since.
+"""Global and closure arrays (and numbers) Numba froze into a function, and whether they have changed since.
 
-Numba compiles a global or closure array of at most 1 MB (C or F contiguous) into the function as a
+Numba compiles a global or closure array of at most 1 MB (C or F contiguous), or number, into the function as a
 constant: ``f`` keeps the values the array had when Numba compiled it, whatever the array holds later. pyjlad's
 derivative is built from copies of ``f`` it compiles itself, later, which read the array again. Until
 2026-12-06 an array changed in place between the two compiles gave a derivative of the new values beside an
@@ -83,11 +83,16 @@ def _loaded_names(code: types.CodeType) -> Iterator[tuple[str, tuple[str, ...]]]
             yield from _loaded_names(constant)
 
 
+_NUMBERS = (bool, int, float, complex, np.number, np.bool_)
+
+
 def _frozen(value: Any) -> list[np.ndarray]:
-    """The arrays Numba would freeze for ``value`` (an array, or a tuple holding arrays)."""
+    """The arrays Numba would freeze for ``value`` (an array, a number as a 0-d array, or a tuple holding them)."""
     if isinstance(value, np.ndarray):
         contiguous = value.flags.c_contiguous or value.flags.f_contiguous
         return [value] if contiguous and value.nbytes <= FREEZE_LIMIT else []
+    if isinstance(value, _NUMBERS):
+        return [np.asarray(value)]
     if isinstance(value, tuple):
         return [array for item in value for array in _frozen(item)]
     return []
@@ -245,7 +250,7 @@ def refuse_changed(dispatcher: Any, argtypes: tuple, name: str) -> None:
     readers = sorted({reader for reader, _ in changed} - {user})
     recompile = "".join(f"{reader}.recompile(), then " for reader in readers) + f"{user}.recompile()"
     raise UnsupportedFunctionError(
-        f"{name} reads the global or closure array(s) {arrays}, changed in place since Numba compiled it for "
+        f"{name} reads the global or closure value(s) {arrays}, changed since Numba compiled it for "
         f"({', '.join(map(str, argtypes))}). Numba froze their old values into {user}, and a derivative built now "
         f"would use the new ones: the two would disagree. Call {recompile} after changing them (then {user} and "
-        "its derivatives use the new values), or pass the array to the function as an argument.")
+        "its derivatives use the new values), or pass the value to the function as an argument.")

@@ -184,3 +184,24 @@ def test_arrays_numba_reads_where_they_are_differentiate_with_their_current_valu
         np.testing.assert_allclose(gradient, 2.0 * value * X + STRIDED, rtol=1e-15)
         np.testing.assert_allclose(pyjlad.hessian(_reads_big, x), np.diag(np.full(3, 2.0 * value)), rtol=1e-15)
     np.testing.assert_array_equal(x, before)
+
+
+SCALE = 2.0
+
+
+@njit
+def _scaled(x):
+    return np.sum(SCALE * x * x)
+
+
+def test_a_global_number_bound_anew_after_numba_compiled_f_is_refused_until_f_is_recompiled() -> None:
+    global SCALE
+    x, before = _point()
+    _scaled(x)
+    SCALE = 5.0
+    with pytest.raises(UnsupportedFunctionError, match=r"value\(s\) `SCALE`.*_scaled\.recompile\(\)"):
+        pyjlad.grad(_scaled)(x)
+    _scaled.recompile()
+    np.testing.assert_allclose(pyjlad.grad(_scaled)(x), 10.0 * X, rtol=1e-15)
+    assert _scaled(x) == pytest.approx(5.0 * np.sum(X * X), rel=1e-15)
+    np.testing.assert_array_equal(x, before)
