@@ -206,6 +206,26 @@ def _check_sizes(args: tuple[Any, ...], inputs: list[_Input]) -> None:
         raise ArgumentError("the mapped arguments hold 0 samples; pyjlad.vmap needs at least one")
 
 
+def _refuse_aliased_samples(f: Any, args: tuple[Any, ...], inputs: list[_Input]) -> None:
+    """Refuse a ``vmap`` of a ``pyjlad.grad`` or ``value_and_grad`` of ``g`` where one sample's arguments share
+    memory and ``g`` writes one of them, as the derivative itself refuses such a call from Python
+    (:func:`pyjlad.written_aliases.refuse_written_aliases`): inside the loop the derivative, called from ``@njit``
+    code, cannot check, and until 2026-12-06 such a batch was silently wrong (a user-style probe). Quick where no two
+    of the arguments' arrays may share memory (the usual call)."""
+    from .transforms import _ValueAndGrad
+    from .written_aliases import refuse_written_aliases
+
+    if not isinstance(f, _ValueAndGrad) or any(i.path for i in inputs):
+        return
+    arrays = [i.value(args) for i in inputs if isinstance(i.value(args), np.ndarray)]
+    if not any(np.may_share_memory(a, b) for k, a in enumerate(arrays) for b in arrays[k + 1:]):
+        return
+    samples = next(i.value(args).shape[0] for i in inputs if i.axis == 0)
+    for sample in range(samples):
+        one = tuple(i.value(args)[sample] if i.axis == 0 else i.value(args) for i in inputs)
+        refuse_written_aliases(f.__wrapped__, one, f"vmap of {f!r} (sample {sample})")
+
+
 def _result_type(context: Any, f: Any, sample_types: tuple[types.Type, ...]) -> types.Type:
     """What ``f`` returns, inside @njit code, for one sample's argument types."""
     try:
@@ -430,6 +450,7 @@ class Batched:
                                     f"got keyword argument(s) {', '.join(kwargs)}")
         loops = self.loops(tuple(_numba_type(a, k) for k, a in enumerate(args)))
         _check_sizes(args, loops.call.inputs)
+        _refuse_aliased_samples(self.__wrapped__, args, loops.call.inputs)
         try:
             done, result = loops.run(*args)
         except SystemError as exc:

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
+from numba import types as nbtypes
 
 from .abi import ArrayArg
 from .errors import ArgumentError
-from .export import describe_function, export, numba_argtypes
+from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
+from .memo import cached_for
 
 __all__ = ["refuse_written_aliases", "overlapping_pairs"]
 
@@ -66,6 +69,26 @@ def _shares(a: np.ndarray, b: np.ndarray) -> bool:
         return True
 
 
+def _discarding(f: Any, nargs: int) -> Any:
+    """``d(*args)``: ``f(*args)`` with its result dropped (one per function and arity): an ``@njit`` function whose
+    export says which arguments ``f`` writes, whatever ``f`` returns."""
+    def make() -> Any:
+        params = ", ".join(f"a{i}" for i in range(nargs))
+        namespace: dict[str, Any] = {"f": as_numba_function(f)}
+        exec(f"def discarding({params}):\n    f({params})\n", namespace)  # noqa: S102 - from integers only
+        return numba.njit(namespace["discarding"])
+    return cached_for(f, ("discarding", nargs), make)
+
+
+def _written(f: Any, argtypes: tuple[Any, ...]) -> tuple[bool, ...]:
+    """Which arguments ``f`` writes, for arguments of ``argtypes``: from its export, or, where it returns arrays
+    or tuples (which the export refuses), from the export of :func:`_discarding` of it."""
+    restype = result_type(f, argtypes)
+    if not isinstance(restype, (nbtypes.Number, nbtypes.Boolean, nbtypes.NoneType)):
+        f = _discarding(f, len(argtypes))
+    return tuple(isinstance(a, ArrayArg) and a.writes for a in export(f, argtypes).abi.args)
+
+
 def refuse_written_aliases(f: Any, args: tuple[Any, ...], transform: str) -> None:
     """Raise :class:`~pyjlad.errors.ArgumentError` where two array arguments of ``f`` share memory and ``f``
     writes one of them; do nothing otherwise (the usual case costs one ``np.may_share_memory`` per pair).
@@ -92,9 +115,9 @@ def refuse_written_aliases(f: Any, args: tuple[Any, ...], transform: str) -> Non
     pairs = overlapping_pairs(args)
     if not pairs:
         return
-    abi = export(f, numba_argtypes(args)).abi
+    writes = _written(f, numba_argtypes(args))
     for i, j in pairs:
-        written = [k for k in (i, j) if k < len(abi.args) and isinstance(abi.args[k], ArrayArg) and abi.args[k].writes]
+        written = [k for k in (i, j) if k < len(writes) and writes[k]]
         if written:
             name = describe_function(f)
             raise ArgumentError(

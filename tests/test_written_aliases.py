@@ -133,3 +133,58 @@ def test_interleaved_views_share_no_element_and_differentiate():
     gu, gout = pyjlad.gradient(sweep, u, out, W, wrt=(0, 1))
     np.testing.assert_allclose(gu, expected[0], rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(gout, expected[1], rtol=1e-12, atol=1e-14)
+
+
+@njit
+def sweep_values(u, out, w):
+    """``sweep`` returning the written array's values times ``u``: an array result."""
+    sweep(u, out, w)
+    return out * u
+
+
+ARRAY_RESULT_TRANSFORMS = {
+    "jacobian_reverse": lambda u, v: pyjlad.jacobian(sweep_values, u, v, W),
+    "jacobian_forward": lambda u, v: pyjlad.jacobian(sweep_values, u, v, W, mode="forward"),
+    "vjp": lambda u, v: pyjlad.vjp(sweep_values, (u, v, W), np.ones(u.size)),
+    "jvp": lambda u, v: pyjlad.jvp(sweep_values, (u, v, W), (np.ones(u.size), None, None)),
+    "batched_jvp": lambda u, v: pyjlad.jvp(sweep_values, (u, v, W), (np.eye(u.size), None, None), batched=True),
+}
+
+
+@pytest.mark.parametrize("views", ["same", "overlapping"])
+@pytest.mark.parametrize("transform", ARRAY_RESULT_TRANSFORMS.values(), ids=ARRAY_RESULT_TRANSFORMS.keys())
+def test_a_function_returning_an_array_is_refused_for_its_aliases_too(transform, views):
+    """Until 2026-12-06 the refusal asked for a scalar result (which the transform does not need) and never
+    named the aliasing (a user-style probe)."""
+    x = np.linspace(-1.0, 1.0, 8)
+    before = x.copy()
+    u, v = (x, x) if views == "same" else (x[1:], x[:-1])
+    with pytest.raises(pyjlad.ArgumentError, match="writes argument 1"):
+        transform(u, v)
+    assert x.tobytes() == before.tobytes()
+    expected = jax.jacobian(lambda a: separate_values_jax(a, jnp.asarray(before[:u.size]), W))(jnp.asarray(before[:u.size]))
+    np.testing.assert_allclose(pyjlad.jacobian(sweep_values, before[:u.size].copy(), before[:u.size].copy(), W),
+                               expected, rtol=1e-12, atol=1e-14)
+
+
+def separate_values_jax(u, out, w):
+    i = np.arange(1, u.size - 1)
+    out = out.at[i].set(0.5 * (u[i - 1] + u[i + 1]) * w + 0.1 * u[i] ** 2)
+    return out * u
+
+
+@pytest.mark.parametrize("axes", [(0, 0), (0, None)], ids=["both_mapped", "one_unmapped"])
+def test_vmap_of_a_gradient_refuses_a_sample_whose_arguments_alias(axes):
+    """``vmap(grad(sweep))(U, U)``: the derivative runs inside the batch's @njit loop, which cannot check; until
+    2026-12-06 each sample's gradient was silently wrong (6u where the aliased call's derivative is 8u)."""
+    batch = np.stack([U, U[::-1]])
+    before = batch.copy()
+    second = batch if axes[1] == 0 else batch[0]
+    with pytest.raises(pyjlad.ArgumentError, match=r"sample 0.*arguments 0 and 1 of sweep are the same memory"):
+        pyjlad.vmap(pyjlad.grad(sweep), in_axes=(*axes, None))(batch, second, W)
+    assert batch.tobytes() == before.tobytes()
+    separate = before.copy()
+    grads = pyjlad.vmap(pyjlad.grad(sweep), in_axes=(0, 0, None))(before.copy(), separate, W)
+    for k in range(2):
+        expected = jax.grad(separate_jax)(jnp.asarray(before[k]), jnp.asarray(before[k]), W)
+        np.testing.assert_allclose(grads[k], expected, rtol=1e-12, atol=1e-14)
