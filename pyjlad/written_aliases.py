@@ -12,9 +12,11 @@ as usual: each name gets its adjoint, as JAX's would.
 ``np.may_share_memory`` first (bounds only: two arrays take one call), then, only where that finds a pair, the
 function's ABI (which arguments it writes: :attr:`pyjlad.abi.ArrayArg.writes`) and ``np.shares_memory``.
 
-Not checked: :func:`pyjlad.autodiff`, Enzyme's own vocabulary, where the caller gives every shadow (two
-``Duplicated`` of one array must then share one shadow, as in Enzyme), and derivatives called from ``@njit``
-code, which run no Python around a call.
+A function returning arrays or tuples, which its export refuses, is asked through a twin that drops its result
+(:func:`_discarding`). :func:`pyjlad.vmap` of a ``grad`` or ``value_and_grad`` checks each sample's arguments
+(:func:`pyjlad.batching._refuse_aliased_samples`). Not checked: :func:`pyjlad.autodiff`, Enzyme's own vocabulary,
+where the caller gives every shadow (two ``Duplicated`` of one array must then share one shadow, as in Enzyme),
+and derivatives called from ``@njit`` code, which run no Python around a call.
 """
 
 from __future__ import annotations
