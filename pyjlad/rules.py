@@ -62,7 +62,7 @@ from .ir.names import c_identifier
 from .portable_pipeline import make_portable
 from .rules_ir import call_lowering, glue_module
 
-__all__ = ["calls_custom_rules", "custom_derivative", "CustomDerivative", "RULE_PREFIX", "rule_modules", "is_rule_symbol"]
+__all__ = ["calls_custom_rules", "calls_reverse_rules", "custom_derivative", "CustomDerivative", "RULE_PREFIX", "rule_modules", "is_rule_symbol"]
 
 #: Prefix of the external symbols through which Numba code calls a rule.
 RULE_PREFIX = "pyjlad_rule_"
@@ -318,6 +318,13 @@ def is_rule_symbol(name: str) -> bool:
 def calls_custom_rules(external_functions: Iterable[str]) -> bool:
     """Whether a module declaring ``external_functions`` calls a registered :class:`CustomDerivative`."""
     return any(is_rule_symbol(name) for name in external_functions)
+
+
+def calls_reverse_rules(external_functions: Iterable[str]) -> bool:
+    """Whether a module declaring ``external_functions`` calls a registered :class:`CustomDerivative` that has a
+    reverse (``defvjp``) rule: its Hessian-vector products are then those of the reverse rule (forward over
+    reverse, :func:`pyjlad.engines.hvp_driver.hvp_driver`)."""
+    return any(_registry[name].vjp_rule is not None for name in external_functions if name in _registry)
 
 
 def rule_modules(symbol: str) -> list[str]:

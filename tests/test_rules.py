@@ -215,3 +215,33 @@ def test_a_rule_that_raises_gives_nan_not_a_silent_zero() -> None:
     np.testing.assert_allclose(pyjlad.gradient(_sum_of_checked_logs, np.array([1.0, 4.0])), [1.0, 0.25], rtol=1e-15)
     got = pyjlad.gradient(_sum_of_checked_logs, np.array([1.0, -2.0, 4.0]))
     assert got[0] == 1.0 and np.isnan(got[1]) and got[2] == 0.25
+
+
+@pyjlad.custom_derivative
+@njit
+def _cube_forward_only(p):
+    return p * p * p
+
+
+@_cube_forward_only.defjvp
+@njit
+def _cube_forward_rule(p, dp):
+    return p * p * p, 3.0 * p * p * dp
+
+
+@njit
+def _sum_and_cube(x):
+    return np.sum(x) + _cube_forward_only(x[0])
+
+
+def test_hessians_of_a_function_calling_a_rule_with_a_forward_rule_only() -> None:
+    """Reverse over forward, through the forward rule: until 2026-12-06 Enzyme's output was an invalid module
+    (forward over reverse called the forward rule's adapter with the reverse sweep's arguments); a user-style probe.
+    By hand: d2/dx0^2 (x0 + x1 + x0^3) = 6 x0, every other entry 0."""
+    x = np.array([1.5, 2.0])
+    before = x.copy()
+    np.testing.assert_allclose(pyjlad.hvp(_sum_and_cube, (x,), np.array([1.0, 0.0])), [9.0, 0.0], rtol=1e-15)
+    np.testing.assert_allclose(pyjlad.hvp(_sum_and_cube, (x,), np.array([0.5, 2.0])), [4.5, 0.0], rtol=1e-15)
+    np.testing.assert_allclose(pyjlad.hessian(_sum_and_cube, x), [[9.0, 0.0], [0.0, 0.0]], rtol=1e-15)
+    np.testing.assert_allclose(pyjlad.grad(_sum_and_cube)(x), [3.0 * 1.5 ** 2 + 1.0, 1.0], rtol=1e-15)
+    np.testing.assert_array_equal(x, before)

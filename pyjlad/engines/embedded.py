@@ -62,7 +62,7 @@ from ..parallel_derivatives import (
 )
 from ..portable import RUNTIME_CALL_DTOR, PortableModule, has_recursion
 from ..random_draws import REPLAYING, before_run
-from ..rules import calls_custom_rules
+from ..rules import calls_custom_rules, calls_reverse_rules
 from ..toolchain import locate, opt_route
 from . import native
 from .base import (  # noqa: F401 - the contract, also importable from here
@@ -156,7 +156,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     if sweep.width > 1:  # vector mode (pyjlad.engines.vector_driver)
         driver, nested = vector_sweep_driver(exported, sweep, activities, noalias), None
     elif sweep.kind == "hvp":
-        driver, nested = hvp_driver(abi, sweep.wrt, noalias=noalias, salt=exported.module.text), None
+        driver, nested = hvp_driver(abi, sweep.wrt, noalias=noalias, salt=exported.module.text,
+                                    over_reverse=calls_reverse_rules(exported.module.external_functions)), None
     else:
         driver = ad_driver(abi, sweep.mode, activities, noalias=noalias, salt=exported.module.text,
                            oom_guard=oom_guard, value=sweep.value)

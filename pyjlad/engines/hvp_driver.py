@@ -27,7 +27,7 @@ __all__ = ["hvp_driver"]
 
 
 def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = "",
-               oom_guard: bool = True) -> Driver:
+               oom_guard: bool = True, over_reverse: bool | None = None) -> Driver:
     """Reverse-over-forward driver: Hessian-vector product with respect to argument ``wrt``.
 
     An inner function computes the directional derivative ``f'(x) v`` with
@@ -50,15 +50,19 @@ def hvp_driver(abi: FunctionABI, wrt: int, *, noalias: bool = True, salt: str = 
     temporaries (``vel += 0.5 * dt * acc``). Here the reverse sweep runs over
     forward-mode code, which has no tape of its own.
 
-    Except for modules calling custom rules (``noalias=False``): a rule gives
-    a reverse derivative, and the Hessian is that of the rule, so those keep
-    forward over reverse, which differentiates the reverse sweep.
+    Except for modules calling custom rules with a reverse rule (``over_reverse``; by default where
+    ``noalias=False``, a module calling any rule): a rule gives a reverse derivative, and the Hessian is that of
+    the rule, so those keep forward over reverse, which differentiates the reverse sweep. A module whose rules
+    are forward rules only (``defjvp``) takes reverse over forward, which differentiates the forward rule:
+    forward over reverse called the forward rule's adapter with the arguments of Enzyme's reverse sweep, and
+    Enzyme's output was an invalid module ("Incorrect number of arguments passed to called function", until
+    2026-12-06, found by a user-style probe).
 
     Modules calling a special function of :mod:`pyjlad.special` take this
     form too: the forward derivative registered for it returns a value that
     Enzyme's reverse sweep differentiates (see the comment in its ``_rule_ir``).
     """
-    if not noalias:
+    if (not noalias) if over_reverse is None else over_reverse:
         return _forward_over_reverse(abi, wrt, noalias=noalias, salt=salt, oom_guard=oom_guard)
     params, names = _names(abi)
     tag = _digest(abi.to_dict(), "hvp-rof", wrt, salt)
