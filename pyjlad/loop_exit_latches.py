@@ -1,4 +1,5 @@
-"""A loop's early ways out taken at its latch, where Enzyme would search too long for the way back to its header.
+"""A loop's early ways out taken at its latch: where Enzyme would search too long for the way back to its header,
+and where the way out leaves a loop nested in it too.
 
 Enzyme v0.0.289, for each block that leaves a loop (other than towards ``unreachable``), looks for the way back to
 the loop's header by trying every path breadth first without remembering the blocks it has seen
@@ -19,6 +20,19 @@ it), and the values defined after the branch out are read past ``L`` only on the
 (:func:`pyjlad.ir.ssa.restore_dominance` writes the ``phi``s, ``poison`` from the way out). From ``L`` the search is
 a few blocks long. The latch keeps its own exit test, so where that is a count (a ``for`` loop), Enzyme still knows
 the most times the loop can run.
+
+The same rewrite is needed by every way out of a loop from a block of a loop nested in it (``return`` from inside
+two loops: the first element above a threshold, a grid cell's search, ``break`` out of both through a flag, which
+LLVM makes one branch): Enzyme v0.0.289 read a value of the inner loop that the reverse sweep needs at such a way
+out (``np.sin(x[i, j])``'s ``x[i, j]``, recomputed from the loop counters) with the inner loop's count taken from its
+cache at the index of the outer reverse loop's counter, which was not set yet: ``x[i + 1, 0]``, or memory past the
+array (a segfault), and so a **silently wrong** gradient, until 2026-12-06 (found by a user-style probe;
+``tests/test_nested_loop_exits.py``). Taken at the outer loop's latch, the way out leaves the inner loop into the
+outer one, and the outer loop at its latch, each by one level, and Enzyme keeps what the way out decided. Where a
+value of the inner loop is still needed after both (a second array read at the found indices, a store into one),
+Enzyme still computes its address too early and the derivative is still wrong (README, Limitations). A check of
+Enzyme's output for a counter read before it is set also flagged correct derivatives (a read on a way out to a
+``raise``), so there is none.
 
 A loop is left alone where its shape is not the one read here (several latches, a latch branching to the same block
 twice, a way out that is not a two-way ``br``) or a value to carry has a type
@@ -79,13 +93,14 @@ def _ends_unreachable(lines: list[str]) -> bool:
     return instruction is not None and instruction.opcode == "unreachable"
 
 
-def _costly_exits(graph: ControlFlow, loop: Loop, latch: str) -> list[tuple[str, str]]:
-    """The ways out ``(inside, outside)`` of ``loop`` to send to its ``latch``; ``[]`` when one costly way out
+def _costly_exits(graph: ControlFlow, loop: Loop, latch: str, nested: frozenset[str]) -> list[tuple[str, str]]:
+    """The ways out ``(inside, outside)`` of ``loop`` to send to its ``latch``: those Enzyme would search too long
+    from, and those from a block of a loop ``nested`` in it (leaving both at once); ``[]`` when one such way out
     has a shape this does not rewrite (then none is sent)."""
     found = []
     for inside in dict.fromkeys(block for block, _ in loop.exits):
         outside = [s for s in graph.succ[inside] if s not in loop.blocks and not _ends_unreachable(graph.lines[s])]
-        if inside == latch or not outside or search_work(graph, loop, inside) <= SEARCH_LIMIT:
+        if inside == latch or not outside or (inside not in nested and search_work(graph, loop, inside) <= SEARCH_LIMIT):
             continue
         terminator = parse_instruction(graph.lines[inside][terminator_index(graph.lines[inside])])
         targets = graph.succ[inside]
@@ -104,7 +119,8 @@ def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
     if len(latches) != 1 or latches[0] == loop.header:
         return None
     latch = latches[0]
-    exits = _costly_exits(graph, loop, latch)
+    nested = frozenset().union(*(inner.blocks for inner in graph.loops() if inner.blocks < loop.blocks))
+    exits = _costly_exits(graph, loop, latch, nested)
     into_latch = preds[latch]
     if not exits or any(graph.succ[p].count(latch) != 1 for p in into_latch):
         return None
