@@ -675,7 +675,23 @@ def _bad_input_probes() -> list[Probe]:
                     (74,)))
     out.append(_bad("pyjlad.gradient written inside @njit code", lambda: _gradient_inside(np.ones(3)), _TypingError,
                     r"pyjlad.gradient cannot be called inside @njit code: build the derivative in Python", (75,)))
+    out.append(_bad("a global array changed in place after Numba compiled the function", _changed_after_compile,
+                    _UE, r"reads the global or closure value\(s\) `_FROZEN`, changed since Numba compiled it", (76,)))
     return out
+
+
+_FROZEN = np.array([1.0, 2.0, 3.0])
+
+
+@njit
+def _reads_frozen(x):
+    return np.sum(_FROZEN * x)
+
+
+def _changed_after_compile():
+    _reads_frozen(np.ones(3))  # Numba freezes _FROZEN now
+    _FROZEN[:] = _FROZEN + 1.0
+    return pyjlad.gradient(_reads_frozen, np.ones(3))
 
 
 @njit
