@@ -28,11 +28,13 @@ out (``np.sin(x[i, j])``'s ``x[i, j]``, recomputed from the loop counters) with 
 cache at the index of the outer reverse loop's counter, which was not set yet: ``x[i + 1, 0]``, or memory past the
 array (a segfault), and so a **silently wrong** gradient, until 2026-12-06 (found by a user-style probe;
 ``tests/test_nested_loop_exits.py``). Taken at the outer loop's latch, the way out leaves the inner loop into the
-outer one, and the outer loop at its latch, each by one level, and Enzyme keeps what the way out decided. Where a
-value of the inner loop is still needed after both (a second array read at the found indices, a store into one),
-Enzyme still computes its address too early and the derivative is still wrong (README, Limitations). A check of
-Enzyme's output for a counter read before it is set also flagged correct derivatives (a read on a way out to a
-``raise``), so there is none.
+outer one, and the outer loop at its latch, each by one level, and Enzyme keeps what the way out decided. A value of
+the inner loop read after both (a found index ``j``: a second array read at ``y[i, j]``, a store into ``out[j]``)
+Enzyme recomputed there as the inner loop's last count, cached per outer step and read at the outer reverse loop's
+counter before that loop set it: still wrong until 2026-12-06. Each such value (an entry, for the way out, of a
+``phi`` of the block outside) is now carried by a ``phi`` of the new block (:func:`_kept_from_nested`), which
+Enzyme keeps rather than recomputes. (Every such read seen in Numba's code goes through a ``phi`` of the block
+outside, as LLVM's loop passes leave it; a read of the inner loop's value without one would not be carried.)
 
 A loop is left alone where its shape is not the one read here (several latches, a latch branching to the same block
 twice, a way out that is not a two-way ``br``) or a value to carry has a type
@@ -46,7 +48,8 @@ from collections import defaultdict
 from .ir.cfg import ControlFlow, Loop, phi_retargeted, retargeted, terminator_index
 from .ir.instructions import parse_instruction
 from .ir.module import Module
-from .ir.ssa import restore_dominance
+from .ir.ssa import phi_with, restore_dominance
+from .ir.value_types import result_type
 
 __all__ = ["SEARCH_LIMIT", "exits_through_latch", "search_work"]
 
@@ -130,6 +133,9 @@ def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
     for (inside, outside), way, leave in zip(exits, ways, leaves):
         lines[inside] = retargeted(lines[inside], outside, way)
         lines[outside] = [phi_retargeted(line, {inside: leave}) for line in lines[outside]]
+    kept = _kept_from_nested(graph, lines, exits, nested, join, ways, leaves)
+    if kept is None:
+        return None
     for pred in into_latch:
         lines[pred] = retargeted(lines[pred], latch, join)
     phis = [k for k, line in enumerate(lines[latch][1:], 1) if (i := parse_instruction(line)) is not None
@@ -141,7 +147,9 @@ def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
     lines[latch] = [line for k, line in enumerate(lines[latch]) if k not in phis]
     which = ", ".join([*(f"[ 0, %{p} ]" for p in into_latch), *(f"[ {k}, %{way} ]" for k, way in enumerate(ways, 1))])
     dispatch = leaves[0] if len(leaves) == 1 else f"{join}.leave"
-    lines[join] = [f"{join}:", *moved, f"  %{join}.way = phi i32 {which}", f"  %{join}.out = icmp ne i32 %{join}.way, 0",
+    kept = ["  " + line.replace("@@", ", ".join(f"[ zeroinitializer, %{p} ]" for p in into_latch)) for line in kept]
+    lines[join] = [f"{join}:", *moved, *kept, f"  %{join}.way = phi i32 {which}",
+                   f"  %{join}.out = icmp ne i32 %{join}.way, 0",
                    f"  br i1 %{join}.out, label %{dispatch}, label %{latch}"]
     for way in ways:
         lines[way] = [f"{way}:", f"  br label %{join}"]
@@ -153,6 +161,46 @@ def _latched(graph: ControlFlow, loop: Loop, number: int) -> list[str] | None:
     order = _block_order(graph.names, latch, join, [(inside, way) for (inside, _), way in zip(exits, ways)],
                          ([dispatch] if len(leaves) > 1 else []) + leaves)
     return restore_dominance([line for name in order for line in lines[name]])
+
+
+def _kept_from_nested(graph: ControlFlow, lines: dict[str, list[str]], exits: list[tuple[str, str]],
+                      nested: frozenset[str], join: str, ways: list[str], leaves: list[str]) -> list[str] | None:
+    """The ``phi``s of ``join`` that carry each value of a nested loop read past a way out (an entry of a ``phi``
+    of the block outside, for the edge from ``leave``), its other entries zero, ``@@`` standing for those from the
+    latch's predecessors; the ``phi`` entries outside now read them (``lines`` changed in place). ``None`` where a
+    type cannot be read.
+
+    Enzyme v0.0.289 recomputes such a value after both loops (a found index ``j``, the inner loop's counter) from
+    the inner loop's count, cached per outer step and read at the outer reverse loop's counter before that loop
+    sets it; a ``phi`` of ``join`` (not a loop counter, not the last value of one) is cached instead.
+    """
+    defined = {i.result: name for name in graph.names for line in graph.lines[name]
+               if (i := parse_instruction(line)) is not None and i.result is not None}
+    kept: list[str] = []
+    for (inside, outside), way, leave in zip(exits, ways, leaves):
+        if inside not in nested:
+            continue
+        for k, line in enumerate(lines[outside]):
+            instruction = parse_instruction(line)
+            if instruction is None or instruction.opcode != "phi":
+                continue
+            carried = {}
+            for value, block in instruction.phi_incoming():
+                if block == f"%{leave}" and defined.get(value) in nested:
+                    type_text = result_type(instruction)
+                    if type_text is None:
+                        return None
+                    name = f"%{join}.keep.{len(kept)}"
+                    entries = ", ".join(f"[ {value if other == way else 'zeroinitializer'}, %{other} ]"
+                                        for other in ways)
+                    kept.append(f"{name} = phi {type_text} @@, {entries}")
+                    carried[leave] = name
+            if carried:
+                rewritten = phi_with(instruction, carried)
+                if rewritten is None:
+                    return None
+                lines[outside][k] = rewritten
+    return kept
 
 
 def _block_order(names: list[str], latch: str, join: str, ways: list[tuple[str, str]], leaves: list[str]) -> list[str]:

@@ -65,13 +65,16 @@ CONTAINER_CONSTRUCTS = ("list-growth", "integer-set")
 SWEEP_CONSTRUCTS = ("in-place-sweep",)
 #: The argument ``x`` swept in place at the end (since 2026-12-06), from a fifth stream.
 ARGUMENT_CONSTRUCTS = ("argument-sweep",)
-CONSTRUCTS = BLOCK_CONSTRUCTS + CONTAINER_CONSTRUCTS + SWEEP_CONSTRUCTS + ARGUMENT_CONSTRUCTS
+#: A search leaving two nested loops at once (since 2026-12-06), from a sixth stream.
+SEARCH_CONSTRUCTS = ("nested-search",)
+CONSTRUCTS = BLOCK_CONSTRUCTS + CONTAINER_CONSTRUCTS + SWEEP_CONSTRUCTS + ARGUMENT_CONSTRUCTS + SEARCH_CONSTRUCTS
 #: Share of seeds whose program gains extension blocks, a container block, an in-place sweep, and a sweep of
 #: its argument.
 EXTENSION_RATE = 0.75
 CONTAINER_RATE = 0.3
 SWEEP_RATE = 0.3
 ARGUMENT_RATE = 0.2
+SEARCH_RATE = 0.25
 
 
 @dataclass
@@ -140,10 +143,14 @@ def generate(seed: int) -> Program:
         # Enzyme cannot type the set's count when the function writes its argument, and the loose-typed derivative
         # fails its check).
         kinds.append(arguments.choice(ARGUMENT_CONSTRUCTS))
+    searches = random.Random(f"pyjlad-fuzz-searches-{seed}")
+    if searches.random() < SEARCH_RATE:
+        kinds.insert(0, searches.choice(SEARCH_CONSTRUCTS))  # first: before any block that writes x
     helpers: list[str] = []
     for j, kind in enumerate(kinds):
         stream = (containers if kind in CONTAINER_CONSTRUCTS else sweeps if kind in SWEEP_CONSTRUCTS
-                  else arguments if kind in ARGUMENT_CONSTRUCTS else ext)
+                  else arguments if kind in ARGUMENT_CONSTRUCTS else searches if kind in SEARCH_CONSTRUCTS
+                  else ext)
         helper_lines, body_lines = _BLOCKS[kind](stream, j)
         helpers += helper_lines
         lines += body_lines
@@ -427,6 +434,31 @@ def _argument_sweep(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
                        f"        e{j} += {_coef(rng)} * x[i] + {_expr(rng, ['x[i]', 'a'], 1)}"]
 
 
+def _nested_search(rng: random.Random, j: int) -> tuple[list[str], list[str]]:
+    # The first pair (p, q) meeting a test of x[p] and one of x[q], found by two loops left at once (``return`` from
+    # the inner one in a helper, or a flagged ``break`` out of both in f), then a formula of the found elements and
+    # of a neighbour (the helper alone gave wrong gradients in reverse mode until 2026-12-06; the flagged form did
+    # in f).
+    c1, c2 = rng.choice(THRESHOLDS), rng.choice(THRESHOLDS)
+    found = f"{_expr(rng, ['x[@p]', 'x[@q]', 'a'], 2)} + {_coef(rng)} * x[(@p + @q + 1) % n]"
+    test = f"x[@p] > {c1} and x[@q] {rng.choice(('>', '<'))} x[@p] + {c2}"
+    otherwise = f"{_coef(rng)} * a"
+
+    def named(text: str, p: str, q: str) -> str:
+        return text.replace("@p", p).replace("@q", q)
+
+    if rng.random() < 0.5:
+        helper = ["@njit", f"def find{j}(x, a):", "    n = x.shape[0]", "    for p in range(n):",
+                  "        for q in range(n):", f"            if {named(test, 'p', 'q')}:",
+                  f"                return {named(found, 'p', 'q')}", f"    return {otherwise}", ""]
+        return helper, [f"    e{j} = find{j}(x, a)"]
+    return [], ["    n = x.shape[0]", f"    hit{j} = False", f"    p{j}, q{j} = 0, 0", "    for p in range(n):",
+                "        for q in range(n):", f"            if {named(test, 'p', 'q')}:",
+                f"                p{j}, q{j} = p, q", f"                hit{j} = True", "                break",
+                f"        if hit{j}:", "            break",
+                f"    e{j} = {named(found, f'p{j}', f'q{j}')} if hit{j} else {otherwise}"]
+
+
 _BLOCKS = {
     "running-max": lambda rng, j: _running_extremum(rng, j, True),
     "running-min": lambda rng, j: _running_extremum(rng, j, False),
@@ -442,6 +474,7 @@ _BLOCKS = {
     "integer-set": _integer_set,
     "in-place-sweep": _in_place_sweep,
     "argument-sweep": _argument_sweep,
+    "nested-search": _nested_search,
 }
 
 

@@ -141,6 +141,132 @@ def product_at_first_above(x, y, thr):
 
 
 @njit
+def neighbour_at_first_above(x, y, thr):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1] - 1):
+            if x[i, j] > thr:
+                return np.sin(x[i, j]) * y[i, j + 1] + x[0, j] * y[i, 0]
+    return 0.0
+
+
+@njit
+def indices_kept_by_flag(x, y, thr):
+    found = False
+    ii, jj = 0, 0
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            if x[i, j] > thr:
+                ii, jj = i, j
+                found = True
+                break
+        if found:
+            break
+    return x[ii, jj] * y[ii, jj] if found else 0.0
+
+
+@njit
+def running_sum_past(x, y, thr):
+    for i in range(x.shape[0]):
+        s = 0.0
+        for j in range(x.shape[1]):
+            s += x[i, j] * y[i, j]
+            if s > thr:
+                return s * x[i, j]
+    return 0.0
+
+
+@njit
+def two_ways_out(x, y, thr):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            if x[i, j] > thr:
+                return x[i, j] * y[i, j]
+            if y[i, j] > 2 * thr:
+                return y[i, j] ** 2 * x[i, 0]
+    return 0.0
+
+
+@njit
+def inner_loop_backwards(x, y, thr):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1] - 1, -1, -2):
+            if x[i, j] > thr:
+                return x[i, j] * y[i, j]
+    return 0.0
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...] | None:
+    hits = np.argwhere(mask)
+    return tuple(int(k) for k in hits[0]) if hits.size else None
+
+
+def _jax_twins():
+    """The JAX twin of each shape above: the loops' decisions taken from the numbers ``xv``, ``yv`` (no way out
+    taken: zero), then the same formula in ``jax.numpy``."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+
+    def product(x, y, thr, xv, yv):
+        hit = _first(xv > thr)
+        return 0.0 * jnp.sum(x) if hit is None else x[hit] * y[hit]
+
+    def neighbour(x, y, thr, xv, yv):
+        hit = _first(xv[:, :-1] > thr)
+        if hit is None:
+            return 0.0 * jnp.sum(x)
+        i, j = hit
+        return jnp.sin(x[i, j]) * y[i, j + 1] + x[0, j] * y[i, 0]
+
+    def running(x, y, thr, xv, yv):
+        hit = _first(np.cumsum(xv * yv, axis=1) > thr)
+        if hit is None:
+            return 0.0 * jnp.sum(x)
+        i, j = hit
+        return jnp.sum(x[i, :j + 1] * y[i, :j + 1]) * x[i, j]
+
+    def two_ways(x, y, thr, xv, yv):
+        hit = _first((xv > thr) | (yv > 2 * thr))
+        if hit is None:
+            return 0.0 * jnp.sum(x)
+        i, j = hit
+        return x[i, j] * y[i, j] if xv[i, j] > thr else y[i, j] ** 2 * x[i, 0]
+
+    def backwards(x, y, thr, xv, yv):
+        for i in range(xv.shape[0]):
+            for j in range(xv.shape[1] - 1, -1, -2):
+                if xv[i, j] > thr:
+                    return x[i, j] * y[i, j]
+        return 0.0 * jnp.sum(x)
+
+    return jax, {product_at_first_above: product, neighbour_at_first_above: neighbour,
+                 indices_kept_by_flag: product, running_sum_past: running, two_ways_out: two_ways,
+                 inner_loop_backwards: backwards}
+
+
+SHAPES = [product_at_first_above, neighbour_at_first_above, indices_kept_by_flag, running_sum_past, two_ways_out,
+          inner_loop_backwards]
+
+
+@pytest.mark.parametrize("thr", [0.05, 0.75, 1.25, 1.85, 5.0])
+@pytest.mark.parametrize("f", SHAPES, ids=lambda f: f.__name__)
+def test_values_of_the_inner_loop_read_after_both_loops(f, thr) -> None:
+    """A second array read at the found indices, a neighbour's, a sum kept across the inner loop, two ways out: the
+    reverse sweep gave the elements of the next row (``y[i + 1, 0]`` for ``y[i, j]``) until 2026-12-06."""
+    jax, twins = _jax_twins()
+    x, y = X.copy(), X[::-1].copy() * 0.9
+    x_before, y_before = x.copy(), y.copy()
+    twin = twins[f]
+    expected = jax.grad(lambda a, b: twin(a, b, thr, x_before, y_before), argnums=(0, 1))(x_before, y_before)
+    dx, dy = pyjlad.gradient(f, x, y, thr, wrt=(0, 1))
+    np.testing.assert_allclose(dx, np.asarray(expected[0]), rtol=1e-14, atol=0)
+    np.testing.assert_allclose(dy, np.asarray(expected[1]), rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_array_equal(y, y_before)
+
+
+@njit
 def row_written_at_first_above(x, w, thr):
     out = np.zeros(x.shape[1])
     for i in range(x.shape[0]):
@@ -151,22 +277,46 @@ def row_written_at_first_above(x, w, thr):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="known: Enzyme reads these before the reverse loop counter is set (README, "
-                                       "Limitations)")
-def test_a_second_array_read_at_the_found_indices_in_reverse_mode() -> None:
-    """Still wrong (0.6 and 0 for 1.3 and 0.8): Enzyme computes the second read's address at the way out before the
-    outer reverse loop sets its counter."""
-    x, y = X.copy(), X[::-1].copy()
-    dx, dy = pyjlad.gradient(product_at_first_above, x, y, 0.75, wrt=(0, 1))
-    assert dx[1, 2] == pytest.approx(y[1, 2]) and dy[1, 2] == pytest.approx(x[1, 2])
+@njit
+def first_above_in_a_cube(x, y, thr):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            for k in range(x.shape[2]):
+                if x[i, j, k] > thr:
+                    return x[i, j, k] * y[i, j, k] + y[i, 0, k]
+    return 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="known: Enzyme reads these before the reverse loop counter is set (README, "
-                                       "Limitations)")
-def test_a_store_at_the_found_indices_in_reverse_mode() -> None:
-    """Still wrong (zeros, or uninitialized memory): the store's address, as above."""
-    _, (dx, dw, _) = pyjlad.vjp(row_written_at_first_above, (X.copy(), 1.0, 0.75), np.ones(5))
-    assert dx[1, 2] == pytest.approx(np.cos(0.8)) and dw == pytest.approx(np.sin(0.8))
+@pytest.mark.parametrize("thr", [0.05, 0.75, 1.85])
+def test_a_store_at_the_found_indices(thr) -> None:
+    """It gave zeros, or uninitialized memory, until 2026-12-06."""
+    x = X.copy()
+    cotangent = np.arange(1.0, 6.0)
+    _, (dx, dw, _) = pyjlad.vjp(row_written_at_first_above, (x, 1.5, thr), cotangent.copy())
+    i, j = _first(X > thr)
+    expected = np.zeros_like(X)
+    expected[i, j] = np.cos(X[i, j]) * 1.5 * cotangent[j]
+    np.testing.assert_allclose(dx, expected, rtol=1e-15, atol=0)
+    assert dw == pytest.approx(np.sin(X[i, j]) * cotangent[j], rel=1e-15)
+    np.testing.assert_array_equal(x, X)
+
+
+@pytest.mark.parametrize("thr", [0.05, 1.0, 2.3, 9.0])
+def test_leaving_three_loops_at_once(thr) -> None:
+    cube = np.arange(1, 25, dtype=float).reshape(2, 3, 4) / 10.0
+    x, y = cube.copy(), cube[::-1].copy()
+    dx, dy = pyjlad.gradient(first_above_in_a_cube, x, y, thr, wrt=(0, 1))
+    expected_dx, expected_dy = np.zeros_like(cube), np.zeros_like(cube)
+    hit = _first(cube > thr)
+    if hit is not None:
+        i, j, k = hit
+        expected_dx[i, j, k] = y[i, j, k]
+        expected_dy[i, j, k] += x[i, j, k]
+        expected_dy[i, 0, k] += 1.0
+    np.testing.assert_allclose(dx, expected_dx, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(dy, expected_dy, rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(x, cube)
+    np.testing.assert_array_equal(y, cube[::-1])
 
 
 def test_forward_mode_of_those_shapes_is_right() -> None:

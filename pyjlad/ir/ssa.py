@@ -30,7 +30,7 @@ from .instructions import Instruction, parse_instruction
 from .lexer import tokenize
 from .value_types import result_type
 
-__all__ = ["restore_dominance"]
+__all__ = ["phi_with", "restore_dominance"]
 
 _PREFIX = "pyjlad.ssa."
 
@@ -153,7 +153,7 @@ def _replaced(line: str, old: str, new: str) -> str:
     return "".join(new if t.kind == "local" and t.text == old else t.text for t in tokenize(line))
 
 
-def _phi_with(instruction: Instruction, values: dict[str, str]) -> str | None:
+def phi_with(instruction: Instruction, values: dict[str, str]) -> str | None:
     """A ``phi`` line with the value of each entry from a block in ``values`` replaced; ``None`` where the line has
     more than its entries (metadata), which this does not rewrite."""
     text = instruction.text
@@ -211,7 +211,7 @@ def restore_dominance(body: list[str]) -> list[str] | None:
         if instruction.opcode == "phi":
             values = {block[1:]: updater.at_end(block[1:]) for v, block in instruction.phi_incoming()
                       if v == value and block[1:] in tree.depth and not tree.dominates(updater.home, block[1:])}
-            rewritten = _phi_with(instruction, values)
+            rewritten = phi_with(instruction, values)
             if rewritten is None:
                 return None
             lines[name][index] = rewritten
