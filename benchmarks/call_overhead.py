@@ -32,6 +32,15 @@ def array_loop(x):
     return s
 
 
+WEIGHTS = np.linspace(0.5, 1.5, 1000)
+
+
+def weighted_square(x):
+    """A plain Python function reading a global array (pyjlad compiles it with ``numba.njit``, and checks at each
+    call whether the array changed: ``pyjlad.frozen_globals.recompile_if_changed``)."""
+    return np.sum(WEIGHTS * x * x)
+
+
 def median_time(fn, number: int, repeat: int = 15) -> float:
     return float(np.median(timeit.repeat(fn, number=number, repeat=repeat)) / number)
 
@@ -54,6 +63,9 @@ def main() -> None:
             (0.3, 1.7), number=20000)
     x = np.linspace(0.0, 1.0, 1000)
     measure("1,000-element array loop, grad(f)", array_loop, pyjlad.grad(array_loop), (x,), number=2000)
+    jitted = njit(weighted_square)
+    measure("1,000-element global, @njit f", jitted, pyjlad.grad(jitted), (x,), number=2000)
+    measure("the same, plain Python f", jitted, pyjlad.grad(weighted_square), (x,), number=2000)
 
 
 if __name__ == "__main__":

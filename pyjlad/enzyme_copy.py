@@ -80,6 +80,7 @@ from numba.core.registry import cpu_target
 from numba.np import npyimpl
 
 from .export_compile import copy_options
+from .frozen_globals import fingerprint
 from .memo import cached_for
 
 __all__ = ["unvectorized_copy", "branch_preserving_compile", "NO_SPECULATION", "NO_SPECULATION_ARGS", "NO_UNSWITCHING"]
@@ -223,7 +224,10 @@ def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | 
             building[id(dispatcher)] = copy
         return copy
 
-    return cached_for(dispatcher, (*_COPY_KEY, "parallel") if keep_parallel else _COPY_KEY, build)
+    # Keyed by what the function's globals hold now: Numba compiles a new signature with the values of then (the
+    # copy's namespace is taken when it is built), and so must the copy.
+    key = (*_COPY_KEY, "parallel") if keep_parallel else _COPY_KEY
+    return cached_for(dispatcher, (*key, fingerprint(dispatcher.py_func)), build)
 
 
 def _filled(cell: Any) -> bool:

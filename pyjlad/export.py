@@ -178,6 +178,8 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
         serial = serial_dispatcher(target)
 
         def enzyme_module() -> PortableModule:
+            # The copy is compiled now, from the values of now (pyjlad.frozen_globals): refused where f froze others.
+            refuse_changed(target, argtypes, wrapped_name(target) or name)
             fresh = enzyme_ir(serial, argtypes)
             if fresh is None:
                 return module
@@ -185,6 +187,7 @@ def _export(func: Any, argtypes: tuple[nbtypes.Type, ...]) -> ExportedFunction:
 
         if target.targetoptions.get("parallel"):
             def parallel(form: str = "reverse") -> tuple[PortableModule | None, str]:
+                refuse_changed(target, argtypes, wrapped_name(target) or name)
                 return cached_for(target, ("parallel-module", argtypes, form),
                                   lambda: parallel_module(target, argtypes, entry, form=form,
                                                           never_written=never_written_data(abi.args)))

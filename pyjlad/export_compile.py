@@ -24,11 +24,12 @@ from numba.core.ccallback import CFunc
 from numba.core.dispatcher import Dispatcher
 
 from .errors import UnsupportedFunctionError
+from .frozen_globals import own, recompile_if_changed
 from .memo import cached_for
 
 __all__ = [
     "as_numba_function", "compile_result", "copy_options", "describe_function", "inspectable_compile_result", "numba_argtypes",
-    "result_type", "serial_dispatcher",
+    "plain_function_dispatcher", "result_type", "serial_dispatcher",
 ]
 
 
@@ -87,7 +88,29 @@ def as_numba_function(func: Any) -> Dispatcher | CFunc:
             f"cannot differentiate {func!r}: pass a Python function, a @numba.njit "
             "dispatcher or a @numba.cfunc"
         )
-    return as_numba_function(cached_for(func, ("njit",), lambda: numba.njit(func)))
+    dispatcher = _plain_njit(func)
+    recompile_if_changed(dispatcher)  # a plain function reads its globals at each call: so do its derivatives
+    return as_numba_function(dispatcher)
+
+
+def plain_function_dispatcher(func: Any) -> Dispatcher | None:
+    """pyjlad's ``numba.njit`` of ``func``, a plain Python function (one per function); ``None`` for anything else.
+
+    Numba freezes the global arrays and numbers it reads when it compiles, where ``func`` itself reads them at each
+    call: :func:`pyjlad.frozen_globals.recompile_if_changed` compiles it again where they changed.
+    """
+    if not isinstance(func, pytypes.FunctionType):
+        return None
+    return _plain_njit(func)
+
+
+def _plain_njit(func: Any) -> Dispatcher:
+    def made() -> Dispatcher:
+        dispatcher = numba.njit(func)
+        own(dispatcher, func)
+        return dispatcher
+
+    return cached_for(func, ("njit",), made)
 
 
 def _keyword_only(py: Any) -> bool:

@@ -14,7 +14,17 @@ each dispatcher and signature it compiles, a fingerprint of the arrays it froze 
 * a dispatcher Numba compiles again for a signature whose arrays changed (``f.recompile()``) has pyjlad's
   derivatives of it built again from the new values: what pyjlad remembers for it is dropped
   (:func:`pyjlad.memo.forget`) and each compiled sweep of it that :func:`follow` registered is reset, the
-  transforms taken before (``g = pyjlad.grad(f)``) included.
+  transforms taken before (``g = pyjlad.grad(f)``) included;
+* :func:`recompile_if_changed` (at each call of a compiled sweep of a plain Python function) has Numba compile
+  pyjlad's own ``numba.njit`` of it again where what it reads changed: the plain function reads its globals at
+  each call, and so must its derivatives (until 2026-12-06 they kept the values of their first build: the first
+  cross-validation fold's gradient for the next, found by a user-style probe).
+
+The ``@njit`` functions ``f`` calls count as frozen values by what their code does (:func:`_code_digest`): a
+helper defined anew with another body, then ``f.recompile()``, rebuilds ``f``'s derivatives (until 2026-12-06
+they kept the old helper's). The copies pyjlad compiles are keyed by the fingerprint of now, so a signature Numba
+compiles after a change (``float32``, a strided view) is differentiated with the values it holds (until
+2026-12-06, with those of pyjlad's first build).
 
 What compiled before pyjlad was imported, or came from Numba's disk cache (``cache=True``), has no record
 and is not checked. Arrays over 1 MB, or not contiguous, are not frozen (Numba reads them where they are), so
@@ -24,6 +34,7 @@ and is not checked. Arrays over 1 MB, or not contiguous, are not frozen (Numba r
 from __future__ import annotations
 
 import dis
+import functools
 import hashlib
 import types
 import weakref
@@ -31,6 +42,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from numba import types as nbtypes
 from numba.core import event
 from numba.core.dispatcher import Dispatcher
 
@@ -38,7 +50,7 @@ from .errors import UnsupportedFunctionError
 from .log import get_logger
 from .memo import forget
 
-__all__ = ["fingerprint", "follow", "frozen_arrays", "refuse_changed", "watch"]
+__all__ = ["fingerprint", "follow", "frozen_arrays", "own", "recompile_if_changed", "refuse_changed", "watch"]
 
 _log = get_logger(__name__)
 
@@ -50,6 +62,13 @@ _ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 _records: weakref.WeakKeyDictionary[Any, dict[tuple, tuple]] = weakref.WeakKeyDictionary()
 _latest: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()  # each dispatcher's last compile
 _followers: weakref.WeakKeyDictionary[Any, weakref.WeakSet] = weakref.WeakKeyDictionary()
+_owners: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # pyjlad's njit -> the plain function
+
+
+def own(dispatcher: Any, func: Any) -> None:
+    """Record ``dispatcher`` as pyjlad's ``numba.njit`` of the plain Python function ``func``: what follows
+    ``func`` is reset with what follows ``dispatcher``."""
+    _owners[dispatcher] = func
 
 
 def follow(func: Any, follower: Any) -> None:
@@ -59,6 +78,12 @@ def follow(func: Any, follower: Any) -> None:
         _followers.setdefault(func, weakref.WeakSet()).add(follower)
     except TypeError:
         pass
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_read(code: types.CodeType) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """:func:`_loaded_names` of ``code``, read once (a plain function is fingerprinted at each call)."""
+    return tuple(_loaded_names(code))
 
 
 def _loaded_names(code: types.CodeType) -> Iterator[tuple[str, tuple[str, ...]]]:
@@ -115,7 +140,7 @@ def _read_globals(py_func: Any) -> Iterator[tuple[str, Any]]:
         return
     cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, py_func.__closure__ or (), strict=False)
              if _filled(cell)}
-    for kind, chain in _loaded_names(code):
+    for kind, chain in _names_read(code):
         scope = namespace if kind == "global" else cells
         if chain[0] not in scope:
             continue
@@ -148,9 +173,21 @@ def frozen_arrays(py_func: Any) -> dict[str, np.ndarray]:
     return found
 
 
-def _callees(py_func: Any) -> list[Any]:
-    """The ``@njit`` functions ``py_func`` reads as globals or closure variables (those it may call)."""
-    return [value for _, value in _read_globals(py_func) if isinstance(value, Dispatcher)]
+def _callees(py_func: Any) -> list[tuple[str, Any]]:
+    """``(name, dispatcher)`` of the ``@njit`` functions ``py_func`` reads as globals or closure variables (those it
+    may call)."""
+    return [(name, value) for name, value in _read_globals(py_func) if isinstance(value, Dispatcher)]
+
+
+def _code_digest(code: types.CodeType) -> bytes:
+    """A digest of what ``code`` does (its bytecode, names and constants, those of the code it nests included), the
+    same for the same source defined again (a notebook cell run again)."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(code.co_code)
+    digest.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
+    for constant in code.co_consts:
+        digest.update(_code_digest(constant) if isinstance(constant, types.CodeType) else repr(constant).encode())
+    return digest.digest()
 
 
 def _label(py_func: Any) -> str:
@@ -178,15 +215,24 @@ def fingerprint(py_func: Any, recorded: bool = False) -> tuple[tuple[str, str, s
 def _parts(py_func: Any, recorded: bool, seen: set[int]) -> list[tuple[str, str, str, tuple[int, ...], bytes]]:
     label = _label(py_func)
     items = [(label, name, array.dtype.str, array.shape,
-              hashlib.blake2b(array.tobytes(order="A"), digest_size=16).digest())
+              _digest(array))
              for name, array in frozen_arrays(py_func).items()]
-    for callee in _callees(py_func):
+    for name, callee in _callees(py_func):
+        # The function it calls, by what it does: a helper defined anew (then f.recompile()) is a change too.
+        items.append((label, name, "function", (), _code_digest(callee.py_func.__code__)))
         if id(callee.py_func) in seen:
             continue
         seen.add(id(callee.py_func))
         last = _latest.get(callee) if recorded else None
         items.extend(last if last is not None else _parts(callee.py_func, recorded, seen))
     return items
+
+
+def _digest(array: np.ndarray) -> bytes:
+    """A digest of ``array``'s bytes (SHA-1: about 2 GB/s here, a plain function's arrays are digested at each call;
+    a change, not an adversary, is what it detects)."""
+    data = array if array.flags.c_contiguous and not array.dtype.hasobject else array.tobytes(order="A")
+    return hashlib.sha1(data, usedforsecurity=False).digest()
 
 
 def _changed(before: tuple, now: tuple) -> list[tuple[str, str]]:
@@ -214,7 +260,8 @@ class _CompileListener(event.Listener):
         if before is not None and before != now:
             # Compiled again with other values (f.recompile()): derivatives built from the old ones are dropped.
             # (No lock is taken here, inside Numba's compile: a follower's reset only replaces its tables.)
-            for follower in list(_followers.get(dispatcher, ())):
+            owner = _owners.get(dispatcher)
+            for follower in [*_followers.get(dispatcher, ()), *(_followers.get(owner, ()) if owner else ())]:
                 follower.reset()
             forget(dispatcher)
 
@@ -230,19 +277,37 @@ def watch() -> None:
         _watching.append(True)
 
 
-def refuse_changed(dispatcher: Any, argtypes: tuple, name: str) -> None:
+def recompile_if_changed(dispatcher: Any) -> None:
+    """Have Numba compile ``dispatcher`` again where what it froze (arrays, numbers, the functions it calls) has
+    changed since it last compiled it: for pyjlad's own ``numba.njit`` of a plain Python function, which reads its
+    globals at each call (the recompile drops the derivatives built from the old values, as for ``f.recompile()``).
+    """
+    last = _latest.get(dispatcher)
+    if last is not None and fingerprint(dispatcher.py_func, recorded=True) != last:
+        _log.debug("%s: its globals changed since Numba compiled it; compiling it again", _label(dispatcher.py_func))
+        dispatcher.recompile()
+
+
+def refuse_changed(dispatcher: Any, argtypes: tuple, name: str, *, stands_for_contiguous: bool = False) -> None:
     """Refuse ``dispatcher`` (the user's function ``name``, or pyjlad's wrapper of it) for ``argtypes`` where an
     array Numba froze into it, or into an ``@njit`` function it calls, has changed since Numba compiled it.
+    ``stands_for_contiguous``: ``argtypes`` are pyjlad's strided views standing for the caller's contiguous arrays
+    (vector mode), which Numba compiles now, with the values of now: checked against the contiguous signature's.
 
     Raises
     ------
     UnsupportedFunctionError
         Naming the arrays, and the two ways to make ``f`` and its derivatives agree.
     """
-    before = _records.get(dispatcher, {}).get(tuple(argtypes))
-    if before is None:
+    records = _records.get(dispatcher, {})
+    signatures = [tuple(argtypes)]
+    if stands_for_contiguous:
+        signatures.append(tuple(t.copy(layout="C") if isinstance(t, nbtypes.Array) else t for t in argtypes))
+    signatures = [signature for signature in signatures if signature in records]
+    if not signatures:
         return
-    changed = _changed(before, fingerprint(dispatcher.py_func))
+    now = fingerprint(dispatcher.py_func)
+    changed = next((found for signature in signatures if (found := _changed(records[signature], now))), [])
     if not changed:
         return
     user = name.rpartition(".")[2]

@@ -205,3 +205,82 @@ def test_a_global_number_bound_anew_after_numba_compiled_f_is_refused_until_f_is
     np.testing.assert_allclose(pyjlad.grad(_scaled)(x), 10.0 * X, rtol=1e-15)
     assert _scaled(x) == pytest.approx(5.0 * np.sum(X * X), rel=1e-15)
     np.testing.assert_array_equal(x, before)
+
+
+G_PLAIN = np.array([1.0, 2.0, 3.0])
+
+
+def _plain_loss(x):  # a plain Python function: it reads G_PLAIN at each call
+    return np.sum(G_PLAIN * x * x)
+
+
+def test_a_plain_function_follows_its_globals_rebound_or_changed_in_place() -> None:
+    """pyjlad compiles a plain function with ``numba.njit`` once; until 2026-12-06 its derivatives kept the arrays
+    of that compile (the next cross-validation fold got the first fold's gradient; found by a user-style probe).
+    Transforms taken before the change, an ``hvp`` and another dtype follow too."""
+    global G_PLAIN
+    x, before = _point()
+    grad, value_and_grad = pyjlad.grad(_plain_loss), pyjlad.value_and_grad(_plain_loss)
+    np.testing.assert_allclose(grad(x), 2.0 * np.array([1.0, 2.0, 3.0]) * X, rtol=1e-15)
+    for weights in ([5.0, 5.0, 5.0], [0.5, -2.0, 4.0]):
+        G_PLAIN = np.array(weights)  # bound anew
+        value, gradient = value_and_grad(x)
+        assert value == pytest.approx(np.sum(np.array(weights) * X * X), rel=1e-15)
+        np.testing.assert_allclose(gradient, 2.0 * np.array(weights) * X, rtol=1e-15)
+    G_PLAIN[:] = [3.0, 1.0, -1.0]  # changed in place
+    np.testing.assert_allclose(grad(x), 2.0 * np.array([3.0, 1.0, -1.0]) * X, rtol=1e-15)
+    np.testing.assert_allclose(pyjlad.hvp(_plain_loss, (x,), np.ones(3)), 2.0 * np.array([3.0, 1.0, -1.0]),
+                               rtol=1e-15)
+    np.testing.assert_allclose(grad(x.astype(np.float32)), 2.0 * np.array([3.0, 1.0, -1.0]) * X, rtol=1e-6)
+    np.testing.assert_array_equal(x, before)
+
+
+LAMBDA_NEW_TYPE = 1.0
+G_NEW_TYPE = np.array([1.0, 2.0, 3.0])
+
+
+@njit
+def _new_type_loss(w):
+    return LAMBDA_NEW_TYPE * np.sum((w - G_NEW_TYPE) ** 2)
+
+
+def test_a_signature_numba_compiles_after_the_globals_changed_gets_their_new_values() -> None:
+    """Numba compiles a new signature of ``f`` with the globals' values of then; until 2026-12-06 pyjlad's
+    derivative for it used those of its first build (found by a user-style probe)."""
+    global LAMBDA_NEW_TYPE, G_NEW_TYPE
+    w = np.zeros(3)
+    np.testing.assert_allclose(pyjlad.gradient(_new_type_loss, w), -2.0 * np.array([1.0, 2.0, 3.0]), rtol=1e-15)
+    LAMBDA_NEW_TYPE, G_NEW_TYPE = 10.0, np.array([5.0, 5.0, 5.0])
+    w32, strided = w.astype(np.float32), np.zeros(6)[::2]
+    assert _new_type_loss(w32) == pytest.approx(750.0)  # Numba compiles float32 now, with the new values
+    value, gradient = pyjlad.value_and_grad(_new_type_loss)(w32)
+    assert value == pytest.approx(750.0, rel=1e-6)
+    np.testing.assert_allclose(gradient, np.full(3, -100.0), rtol=1e-6)
+    assert _new_type_loss(strided) == pytest.approx(750.0)
+    np.testing.assert_allclose(pyjlad.gradient(_new_type_loss, strided), np.full(3, -100.0), rtol=1e-15)
+    # float64, compiled before: Numba keeps the old values in f, and the derivative built then keeps them too
+    assert _new_type_loss(w) == pytest.approx(14.0)
+    assert pyjlad.jvp(_new_type_loss, (w,), (np.ones(3),))[1] == pytest.approx(-12.0, rel=1e-15)
+
+
+def test_a_called_function_defined_anew_then_recompiled_is_followed() -> None:
+    """A notebook cell defining the helper run again with a new body, then ``f.recompile()``: until 2026-12-06
+    the gradient kept the old helper's (found by a user-style probe). The same body defined again is no change; before
+    the recompile, ``f`` and its derivatives keep the old helper alike."""
+    namespace: dict = {"njit": njit, "np": np}
+    exec("@njit\ndef helper(w):\n    return np.sum(w ** 2)\n\n@njit\ndef loss(w):\n    return helper(w)\n",  # noqa: S102
+         namespace)
+    loss, w = namespace["loss"], np.full(3, 2.0)
+    np.testing.assert_allclose(pyjlad.gradient(loss, w), 2.0 * w, rtol=1e-15)
+    exec("@njit\ndef helper(w):\n    return np.sum(w ** 2)\n", namespace)  # noqa: S102  (the same body again)
+    np.testing.assert_allclose(pyjlad.jvp(loss, (w,), (np.ones(3),))[1], np.sum(2.0 * w), rtol=1e-15)
+    exec("@njit\ndef helper(w):\n    return np.sum(w ** 3)\n", namespace)  # noqa: S102
+    assert loss(w) == pytest.approx(12.0)  # not compiled again: Numba's loss keeps the old helper, and so does
+    np.testing.assert_allclose(pyjlad.jvp(loss, (w,), (np.ones(3),))[1], np.sum(2.0 * w), rtol=1e-15)  # this
+    # Built now: not from the new helper (vector mode's strided views, which Numba compiles now, with the new
+    # helper, are refused; the Hessian falls back to the sweeps built before, as loss is)
+    np.testing.assert_allclose(pyjlad.hessian(loss, w), 2.0 * np.eye(3), rtol=1e-15)
+    loss.recompile()
+    assert loss(w) == pytest.approx(24.0)
+    np.testing.assert_allclose(pyjlad.gradient(loss, w), 3.0 * w ** 2, rtol=1e-15)
+    np.testing.assert_allclose(pyjlad.gradient(loss, w.astype(np.float32)), 3.0 * w ** 2, rtol=1e-6)

@@ -51,7 +51,8 @@ from ..export import (
     numba_argtypes,
     wrapped_name,
 )
-from ..frozen_globals import follow
+from ..export_compile import plain_function_dispatcher
+from ..frozen_globals import follow, recompile_if_changed, refuse_changed
 from ..memo import cached_for, forget
 from ..nested import NestedSweep, cache_key_parts, remember
 from ..parallel_derivatives import (
@@ -149,6 +150,8 @@ def build(func: Any, argtypes: Sequence[nbtypes.Type], sweep: Sweep, *, oom_guar
     a reverse/forward driver is remembered, so a function calling it from @njit code differentiates through it
     (:mod:`pyjlad.nested`)."""
     exported = export(func, argtypes)
+    if sweep.interleaved:  # f compiled now for pyjlad's strided views: the caller's contiguous f may hold older values
+        refuse_changed(as_numba_function(func), tuple(argtypes), exported.name, stands_for_contiguous=True)
     activities = resolve_activities(exported, sweep)  # first: an int named in wrt is the clearer error
     check_result(exported, sweep)
     noalias = not calls_custom_rules(exported.module.external_functions)  # see the driver
@@ -317,6 +320,8 @@ class Compiled:
         self._refused: EnzymeError | None = None  # a loose-typed derivative that failed its check
         self._kinds: set[tuple[type, ...]] = set()  # the Python types of the calls compiled for (__call__)
         follow(func, self)  # reset when Numba compiles func again with other frozen arrays (f.recompile())
+        # A plain Python function: its njit compiled again at each call where its globals changed (then this resets).
+        self._plain_njit = plain_function_dispatcher(func)
 
     def reset(self) -> None:
         """Forget every build: the next call of each argument types exports and differentiates ``func`` again
@@ -402,6 +407,8 @@ class Compiled:
                                       name=wrapped_name(self.func))
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
+        if self._plain_njit is not None:
+            recompile_if_changed(self._plain_njit)
         if REPLAYING[0]:  # inside a transform running a function that draws random numbers (pyjlad.random_draws)
             before_run()
         if self._refused is not None:
