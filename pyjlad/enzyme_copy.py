@@ -49,7 +49,13 @@ pyjlad therefore compiles, for Enzyme only, a copy of the function
   depth) replaced by such a copy, and with an empty cache of Numba's internal
   helpers (``context.compile_internal``): Numba links a function's callees
   as they were first compiled in the process, i.e. vectorized and if-converted
-  for the user's own call, and re-optimizing a vectorized loop cannot undo it.
+  for the user's own call, and re-optimizing a vectorized loop cannot undo it;
+* with caches of their own for NumPy's functions and methods Numba implements by ``@overload`` (``np.prod``,
+  ``x.prod()``, ``np.nanprod``, ...: :func:`_copy_side_overloads`): Numba compiles each such implementation
+  once per argument types and links it into every later caller, the copy included, so the copy got the
+  user's vectorized code. Under ``fastmath`` that is a reduction vectorized in lanes, whose reverse-mode
+  derivative Enzyme v0.0.289 got **wrong** (``np.prod`` of ``[1, 2, 3, 4]``: ``[24, 12, 16, 9]`` for ``[24,
+  12, 8, 6]``, no error, until 2026-12-06; found by a user-style probe; ``tests/test_fastmath_overloads.py``).
 
 The user's function and its callees keep their own (vectorized) code: the
 settings are restored afterwards, under Numba's compiler lock, which every
@@ -67,6 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import types as pytypes
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,6 +84,7 @@ from numba.core import codegen, config
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
+from numba.core.typing import templates
 from numba.np import npyimpl
 
 from .export_compile import copy_options
@@ -139,6 +147,38 @@ def _set_llvm_options(values: dict[str, str]) -> None:
         llvm.set_option("pyjlad", f"-{name}={value}")
 
 
+#: The copy's own caches of each ``@overload`` template (its implementations and their compiled overloads).
+_COPY_SIDE: weakref.WeakKeyDictionary[type, tuple[dict, dict]] = weakref.WeakKeyDictionary()
+
+
+def _overload_templates() -> list[type]:
+    """Every template class Numba made for an ``@overload`` (functions and, through them, methods)."""
+    found, todo = [], [templates._OverloadFunctionTemplate]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            found.append(sub)
+            todo.append(sub)
+    return found
+
+
+@contextlib.contextmanager
+def _copy_side_overloads() -> Iterator[None]:
+    """Inside the block, every ``@overload`` template keeps its implementations in the copy's own caches
+    (:data:`_COPY_SIDE`): they are compiled, once, with the copy's settings, not linked from the user's compile."""
+    swapped = []
+    for cls in _overload_templates():
+        own = cls.__dict__
+        if not isinstance(own.get("_impl_cache"), dict) or not isinstance(own.get("_compiled_overloads"), dict):
+            continue
+        swapped.append((cls, own["_impl_cache"], own["_compiled_overloads"]))
+        cls._impl_cache, cls._compiled_overloads = _COPY_SIDE.setdefault(cls, ({}, {}))
+    try:
+        yield
+    finally:
+        for cls, impl_cache, compiled in swapped:
+            cls._impl_cache, cls._compiled_overloads = impl_cache, compiled
+
+
 @contextlib.contextmanager
 def branch_preserving_compile() -> Iterator[None]:
     """Compile (inside the block) with no vectorizers, no loop unrolling or unswitching, no speculation and no cached
@@ -159,7 +199,8 @@ def branch_preserving_compile() -> Iterator[None]:
         npyimpl._ArrayIndexingHelper.update_indices = _selected_indices
         _set_llvm_options({name: value for name, value, _ in (*NO_SPECULATION, *NO_UNSWITCHING)})
         try:
-            yield
+            with _copy_side_overloads():
+                yield
         finally:
             _set_llvm_options({name: default for name, _, default in (*NO_SPECULATION, *NO_UNSWITCHING)})
             npyimpl._ArrayIndexingHelper.update_indices = update_indices
