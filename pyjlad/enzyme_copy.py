@@ -51,9 +51,10 @@ pyjlad therefore compiles, for Enzyme only, a copy of the function
   as they were first compiled in the process, i.e. vectorized and if-converted
   for the user's own call, and re-optimizing a vectorized loop cannot undo it;
 * with caches of their own for NumPy's functions and methods Numba implements by ``@overload`` (``np.prod``,
-  ``x.prod()``, ``np.nanprod``, ...: :func:`_copy_side_overloads`): Numba compiles each such implementation
-  once per argument types and links it into every later caller, the copy included, so the copy got the
-  user's vectorized code. Under ``fastmath`` that is a reduction vectorized in lanes, whose reverse-mode
+  ``x.prod()``, ``np.nanprod``, ...: :func:`_copy_side_overloads`) compiled for fast-math code: Numba compiles
+  each such implementation once per argument types and flags and links it into every later caller, the copy
+  included, so the copy got the user's vectorized code. Under ``fastmath`` that is a reduction vectorized in
+  lanes, whose reverse-mode
   derivative Enzyme v0.0.289 got **wrong** (``np.prod`` of ``[1, 2, 3, 4]``: ``[24, 12, 16, 9]`` for ``[24,
   12, 8, 6]``, no error, until 2026-12-06; found by a user-style probe; ``tests/test_fastmath_overloads.py``).
 
@@ -88,7 +89,7 @@ from numba.core.typing import templates
 from numba.np import npyimpl
 
 from .export_compile import copy_options
-from .frozen_globals import fingerprint
+from .frozen_globals import filled, fingerprint
 from .memo import cached_for
 
 __all__ = ["unvectorized_copy", "branch_preserving_compile", "NO_SPECULATION", "NO_SPECULATION_ARGS", "NO_UNSWITCHING"]
@@ -161,17 +162,32 @@ def _overload_templates() -> list[type]:
     return found
 
 
+def _fast_math(cache_key: Any) -> bool:
+    """Whether an ``@overload`` template's cache key ``(context, args, kws, flags)`` is for a fast-math compile."""
+    flags = cache_key[3] if isinstance(cache_key, tuple) and len(cache_key) == 4 else None
+    return bool(getattr(flags, "fastmath", False))
+
+
 @contextlib.contextmanager
 def _copy_side_overloads() -> Iterator[None]:
     """Inside the block, every ``@overload`` template keeps its implementations in the copy's own caches
-    (:data:`_COPY_SIDE`): they are compiled, once, with the copy's settings, not linked from the user's compile."""
+    (:data:`_COPY_SIDE`): those for fast-math compiles are compiled, once, with the copy's settings, not linked from
+    the user's compile; the others are the user's (shared: compiled without fast-math, no reduction is vectorized,
+    and their code is what every derivative so far was built from)."""
     swapped = []
     for cls in _overload_templates():
         own = cls.__dict__
-        if not isinstance(own.get("_impl_cache"), dict) or not isinstance(own.get("_compiled_overloads"), dict):
+        impl_cache, compiled = own.get("_impl_cache"), own.get("_compiled_overloads")
+        if not isinstance(impl_cache, dict) or not isinstance(compiled, dict):
             continue
-        swapped.append((cls, own["_impl_cache"], own["_compiled_overloads"]))
-        cls._impl_cache, cls._compiled_overloads = _COPY_SIDE.setdefault(cls, ({}, {}))
+        mine_impl, mine_compiled = _COPY_SIDE.setdefault(cls, ({}, {}))
+        for key, value in impl_cache.items():
+            if not _fast_math(key):
+                mine_impl.setdefault(key, value)
+        for key, value in compiled.items():
+            mine_compiled.setdefault(key, value)
+        swapped.append((cls, impl_cache, compiled))
+        cls._impl_cache, cls._compiled_overloads = mine_impl, mine_compiled
     try:
         yield
     finally:
@@ -256,8 +272,8 @@ def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | 
         for name in py.__code__.co_names:
             if isinstance(namespace.get(name), Dispatcher):
                 namespace[name] = _substitute(namespace[name], building)
-        if cells and any(isinstance(c.cell_contents, Dispatcher) for c in cells if _filled(c)):
-            cells = tuple(pytypes.CellType(_substitute(c.cell_contents, building)) if _filled(c) else c
+        if cells and any(isinstance(c.cell_contents, Dispatcher) for c in cells if filled(c)):
+            cells = tuple(pytypes.CellType(_substitute(c.cell_contents, building)) if filled(c) else c
                           for c in cells)
             clone = pytypes.FunctionType(py.__code__, namespace, py.__name__, py.__defaults__, cells)
             clone.__qualname__ = py.__qualname__
@@ -269,11 +285,3 @@ def unvectorized_copy(dispatcher: Dispatcher, building: dict[int, Dispatcher] | 
     # copy's namespace is taken when it is built), and so must the copy.
     key = (*_COPY_KEY, "parallel") if keep_parallel else _COPY_KEY
     return cached_for(dispatcher, (*key, fingerprint(dispatcher.py_func)), build)
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - an empty cell raises
-    except ValueError:
-        return False
-    return True

@@ -50,7 +50,7 @@ from .errors import UnsupportedFunctionError
 from .log import get_logger
 from .memo import forget
 
-__all__ = ["fingerprint", "follow", "frozen_arrays", "own", "recompile_if_changed", "refuse_changed", "watch"]
+__all__ = ["filled", "fingerprint", "follow", "frozen_arrays", "own", "recompile_if_changed", "refuse_changed", "watch"]
 
 _log = get_logger(__name__)
 
@@ -123,7 +123,8 @@ def _frozen(value: Any) -> list[np.ndarray]:
     return []
 
 
-def _filled(cell: types.CellType) -> bool:
+def filled(cell: types.CellType) -> bool:
+    """Whether a closure ``cell`` holds a value (an empty one raises when read)."""
     try:
         cell.cell_contents  # noqa: B018  (an empty cell raises)
     except ValueError:
@@ -139,7 +140,7 @@ def _read_globals(py_func: Any) -> Iterator[tuple[str, Any]]:
     if code is None:
         return
     cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, py_func.__closure__ or (), strict=False)
-             if _filled(cell)}
+             if filled(cell)}
     for kind, chain in _names_read(code):
         scope = namespace if kind == "global" else cells
         if chain[0] not in scope:

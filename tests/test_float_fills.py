@@ -204,3 +204,77 @@ def test_a_float32_accumulator_zeroed_each_step() -> None:
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=2e-5)
     np.testing.assert_array_equal(x, x0)
+
+
+@njit
+def _rows_accel(x, m, a):
+    a[:, :] = 0.0
+    for i in range(x.shape[0]):
+        for j in range(i + 1, x.shape[0]):
+            d = x[j] - x[i]
+            r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2] + 0.01
+            inv = 1.0 / (r2 * np.sqrt(r2))
+            a[i] += m[j] * inv * d  # whole rows of the output argument
+            a[j] -= m[i] * inv * d
+
+
+@njit
+def _elements_accel(x, m, a):
+    a[:, :] = 0.0
+    for i in range(x.shape[0]):
+        for j in range(i + 1, x.shape[0]):
+            d = x[j] - x[i]
+            r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2] + 0.01
+            inv = 1.0 / (r2 * np.sqrt(r2))
+            for k in range(3):  # the rewrite the refusal suggests
+                a[i, k] += m[j] * inv * d[k]
+                a[j, k] -= m[i] * inv * d[k]
+
+
+def _leapfrog(accel):
+    @njit
+    def leapfrog(x0, v0, m):
+        x, v = x0.copy(), v0.copy()
+        a = np.empty_like(x)
+        accel(x, m, a)
+        for _ in range(3):
+            v += 0.005 * a
+            x += 0.01 * v
+            accel(x, m, a)
+            v += 0.005 * a
+        return 0.5 * np.sum(m * np.sum(v * v, axis=1)) + np.sum(x[:, 0] * m)
+
+    return leapfrog
+
+
+def _jax_leapfrog(x, v, m):
+    def accel(x):
+        d = x[None, :, :] - x[:, None, :]
+        r2 = jnp.sum(d * d, -1) + 0.01
+        inv = (1.0 / (r2 * jnp.sqrt(r2))) * (1 - jnp.eye(x.shape[0]))
+        return jnp.sum((m[None, :] * inv)[:, :, None] * d, axis=1)
+
+    a = accel(x)
+    for _ in range(3):
+        v = v + 0.005 * a
+        x = x + 0.01 * v
+        a = accel(x)
+        v = v + 0.005 * a
+    return 0.5 * jnp.sum(m * jnp.sum(v * v, 1)) + jnp.sum(x[:, 0] * m)
+
+
+def test_a_refused_n_body_hessian_names_the_rewrite_that_works() -> None:
+    """An n-body leapfrog whose force helper updates whole rows of its output argument: the Hessian in the masses
+    needs loose types and fails its check (found by a user-style probe, 2026-12-06); the refusal names the rewrite,
+    and the rewritten helper's Hessian agrees with JAX."""
+    rng = np.random.default_rng(3)
+    x0, v0, m = rng.standard_normal((3, 3)), 0.3 * rng.standard_normal((3, 3)), rng.uniform(0.5, 1.5, 3)
+    before = (x0.copy(), v0.copy(), m.copy())
+    expected = np.asarray(jax.hessian(_jax_leapfrog, argnums=2)(*(b.copy() for b in before)))
+    try:
+        np.testing.assert_allclose(pyjlad.hessian(_leapfrog(_rows_accel), x0, v0, m, wrt=2), expected, rtol=1e-9)
+    except pyjlad.EnzymeError as exc:
+        assert "loop over its elements" in str(exc)
+    np.testing.assert_allclose(pyjlad.hessian(_leapfrog(_elements_accel), x0, v0, m, wrt=2), expected, rtol=1e-9)
+    for array, copy in zip((x0, v0, m), before):
+        np.testing.assert_array_equal(array, copy)

@@ -560,10 +560,13 @@ def enzyme_input_key() -> str:
     2026-12-05: the same); the copies and fills of growing lists typed (:mod:`pyjlad.list_growth`, since
     2026-12-06: a list that grows was refused before); in a forward derivative of a reverse sweep, pyjlad's
     allocators inlined and no loop caches sized once (:mod:`pyjlad.forward_over_reverse`, since 2026-12-06: a
-    derivative cached before leaked memory on every call)."""
+    derivative cached before leaked memory on every call); the values of an inner loop read after leaving two
+    loops at once carried by a ``phi`` of the latch block (:mod:`pyjlad.loop_exit_latches`, since 2026-12-06: a
+    derivative cached before may be wrong); fast-math ``@overload`` implementations compiled for the copy
+    (:mod:`pyjlad.enzyme_copy`, since 2026-12-06: the same)."""
     scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once; inner-loop values read past two loops' way out carried by latch phis; fast-math overloads compiled for the copy"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:

@@ -130,7 +130,10 @@ def _refusal(what: str, name: str, found: tuple[float, float], along: str) -> En
         f"memory holds and built its derivative assuming it (loose types), and that derivative disagrees with "
         f"finite differences of the function ({along}, at the arguments of its first call for these argument "
         f"types: {found[0]:.6g} against {found[1]:.6g}). pyjlad does not return it, then or later. A copy of "
-        "floats Enzyme took for integers does this (its adjoint is lost); please report it with the function "
+        "floats Enzyme took for integers does this (its adjoint is lost), most often a whole row or slice "
+        "written into an array the function was given (`a[i] += m[j] * d`, `a[:, :] = 0.0` in a helper): "
+        "writing that update as a loop over its elements, or accumulating into a fresh local array "
+        "(np.zeros_like) and copying it in once, usually lets Enzyme type it. Please report the function "
         "(PYJLAD_DUMP_IR=<dir> writes the modules)",
         diagnostics=f"directional derivative {found[0]!r}, central differences (Richardson) {found[1]!r}")
 
