@@ -231,7 +231,7 @@ def _elements_accel(x, m, a):
                 a[j, k] -= m[i] * inv * d[k]
 
 
-def _leapfrog(accel):
+def _nbody_leapfrog(accel):
     @njit
     def leapfrog(x0, v0, m):
         x, v = x0.copy(), v0.copy()
@@ -272,9 +272,9 @@ def test_a_refused_n_body_hessian_names_the_rewrite_that_works() -> None:
     before = (x0.copy(), v0.copy(), m.copy())
     expected = np.asarray(jax.hessian(_jax_leapfrog, argnums=2)(*(b.copy() for b in before)))
     try:
-        np.testing.assert_allclose(pyjlad.hessian(_leapfrog(_rows_accel), x0, v0, m, wrt=2), expected, rtol=1e-9)
+        np.testing.assert_allclose(pyjlad.hessian(_nbody_leapfrog(_rows_accel), x0, v0, m, wrt=2), expected, rtol=1e-9)
     except pyjlad.EnzymeError as exc:
         assert "loop over its elements" in str(exc)
-    np.testing.assert_allclose(pyjlad.hessian(_leapfrog(_elements_accel), x0, v0, m, wrt=2), expected, rtol=1e-9)
+    np.testing.assert_allclose(pyjlad.hessian(_nbody_leapfrog(_elements_accel), x0, v0, m, wrt=2), expected, rtol=1e-9)
     for array, copy in zip((x0, v0, m), before):
         np.testing.assert_array_equal(array, copy)
