@@ -207,23 +207,51 @@ def _check_sizes(args: tuple[Any, ...], inputs: list[_Input]) -> None:
 
 
 def _refuse_aliased_samples(f: Any, args: tuple[Any, ...], inputs: list[_Input]) -> None:
-    """Refuse a ``vmap`` of a ``pyjlad.grad`` or ``value_and_grad`` of ``g`` where one sample's arguments share
-    memory and ``g`` writes one of them, as the derivative itself refuses such a call from Python
+    """Refuse a ``vmap`` of a derivative of ``g`` (``pyjlad.grad``, ``value_and_grad``, ``jvp_fn``, ``vjp_fn``,
+    ``hvp_fn``, ``jacrev``, ``jacfwd``) where one sample's arguments of ``g`` share memory and ``g`` writes one of
+    them, as the derivative itself refuses such a call from Python
     (:func:`pyjlad.written_aliases.refuse_written_aliases`): inside the loop the derivative, called from ``@njit``
-    code, cannot check, and until 2026-12-06 such a batch was silently wrong (a user-style probe). Quick where no two
-    of the arguments' arrays may share memory (the usual call)."""
-    from .transforms import _ValueAndGrad
+    code, cannot check, and until 2026-12-06 such a batch was silently wrong (user-style probes: the gradients
+    first, the products the same day). Quick where no two of the arguments' arrays may share memory (the usual
+    call)."""
     from .written_aliases import refuse_written_aliases
 
-    if not isinstance(f, _ValueAndGrad) or any(i.path for i in inputs):
+    primals = _primals_of(f)
+    if primals is None:
         return
-    arrays = [i.value(args) for i in inputs if isinstance(i.value(args), np.ndarray)]
+    arrays = [v for v in (i.value(args) for i in inputs) if isinstance(v, np.ndarray)]
     if not any(np.may_share_memory(a, b) for k, a in enumerate(arrays) for b in arrays[k + 1:]):
         return
+    g, pick = primals
     samples = next(i.value(args).shape[0] for i in inputs if i.axis == 0)
     for sample in range(samples):
-        one = tuple(i.value(args)[sample] if i.axis == 0 else i.value(args) for i in inputs)
-        refuse_written_aliases(f.__wrapped__, one, f"vmap of {f!r} (sample {sample})")
+        one = args
+        for i in inputs:
+            if i.axis == 0:
+                one = _replaced(one, (i.arg, *i.path), i.value(args)[sample])
+        refuse_written_aliases(g, pick(one), f"vmap of {f!r} (sample {sample})")
+
+
+def _primals_of(f: Any) -> tuple[Any, Callable[[tuple[Any, ...]], tuple[Any, ...]]] | None:
+    """For a derivative ``f`` of a function ``g``: ``g`` and how to read ``g``'s arguments from ``f``'s; None for
+    anything else (a plain ``@njit`` function, which runs as written)."""
+    from .product_fns import ProductFunction
+    from .transforms import _ValueAndGrad
+
+    if isinstance(f, _ValueAndGrad) or (isinstance(f, ProductFunction) and f.kind in ("jacrev", "jacfwd")):
+        return f.__wrapped__, lambda args: args
+    if isinstance(f, ProductFunction):
+        return f.__wrapped__, lambda args: args[0] if isinstance(args[0], tuple) else ()
+    return None
+
+
+def _replaced(value: tuple[Any, ...], path: tuple[int, ...], leaf: Any) -> Any:
+    """``value`` (nested tuples) with the item at ``path`` replaced by ``leaf``."""
+    if not path:
+        return leaf
+    items = list(value)
+    items[path[0]] = _replaced(items[path[0]], path[1:], leaf)
+    return tuple(items)
 
 
 def _result_type(context: Any, f: Any, sample_types: tuple[types.Type, ...]) -> types.Type:

@@ -13,7 +13,8 @@ as usual: each name gets its adjoint, as JAX's would.
 function's ABI (which arguments it writes: :attr:`pyjlad.abi.ArrayArg.writes`) and ``np.shares_memory``.
 
 A function returning arrays or tuples, which its export refuses, is asked through a twin that drops its result
-(:func:`_discarding`). :func:`pyjlad.vmap` of a ``grad`` or ``value_and_grad`` checks each sample's arguments
+(:func:`_discarding`). :func:`pyjlad.vmap` of a derivative (``grad``, ``value_and_grad``, the
+products' callable forms) checks each sample's arguments
 (:func:`pyjlad.batching._refuse_aliased_samples`). Not checked: :func:`pyjlad.autodiff`, Enzyme's own vocabulary,
 where the caller gives every shadow (two ``Duplicated`` of one array must then share one shadow, as in Enzyme),
 and derivatives called from ``@njit`` code, which run no Python around a call.

@@ -188,3 +188,43 @@ def test_vmap_of_a_gradient_refuses_a_sample_whose_arguments_alias(axes):
     for k in range(2):
         expected = jax.grad(separate_jax)(jnp.asarray(before[k]), jnp.asarray(before[k]), W)
         np.testing.assert_allclose(grads[k], expected, rtol=1e-12, atol=1e-14)
+
+
+def _mapped_products(tangents, cotangents, vectors):
+    """Each product of ``sweep`` under ``vmap``, called with ``(u batch, out batch)``; its JAX twin for one sample
+    of separate arrays."""
+    return {
+        "jvp_fn": (lambda a, b: pyjlad.vmap(pyjlad.jvp_fn(sweep), in_axes=((0, 0, None), (0, None, None)))(
+                       (a, b, W), (tangents, None, None))[1],
+                   lambda k, u, out: jax.jvp(lambda x: separate_jax(x, out, W), (u,), (tangents[k],))[1]),
+        "vjp_fn": (lambda a, b: pyjlad.vmap(pyjlad.vjp_fn(sweep), in_axes=((0, 0, None), 0))(
+                       (a, b, W), cotangents)[1][0],
+                   lambda k, u, out: cotangents[k] * jax.grad(separate_jax)(u, out, W)),
+        "hvp_fn": (lambda a, b: pyjlad.vmap(pyjlad.hvp_fn(sweep), in_axes=((0, 0, None), 0))((a, b, W), vectors),
+                   lambda k, u, out: jax.hessian(separate_jax)(u, out, W) @ vectors[k]),
+        "jacrev": (lambda a, b: pyjlad.vmap(pyjlad.jacrev(sweep, wrt=1), in_axes=(0, 0, None))(a, b, W),
+                   lambda k, u, out: jax.grad(separate_jax, argnums=1)(u, out, W)),
+        "jacfwd": (lambda a, b: pyjlad.vmap(pyjlad.jacfwd(sweep), in_axes=(0, 0, None))(a, b, W),
+                   lambda k, u, out: jax.grad(separate_jax)(u, out, W)),
+    }
+
+
+_RNG = np.random.default_rng(7)
+_MAPPED = _mapped_products(_RNG.normal(size=(2, 6)), _RNG.normal(size=2), _RNG.normal(size=(2, 6)))
+
+
+@pytest.mark.parametrize("product", _MAPPED.values(), ids=_MAPPED.keys())
+def test_vmap_of_a_product_refuses_a_sample_whose_arguments_alias(product):
+    """``vmap(jvp_fn(sweep))`` and the other products with one batch as ``u`` and ``out``: until 2026-12-06 only
+    ``grad`` and ``value_and_grad`` were checked sample by sample, and the products ran, each sample's derivative
+    mixing the aliased run with separate tangents (a probe). The same batches as separate arrays agree with JAX."""
+    mapped, twin = product
+    batch = np.stack([U, U[::-1]])
+    before = batch.copy()
+    with pytest.raises(pyjlad.ArgumentError, match=r"\(sample 0\): arguments 0 and 1 of sweep are the same memory"):
+        mapped(batch, batch)
+    assert batch.tobytes() == before.tobytes()
+    result = mapped(before.copy(), before.copy())
+    for k in range(2):
+        expected = twin(k, jnp.asarray(before[k]), jnp.asarray(before[k]))
+        np.testing.assert_allclose(result[k], expected, rtol=1e-12, atol=1e-14)
