@@ -33,6 +33,7 @@ from ..ir.edit import (
     type_float_copies,
     type_float_fills,
 )
+from ..ir.field_fills import fills_as_field_stores
 from ..ir.instructions import integer_valued, parse_instruction
 from ..ir.module import parse
 from ..ir.pipeline import dump
@@ -302,6 +303,14 @@ def _floats_typed(module: str | bytes) -> str:
     return tag_float_accesses(parse(text, strict=False)).render()
 
 
+def _fields_stored(module: str | bytes) -> str | None:
+    """``module`` with its zero fills of stack structs made stores of their fields
+    (:func:`pyjlad.ir.field_fills.fills_as_field_stores`), or None where it has none."""
+    text = module.decode() if isinstance(module, bytes) else module
+    stored = fills_as_field_stores(parse(text, strict=False))
+    return None if stored is None else stored.render()
+
+
 def _copies_looped(module: str | bytes) -> str:
     """``module`` with its copies of float arrays made loops (:func:`pyjlad.ir.edit.float_copies_as_loops`).
 
@@ -563,10 +572,12 @@ def enzyme_input_key() -> str:
     derivative cached before leaked memory on every call); the values of an inner loop read after leaving two
     loops at once carried by a ``phi`` of the latch block (:mod:`pyjlad.loop_exit_latches`, since 2026-12-06: a
     derivative cached before may be wrong); fast-math ``@overload`` implementations compiled for the copy
-    (:mod:`pyjlad.enzyme_copy`, since 2026-12-06: the same)."""
+    (:mod:`pyjlad.enzyme_copy`, since 2026-12-06: the same); a stack struct's zero fill Enzyme cannot type written as
+    stores of its fields (:mod:`pyjlad.ir.field_fills`, since 2026-12-06: a derivative built with loose types
+    before, refused or not, is built again typed)."""
     scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once; inner-loop values read past two loops' way out carried by latch phis; fast-math overloads compiled for the copy"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once; inner-loop values read past two loops' way out carried by latch phis; fast-math overloads compiled for the copy; untyped zero fills of stack structs stored as their fields"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:
@@ -637,6 +648,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     label = exported.abi.entry
     dump(label, "driver", module_text)
     module, typed, copies, blas_loops = _enzyme_input(toolchain, exported, module_text), False, False, False
+    fields = False  # zero fills of stack structs written as stores of their fields (after an untyped fill)
     untyped: str | bytes | None = None  # the module before its copies were typed, while that is the last attempt
     floats = _TriedOnce("typing the float accesses")  # before loose types (_floats_typed)
     looped = _TriedOnce("the float copies as loops")  # after an untyped fill (float_copies_as_loops)
@@ -678,6 +690,17 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 module = integers.start(module, exc, _integers_typed(module))
                 dump(label, "enzyme.input-integers-typed-first", module)
                 continue
+            if _FILL_TYPE_FAILURE in exc.diagnostics and not fields:
+                # Numba's zero fill of an array struct's meminfo and parent, which nothing reads back (a column's
+                # view inside np.max): its fields' own types, kept whatever fails next (the same memory, typed).
+                fields = True
+                stored = _fields_stored(module)
+                if stored is not None:
+                    _log.debug("Enzyme could not type a fill in %s: retrying with stack structs' fills as stores of "
+                               "their fields", exported.name)
+                    module = stored
+                    dump(label, "enzyme.input-fills-as-field-stores", module)
+                    continue
             if _FILL_TYPE_FAILURE in exc.diagnostics and not looped.tried:
                 # A Hessian-vector product: the forward derivative's own fill of a copy's tangent, untyped.
                 _log.debug("Enzyme could not type a fill in %s: retrying with its float copies as loops",
@@ -757,7 +780,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
                 _log.debug("Enzyme failed on %s: retrying with its helpers inlined", exported.name)
                 first_failure = exc
                 module = _enzyme_input(toolchain, exported, module_text, whatever_they_call=True)
-                typed = copies = blas_loops = False
+                typed = copies = blas_loops = fields = False
                 for once in one_shots:
                     once.reset()
                 dump(label, "enzyme.input-helpers-inlined", module)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from .instructions import Instruction, parse_instruction, significant
 from .lexer import Token, closing, split_top_level, tokenize
 
-__all__ = ["result_type"]
+__all__ = ["result_type", "element_types", "type_written_at"]
 
 #: Opcodes whose value has the type written first after them (and their flags).
 _TYPE_FIRST = frozenset(("add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or",
@@ -104,6 +104,28 @@ def _element_at(aggregate: str, indices: list[str]) -> str | None:
         else:
             return None
     return aggregate
+
+
+def element_types(aggregate: str) -> list[str] | None:
+    """The element types of a literal struct, or the one element type of an array or vector; None for anything
+    else.
+
+    >>> element_types("{ ptr, i64, [2 x i64] }"), element_types("[4 x double]"), element_types("i64")
+    (['ptr', 'i64', '[2 x i64]'], ['double'], None)
+    """
+    return _elements(aggregate)
+
+
+def type_written_at(tokens: Sequence[Token], index: int) -> tuple[str, int] | None:
+    """The type written from ``tokens[index]`` on (significant tokens, as :func:`~pyjlad.ir.instructions.significant`
+    gives them) and the index of the token after it; None where no type starts there.
+
+    >>> from pyjlad.ir.lexer import tokenize
+    >>> from pyjlad.ir.instructions import significant
+    >>> type_written_at(significant(tokenize("%a = alloca { ptr, i64 }, align 8")), 3)
+    ('{ ptr, i64 }', 8)
+    """
+    return _type_at(tokens, index)
 
 
 def _vector_of(type_text: str, element: str) -> str:
