@@ -35,6 +35,10 @@ SAMPLED = {
     "tests/test_invariant_reads.py::test_hessian_vector_products_against_jax": 2,
     "tests/test_invariant_reads.py::test_gradients_against_jax": 2,
     "tests/test_corpus.py::test_program": 2,
+    # Added 2026-12-06 (each 70-250 s in the CI runs of that day, on one worker): the Hessian through
+    # np.transpose(x, axes) (its set of axes builds with loose types) and the refused n-body Hessian.
+    "tests/test_views_more.py::test_hessian_through_an_axis_reordering": 2,
+    "tests/test_float_fills.py::test_a_refused_n_body_hessian_names_the_rewrite_that_works": 2,
 }
 
 
