@@ -33,7 +33,7 @@ from .errors import ArgumentError
 from .export import as_numba_function, describe_function, export, numba_argtypes, result_type
 from .memo import cached_for
 
-__all__ = ["refuse_written_aliases", "overlapping_pairs"]
+__all__ = ["refuse_written_aliases", "overlapping_pairs", "written_arguments"]
 
 #: Work ``np.shares_memory`` may spend on one pair of strided arrays before the pair counts as overlapping.
 _MAX_WORK = 100_000
@@ -83,7 +83,7 @@ def _discarding(f: Any, nargs: int) -> Any:
     return cached_for(f, ("discarding", nargs), make)
 
 
-def _written(f: Any, argtypes: tuple[Any, ...]) -> tuple[bool, ...]:
+def written_arguments(f: Any, argtypes: tuple[Any, ...]) -> tuple[bool, ...]:
     """Which arguments ``f`` writes, for arguments of ``argtypes``: from its export, or, where it returns arrays
     or tuples (which the export refuses), from the export of :func:`_discarding` of it."""
     restype = result_type(f, argtypes)
@@ -118,7 +118,7 @@ def refuse_written_aliases(f: Any, args: tuple[Any, ...], transform: str) -> Non
     pairs = overlapping_pairs(args)
     if not pairs:
         return
-    writes = _written(f, numba_argtypes(args))
+    writes = written_arguments(f, numba_argtypes(args))
     for i, j in pairs:
         written = [k for k in (i, j) if k < len(writes) and writes[k]]
         if written:

@@ -156,3 +156,45 @@ def test_array_valued_functions_in_reverse_mode() -> None:
     _close(jax.vmap(jax.jacrev(f))(xs), jax.vmap(jax.jacrev(squares_jax))(xs))
     with pytest.raises(TypeError, match="custom_vjp"):
         jax.jvp(f, (x,), (x,))
+
+
+@njit
+def normalized_in_place(w, c):
+    s = np.sqrt(np.sum(w * w))
+    for i in range(w.shape[0]):
+        w[i] = w[i] / s * c
+    return np.sum(w ** 3)
+
+
+def normalized_jax(w, c):
+    return jnp.sum((w / jnp.sqrt(jnp.sum(w * w)) * c) ** 3)
+
+
+@njit
+def doubled_rows(x):
+    x *= 2.0
+    return x * x
+
+
+def test_a_function_writing_its_argument_gets_a_copy_and_the_derivative_at_the_point() -> None:
+    """JAX hands a callback read-only buffers: until 2026-12-06 a function normalizing its argument in place failed
+    in every call, value and gradient, with Numba's "Cannot modify readonly array" inside a JaxRuntimeError (a
+    user-style probe; the PyTorch bridge copied already). Now the arrays the function writes are copies (one per
+    sample under vmap), and the derivatives are JAX's of the same function written in JAX."""
+    f = to_jax(normalized_in_place)
+    w0 = np.array([1.0, 2.0, 2.0])
+    w = jnp.asarray(w0)
+    _close(f(w, 1.5), normalized_jax(w, 1.5))
+    _close(jax.grad(f)(w, 1.5), jax.grad(normalized_jax)(w, 1.5))
+    for got, expected in zip(jax.jit(jax.grad(f, argnums=(0, 1)))(w, 1.5), jax.grad(normalized_jax, argnums=(0, 1))(w, 1.5)):
+        _close(got, expected)
+    ws = jnp.asarray(np.array([w0, -0.5 * w0, w0[::-1].copy()]))
+    _close(jax.vmap(jax.grad(f), in_axes=(0, None))(ws, 1.5), jax.vmap(jax.grad(normalized_jax), in_axes=(0, None))(ws, 1.5))
+    _close(jax.vmap(f, in_axes=(None, 0))(w, jnp.asarray([1.0, 2.0])),
+           jax.vmap(normalized_jax, in_axes=(None, 0))(w, jnp.asarray([1.0, 2.0])))
+    one = to_jax(lambda v: normalized_in_place(v, 1.5))
+    _close(jax.hessian(one)(w), jax.hessian(lambda v: normalized_jax(v, 1.5))(w), rtol=1e-10)
+    g = to_jax(doubled_rows, result_shape=jax.ShapeDtypeStruct((3,), jnp.float64))
+    _close(g(w), 4.0 * w0 * w0)
+    _close(jax.jacrev(g)(w), np.diag(8.0 * w0))
+    assert np.array_equal(np.asarray(w), w0)

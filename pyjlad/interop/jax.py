@@ -45,8 +45,8 @@ from ..batching import vmap
 from ..export import as_numba_function
 from ..products import hessian, vjp
 from ..transforms import value_and_grad, value_and_gradient
-from . import batches_with_pyjlad_vmap
-from .jax_callbacks import batched_callback, host_argument
+from . import batches_with_pyjlad_vmap, written_positions
+from .jax_callbacks import Written, batched_callback, host_argument, host_arguments
 
 __all__ = ["to_jax"]
 
@@ -116,9 +116,16 @@ def _contract(gradients: Sequence[Any], tangents: Sequence[Any], wrt: tuple[int,
     return total
 
 
+def _written_by(numba_f: Any) -> Written:
+    """Which of one call's host arguments ``numba_f`` writes: each is given to it as a copy (JAX's buffers are
+    read-only, and not ``f``'s to write)."""
+    return lambda args: written_positions(numba_f, args)
+
+
 def _scalar_function(numba_f: Any, dtype: Any, engine: str | None) -> Any:
     """A scalar ``f`` as a ``jax.custom_jvp`` function (see the module's docstring)."""
     pyjlad_batches = batches_with_pyjlad_vmap(engine)
+    written = _written_by(numba_f)
     vmaps: dict[Any, Any] = {}
 
     def result_dtype(args: Sequence[Any]) -> Any:
@@ -141,7 +148,8 @@ def _scalar_function(numba_f: Any, dtype: Any, engine: str | None) -> Any:
             batched = lambda axes: (lambda *a: (by_vmap(axes)(*a),))  # noqa: E731
         else:
             batched = _sample_loop(value_single)
-        (value,) = batched_callback(value_single, batched, (jax.ShapeDtypeStruct((), result_dtype(args)),), args)
+        (value,) = batched_callback(value_single, batched, (jax.ShapeDtypeStruct((), result_dtype(args)),), args,
+                                    written)
         return value
 
     def value_and_gradients(args: Sequence[Any]) -> tuple[Any, ...]:
@@ -162,14 +170,14 @@ def _scalar_function(numba_f: Any, dtype: Any, engine: str | None) -> Any:
         else:
             batched = _sample_loop(single)
         shapes = (jax.ShapeDtypeStruct((), result_dtype(args)), *(_shape_of(args[k]) for k in wrt))
-        return tuple(batched_callback(single, batched, shapes, args))
+        return tuple(batched_callback(single, batched, shapes, args, written))
 
     def hessian_of(args: Sequence[Any], k: int) -> Any:
         def single(*a: Any) -> tuple[Any, ...]:
             return (hessian(numba_f, *a, wrt=k, engine=engine),)
 
         shape = jax.ShapeDtypeStruct(jnp.shape(args[k]) * 2, jnp.result_type(args[k]))
-        (h,) = batched_callback(single, _sample_loop(single), (shape,), args)
+        (h,) = batched_callback(single, _sample_loop(single), (shape,), args, written)
         return h
 
     @jax.custom_jvp
@@ -204,11 +212,13 @@ def _scalar_function(numba_f: Any, dtype: Any, engine: str | None) -> Any:
 def _array_function(f: Any, numba_f: Any, result_shape: Any, engine: str | None) -> Any:
     """An array-valued ``f`` as a ``jax.custom_vjp`` function (reverse mode; see the module's docstring)."""
 
+    written = _written_by(numba_f)
+
     def host_value(*args: Any) -> np.ndarray:
-        return np.asarray(numba_f(*(host_argument(a) for a in args)), dtype=result_shape.dtype)
+        return np.asarray(numba_f(*host_arguments(args, written)), dtype=result_shape.dtype)
 
     def host_vjp(cotangent: Any, *args: Any) -> tuple[np.ndarray, ...]:
-        primals = tuple(host_argument(a) for a in args)
+        primals = tuple(host_arguments(args, written))
         _, cots = vjp(f, primals, host_argument(cotangent), engine=engine)
         return tuple(np.zeros(np.shape(a), np.asarray(a).dtype) if c is None else np.asarray(c, np.asarray(a).dtype)
                      for c, a in zip(cots, args))

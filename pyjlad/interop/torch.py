@@ -35,12 +35,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without PyTorch
     raise MissingDependencyError("pyjlad.interop.torch needs PyTorch: pip install torch") from exc
 
-from ..abi import ArrayArg
 from ..batching import vmap
-from ..export import as_numba_function, export, numba_argtypes
+from ..export import as_numba_function
 from ..products import hvp, vjp
 from ..transforms import grad, value_and_gradient
-from . import batches_with_pyjlad_vmap
+from . import batches_with_pyjlad_vmap, written_positions
 
 __all__ = ["to_torch"]
 
@@ -108,21 +107,9 @@ class _Functions:
         caller's tensor (PyTorch cannot see a write through a view), and the backward then differentiated
         at the moved point (``x *= 2`` in ``f``: ``x`` written twice, the gradient 16x for 8x)."""
         args = [_numpy(t) for t in tensors]
-        for k in self._writes(args, batched):
+        for k in written_positions(self.numba_f, args, batched):
             args[k] = np.array(args[k], copy=True)
         return args
-
-    def _writes(self, args: list[Any], batched: bool) -> set[int]:
-        """Positions of the array arguments ``f`` writes (all of them where pyjlad cannot tell)."""
-        arrays = {k for k, a in enumerate(args) if isinstance(a, np.ndarray)}
-        if batched and any(args[k].shape[0] == 0 for k in arrays):
-            return arrays
-        sample = tuple(a[0] if batched and k in arrays else a for k, a in enumerate(args))
-        try:
-            abi = export(self.numba_f, numba_argtypes(sample)).abi
-        except Exception:  # noqa: BLE001 - the call itself reports what is wrong with it
-            return arrays
-        return {k for k in arrays if k < len(abi.args) and isinstance(abi.args[k], ArrayArg) and abi.args[k].writes}
 
     def value(self, tensors: Sequence[Any]) -> Any:
         return torch.as_tensor(np.asarray(self.numba_f(*self.arguments(tensors))))
