@@ -11,6 +11,8 @@ Numba calls (double / float)         for                                        
 ``numba_gamma`` / ``numba_gammaf``   ``math.gamma`` (Numba's helper around tgamma)  rule: ``gamma(x) * digamma(x)``
 ``nextafter``, ``numba_nextafter``   ``math.nextafter``, ``np.nextafter``,          rule: ``(1, 0)``
 (and ``...f``)                       ``np.spacing``
+``tanh`` / ``tanhf``                 ``math.tanh``, ``np.tanh``                     rule: ``(1 - t)(1 + t)``,
+                                                                                    ``t = tanh(x)``
 ``numba_frexp`` / ``numba_frexpf``   ``math.frexp``                                 defined in IR around libm
                                                                                     ``frexp`` (Enzyme's rule)
 ``numba_ldexp`` / ``numba_ldexpf``   ``math.ldexp``, ``np.ldexp``                   defined in IR around libm
@@ -18,7 +20,12 @@ Numba calls (double / float)         for                                        
 ===================================  =============================================  ================================
 
 Enzyme aborts on ``lgamma`` (its rule expects another signature), and sees
-Numba's ``numba_*`` helpers as opaque external functions. :func:`prepare`
+Numba's ``numba_*`` helpers as opaque external functions. Its rule for ``tanh``
+is ``1 / cosh(x)^2``, right, but its own derivative (a Hessian's) is ``inf / inf``
+once ``cosh(x)^2`` overflows: NaN Hessians of ``tanh`` from ``|x| > 355`` (``> 44``
+in float32), where JAX's are 0 (a user-style probe, 2026-12-06: a saturated unit
+of a tanh network made a whole row of a Hessian-vector product NaN). The rule here
+is JAX's, from the value, and its derivative ``-2 t (1 - t)(1 + t)`` is finite. :func:`prepare`
 rewrites a module before Enzyme runs: calls to the functions with a rule go
 to ``pyjlad.special.<name>``, which calls the original function and carries
 a derivative registered with Enzyme (``__enzyme_register_gradient_*`` for
@@ -165,17 +172,23 @@ class _Rule:
 
     callee: str
     ty: str  # "double" or "float"
-    derivative: str  # "digamma" (d/dx = digamma(x)) or "gamma" (d/dx = callee(x) * digamma(x))
+    derivative: str  # "digamma" (d/dx = digamma(x)), "gamma" (callee(x) * digamma(x)), "tanh" ((1 - t)(1 + t))
 
 
 _RULES = {rule.callee: rule for rule in (
     _Rule("lgamma", "double", "digamma"), _Rule("lgammaf", "float", "digamma"),
     _Rule("numba_gamma", "double", "gamma"), _Rule("numba_gammaf", "float", "gamma"),
+    _Rule("tanh", "double", "tanh"), _Rule("tanhf", "float", "tanh"),
 )}
 
 
 def _derivative_lines(rule: _Rule, x: str, out: str) -> list[str]:
     """IR computing ``%<out>`` = d callee / dx at ``%<x>``."""
+    if rule.derivative == "tanh":  # through the wrapper: a Hessian differentiates this with the same rule
+        T = rule.ty
+        return [f"  %{out}.t = call {T} @pyjlad.special.{rule.callee}({T} %{x})",
+                f"  %{out}.below = fsub {T} 1.0, %{out}.t", f"  %{out}.above = fadd {T} 1.0, %{out}.t",
+                f"  %{out} = fmul {T} %{out}.below, %{out}.above"]
     lines = []
     xd = x
     if rule.ty == "float":
@@ -197,6 +210,14 @@ def _derivative_lines(rule: _Rule, x: str, out: str) -> list[str]:
     else:
         lines.append(f"  %{out} = fadd double %{value}, 0.0")
     return lines
+
+
+def _value_lines(rule: _Rule, T: str) -> list[str]:
+    """``%v``, the forward rule's value: the wrapper's ``%v0`` plus 0.0 (see :func:`_rule_ir`); for ``tanh``, whose
+    value at -0.0 is -0.0 (which the sum would make +0.0), ``%x`` itself at zero."""
+    if rule.derivative != "tanh":
+        return [f"  %v = fadd {T} %v0, 0.0"]
+    return [f"  %v1 = fadd {T} %v0, 0.0", f"  %zero = fcmp oeq {T} %x, 0.0", f"  %v = select i1 %zero, {T} %x, {T} %v1"]
 
 
 def _rule_ir(rule: _Rule) -> str:
@@ -232,7 +253,7 @@ def _rule_ir(rule: _Rule) -> str:
         f"define linkonce_odr {{ {T}, {T} }} @{name}.fwd({T} %x, {T} %dx) {{",
         "entry:",
         f"  %v0 = call {T} @{name}({T} %x)",
-        f"  %v = fadd {T} %v0, 0.0",
+        *_value_lines(rule, T),
         *_derivative_lines(rule, "x", "d"),
         f"  %t = fmul {T} %dx, %d",
         f"  %o0 = insertvalue {{ {T}, {T} }} undef, {T} %v, 0",
@@ -395,7 +416,7 @@ def prepare(text: str) -> str:
         return text
     extra: list[str] = []
     rules = [_RULES[name] for name in sorted(used) if name in _RULES]
-    if rules:
+    if any(rule.derivative != "tanh" for rule in rules):
         extra += [digamma_ir(), *_DIGAMMA_DECLS]
     extra += [_rule_ir(rule) for rule in rules]
     extra += [_step_ir(name, _STEPS[name]) for name in sorted(used) if name in _STEPS]
