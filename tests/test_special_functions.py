@@ -339,3 +339,13 @@ def test_special_function_inside_a_custom_derivative() -> None:
     # forward mode uses the (zero) rule: only the direct lgamma contributes
     _, tangent = pyjlad.jvp(f, (x,), (np.ones(3),))
     np.testing.assert_allclose(tangent, digamma.sum(), rtol=1e-12)
+
+
+@pytest.mark.xfail(strict=True, reason="known (README, Limitations): Enzyme's hypot rule a/hypot(a, b) differentiated "
+                   "again cancels, 1/h - a^2/h^3, where |a| >> |b|")
+def test_second_derivative_of_hypot_far_from_the_diagonal() -> None:
+    """d2/dx2 hypot(x, 1) = 1 / (x^2 + 1)^1.5 (by hand); JAX's hypot (scaled by the larger argument) gets it."""
+    f = numba.njit(lambda x: np.sum(np.hypot(x, 1.0)))
+    x = np.array([1e4, 1e6, 1e7])
+    exact = 1.0 / (x * x + 1.0) ** 1.5
+    np.testing.assert_allclose(np.diag(pyjlad.hessian(f, x.copy())), exact, rtol=1e-12)
