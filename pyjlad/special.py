@@ -11,8 +11,8 @@ Numba calls (double / float)         for                                        
 ``numba_gamma`` / ``numba_gammaf``   ``math.gamma`` (Numba's helper around tgamma)  rule: ``gamma(x) * digamma(x)``
 ``nextafter``, ``numba_nextafter``   ``math.nextafter``, ``np.nextafter``,          rule: ``(1, 0)``
 (and ``...f``)                       ``np.spacing``
-``tanh`` / ``tanhf``                 ``math.tanh``, ``np.tanh``                     rule: ``(1 - t)(1 + t)``,
-                                                                                    ``t = tanh(x)``
+``tanh`` / ``tanhf``                 ``math.tanh``, ``np.tanh``                     its argument clamped to
+                                                                                    [-20, 20] (Enzyme's rule)
 ``numba_frexp`` / ``numba_frexpf``   ``math.frexp``                                 defined in IR around libm
                                                                                     ``frexp`` (Enzyme's rule)
 ``numba_ldexp`` / ``numba_ldexpf``   ``math.ldexp``, ``np.ldexp``                   defined in IR around libm
@@ -20,12 +20,14 @@ Numba calls (double / float)         for                                        
 ===================================  =============================================  ================================
 
 Enzyme aborts on ``lgamma`` (its rule expects another signature), and sees
-Numba's ``numba_*`` helpers as opaque external functions. Its rule for ``tanh``
-is ``1 / cosh(x)^2``, right, but its own derivative (a Hessian's) is ``inf / inf``
-once ``cosh(x)^2`` overflows: NaN Hessians of ``tanh`` from ``|x| > 355`` (``> 44``
-in float32), where JAX's are 0 (a user-style probe, 2026-12-06: a saturated unit
-of a tanh network made a whole row of a Hessian-vector product NaN). The rule here
-is JAX's, from the value, and its derivative ``-2 t (1 - t)(1 + t)`` is finite. :func:`prepare`
+Numba's ``numba_*`` helpers as opaque external functions. Its rule for ``tanh``,
+``1 / cosh(x)^2``, has a derivative (a Hessian's) of ``inf / inf`` once ``cosh(x)^2``
+overflows: NaN Hessians of ``tanh`` from ``|x| > 355`` (``> 44`` in float32), where
+JAX's are 0 (a user-style probe, 2026-12-06: a saturated unit of a tanh network made a
+whole row of a Hessian-vector product NaN). ``tanh`` is called on its argument clamped
+to [-20, 20] by two ``select``s of constants: the same value (``tanh(20)`` rounds to 1 in
+float64 and float32), derivatives of 0 beyond (JAX's ``1 - tanh(x)^2`` is 0 there too),
+and no registered rule, so vector mode still applies. :func:`prepare`
 rewrites a module before Enzyme runs: calls to the functions with a rule go
 to ``pyjlad.special.<name>``, which calls the original function and carries
 a derivative registered with Enzyme (``__enzyme_register_gradient_*`` for
@@ -172,23 +174,17 @@ class _Rule:
 
     callee: str
     ty: str  # "double" or "float"
-    derivative: str  # "digamma" (d/dx = digamma(x)), "gamma" (callee(x) * digamma(x)), "tanh" ((1 - t)(1 + t))
+    derivative: str  # "digamma" (d/dx = digamma(x)) or "gamma" (d/dx = callee(x) * digamma(x))
 
 
 _RULES = {rule.callee: rule for rule in (
     _Rule("lgamma", "double", "digamma"), _Rule("lgammaf", "float", "digamma"),
     _Rule("numba_gamma", "double", "gamma"), _Rule("numba_gammaf", "float", "gamma"),
-    _Rule("tanh", "double", "tanh"), _Rule("tanhf", "float", "tanh"),
 )}
 
 
 def _derivative_lines(rule: _Rule, x: str, out: str) -> list[str]:
     """IR computing ``%<out>`` = d callee / dx at ``%<x>``."""
-    if rule.derivative == "tanh":  # through the wrapper: a Hessian differentiates this with the same rule
-        T = rule.ty
-        return [f"  %{out}.t = call {T} @pyjlad.special.{rule.callee}({T} %{x})",
-                f"  %{out}.below = fsub {T} 1.0, %{out}.t", f"  %{out}.above = fadd {T} 1.0, %{out}.t",
-                f"  %{out} = fmul {T} %{out}.below, %{out}.above"]
     lines = []
     xd = x
     if rule.ty == "float":
@@ -210,14 +206,6 @@ def _derivative_lines(rule: _Rule, x: str, out: str) -> list[str]:
     else:
         lines.append(f"  %{out} = fadd double %{value}, 0.0")
     return lines
-
-
-def _value_lines(rule: _Rule, T: str) -> list[str]:
-    """``%v``, the forward rule's value: the wrapper's ``%v0`` plus 0.0 (see :func:`_rule_ir`); for ``tanh``, whose
-    value at -0.0 is -0.0 (which the sum would make +0.0), ``%x`` itself at zero."""
-    if rule.derivative != "tanh":
-        return [f"  %v = fadd {T} %v0, 0.0"]
-    return [f"  %v1 = fadd {T} %v0, 0.0", f"  %zero = fcmp oeq {T} %x, 0.0", f"  %v = select i1 %zero, {T} %x, {T} %v1"]
 
 
 def _rule_ir(rule: _Rule) -> str:
@@ -253,7 +241,7 @@ def _rule_ir(rule: _Rule) -> str:
         f"define linkonce_odr {{ {T}, {T} }} @{name}.fwd({T} %x, {T} %dx) {{",
         "entry:",
         f"  %v0 = call {T} @{name}({T} %x)",
-        *_value_lines(rule, T),
+        f"  %v = fadd {T} %v0, 0.0",
         *_derivative_lines(rule, "x", "d"),
         f"  %t = fmul {T} %dx, %d",
         f"  %o0 = insertvalue {{ {T}, {T} }} undef, {T} %v, 0",
@@ -306,6 +294,26 @@ def _step_ir(callee: str, ty: str) -> str:
     ])
 
 
+def _clamped_ir(callee: str, ty: str) -> str:
+    """``pyjlad.special.<callee>(x)``: ``tanh`` of ``x`` clamped to [-20, 20] (see the module's docstring)."""
+    T, name = ty, f"pyjlad.special.{callee}"
+    return "\n".join([
+        f"define linkonce_odr {T} @{name}({T} %x) {{",
+        "entry:",
+        f"  %above = fcmp ogt {T} %x, 20.0",
+        f"  %below = fcmp olt {T} %x, -20.0",
+        f"  %high = select i1 %above, {T} 20.0, {T} %x",
+        f"  %clamped = select i1 %below, {T} -20.0, {T} %high",
+        f"  %r = call {T} @{callee}({T} %clamped)",
+        f"  ret {T} %r",
+        "}",
+        f"declare {T} @{callee}({T})",
+    ])
+
+
+#: tanh: called on its argument clamped (:func:`_clamped_ir`).
+_CLAMPED = {"tanh": "double", "tanhf": "float"}
+
 #: nextafter: libm's (math.nextafter) and Numba's helper (np.nextafter, np.spacing).
 _STEPS = {"nextafter": "double", "nextafterf": "float", "numba_nextafter": "double", "numba_nextafterf": "float"}
 
@@ -351,7 +359,7 @@ def _helper_ir(name: str) -> str:
 
 
 #: The external functions this module gives derivatives (callees of rules and Numba's helpers it defines).
-HANDLED = frozenset(_RULES) | frozenset(_STEPS) | frozenset(_HELPERS)
+HANDLED = frozenset(_RULES) | frozenset(_STEPS) | frozenset(_HELPERS) | frozenset(_CLAMPED)
 
 
 
@@ -383,7 +391,7 @@ def _redirected(line: str, used: set[str]) -> str:
         name = _handled_callee(tokens, index)
         if name is not None:
             used.add(name)
-            if name in _RULES or name in _STEPS:
+            if name in _RULES or name in _STEPS or name in _CLAMPED:
                 token = Token("global", f"@pyjlad.special.{name}")
         out.append(token.text)
     return "".join(out)
@@ -416,9 +424,10 @@ def prepare(text: str) -> str:
         return text
     extra: list[str] = []
     rules = [_RULES[name] for name in sorted(used) if name in _RULES]
-    if any(rule.derivative != "tanh" for rule in rules):
+    if rules:
         extra += [digamma_ir(), *_DIGAMMA_DECLS]
     extra += [_rule_ir(rule) for rule in rules]
     extra += [_step_ir(name, _STEPS[name]) for name in sorted(used) if name in _STEPS]
+    extra += [_clamped_ir(name, _CLAMPED[name]) for name in sorted(used) if name in _CLAMPED]
     extra += [_helper_ir(name) for name in sorted(used) if name in _HELPERS]
     return dedupe_declarations("\n".join([*out, *extra]) + "\n")

@@ -1,4 +1,5 @@
-"""Second derivatives of ``tanh`` where it saturates: finite, as JAX's (``pyjlad/special.py``'s rule for ``tanh``).
+"""Second derivatives of ``tanh`` where it saturates: finite, as JAX's (``pyjlad/special.py`` calls ``tanh`` on its
+argument clamped to [-20, 20]).
 
 Enzyme v0.0.289 differentiates ``tanh`` as ``1 / cosh(x)^2``, whose own derivative is ``inf / inf`` once
 ``cosh(x)^2`` overflows: until 2026-12-06 Hessians and Hessian-vector products were NaN from ``|x| > 355`` (``> 44``
@@ -83,7 +84,7 @@ def test_hessian_vector_product_of_a_network_with_a_saturated_unit():
         assert array.tobytes() == copy.tobytes()
 
 
-def test_the_forward_rule_keeps_tanh_of_negative_zero():
-    """The forward rule's value is the function's, -0.0 at -0.0 (a sum with 0.0 would make it +0.0)."""
+def test_the_clamp_keeps_tanh_of_negative_zero():
+    """The value is the function's, -0.0 at -0.0."""
     value, tangent = pyjlad.jvp(njit(lambda x: math.tanh(x)), (-0.0,), (1.0,))
     assert math.copysign(1.0, value) == -1.0 and tangent == 1.0
