@@ -241,10 +241,20 @@ def test_cache_clear_of_a_foreign_directory_is_both_kinds(tmp_path: Path, monkey
     assert isinstance(info.value, pyjlad.errors.CacheDirectoryError)
 
 
-def test_a_bad_cache_key_is_both_kinds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("disabled", ["0", "1"])
+@pytest.mark.parametrize("use", [
+    lambda key: pyjlad.cache.put(key, b"payload"),
+    lambda key: pyjlad.cache.get(key),
+    lambda key: pyjlad.cache.get_or_build(key, lambda: b"payload"),
+], ids=["put", "get", "get_or_build"])
+def test_a_bad_cache_key_is_both_kinds(use: Callable[[str], object], disabled: str, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused whether or not the cache is in use: a program that passed with the cache turned off
+    (PYJLAD_DISABLE_DISK_CACHE=1) and failed with it on would surprise."""
     monkeypatch.setenv("PYJLAD_GRADIENT_CACHE_DIR", str(tmp_path / "gradients"))
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", disabled)
     with pytest.raises(ValueError, match="SHA-256") as info:
-        pyjlad.cache.put("not-a-digest", b"payload")
+        use("not-a-digest")
     assert isinstance(info.value, pyjlad.ArgumentError)
 
 

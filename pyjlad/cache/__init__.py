@@ -52,7 +52,7 @@ from ..toolchain import cache_root
 from . import maintenance
 from .access import degrade, usable, writable
 from .entries import Check, build_checked, load, store
-from .layout import cache_key
+from .layout import cache_key, checked_key
 from .locks import acquire
 from .maintenance import CacheInfo, evict
 from .settings import disabled, lock_timeout, max_bytes
@@ -80,7 +80,13 @@ def get(key: str, check: Check | None = None) -> bytes | None:
     """The payload stored under ``key``, or None (missing, untrusted, invalid, or the cache disabled).
 
     ``check`` validates the payload (:mod:`pyjlad.objcheck`); an entry that fails it is removed.
+
+    Raises
+    ------
+    ArgumentError
+        If ``key`` is not a SHA-256 hex digest (:func:`cache_key`), whether or not the cache is in use.
     """
+    checked_key(key)
     directory = _directory(create=False)
     return None if directory is None else load(directory, key, check)
 
@@ -92,9 +98,12 @@ def put(key: str, payload: bytes, check: Check | None = None) -> None:
     ------
     InvalidObject
         If ``check`` rejects ``payload`` (it is not stored).
+    ArgumentError
+        If ``key`` is not a SHA-256 hex digest (:func:`cache_key`), whether or not the cache is in use.
     CacheLockTimeout
         If another process holds the entry's lock for longer than :func:`lock_timeout`.
     """
+    checked_key(key)
     if check is not None:
         check(payload)
     directory = _directory(create=True)
@@ -125,9 +134,12 @@ def get_or_build(key: str, build: Callable[[], bytes], check: Check | None = Non
     ------
     InvalidObject
         If ``build()`` twice returns a payload ``check`` rejects.
+    ArgumentError
+        If ``key`` is not a SHA-256 hex digest (:func:`cache_key`), whether or not the cache is in use.
     CacheLockTimeout
         If another process holds the entry's lock for longer than :func:`lock_timeout`.
     """
+    checked_key(key)
     directory = _directory(create=True)
     if directory is None:
         return build_checked(build, check, None)

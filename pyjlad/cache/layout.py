@@ -53,9 +53,20 @@ def entry_path(directory: Path, key: str) -> Path:
     ArgumentError
         If ``key`` is not a SHA-256 hex digest (:func:`cache_key`).
     """
-    if not KEY.match(key):
+    return directory / checked_key(key)[:2] / f"{key}.bin"
+
+
+def checked_key(key: str) -> str:
+    """``key`` itself, checked to be a SHA-256 hex digest (:func:`cache_key`).
+
+    Raises
+    ------
+    ArgumentError
+        If it is not one.
+    """
+    if not isinstance(key, str) or not KEY.match(key):
         raise ArgumentError(f"a cache key is a SHA-256 hex digest (see cache_key), got {key!r}")
-    return directory / key[:2] / f"{key}.bin"
+    return key
 
 
 def shard(directory: Path, key: str) -> Path:
