@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import EnzymeError
 from ..rules import calls_custom_rules
+from ..shadow_guards import guarded_zeros
 
 __all__ = ["DIRECTIONS", "LooseCheck", "LooseDerivativeCheck", "LooseHessianCheck", "LooseTangentCheck", "directional_mismatch",
            "loose_derivative_check", "perturbed", "rerun"]
@@ -148,7 +149,19 @@ def _is_float64(x: Any) -> bool:
 
 
 def _copies(args: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+    return tuple(_alike(a, a) if isinstance(a, np.ndarray) else a for a in args)
+
+
+def _alike(a: np.ndarray, values: Any) -> np.ndarray:
+    """An array of ``a``'s shape, dtype and strides in memory of its own, holding ``values``.
+
+    The derivative addresses each shadow with the strides of its argument, and the shadows of a rerun
+    (:func:`rerun`) are the first call's, laid out for its arguments: a point given to it as compact copies of
+    strided views (``x[::2]``) would have its shadows read at the wrong places, and a right derivative refused.
+    """
+    out = guarded_zeros(a)
+    out[...] = values
+    return out
 
 
 #: Any of the checks (:func:`loose_derivative_check`): ``applies``, ``before`` and ``after`` a first call.
@@ -391,24 +404,25 @@ _PERTURBATION = 0.1
 
 def perturbed(args: tuple[Any, ...], rng: np.random.Generator) -> tuple[Any, ...]:
     """``args`` with every float64 array and float moved at random by about :data:`_PERTURBATION` of its scale
-    (arrays in their own memory order); other arguments as they are (arrays copied: a call may write them).
+    (arrays with their own strides, :func:`_alike`); other arguments as they are (arrays copied: a call may
+    write them).
 
     >>> import numpy as np
     >>> x, n = np.zeros(3), 4
     >>> y, m = perturbed((x, n), np.random.default_rng(0))
     >>> bool(np.all(y != 0)) and m == 4 and not np.shares_memory(x, y)
     True
+    >>> perturbed((np.zeros(6)[::-2],), np.random.default_rng(0))[0].strides
+    (-16,)
     """
     out: list[Any] = []
     for a in args:
         if isinstance(a, np.ndarray) and a.dtype == np.float64 and a.size:
-            moved = np.empty_like(a)
-            moved[...] = a + _PERTURBATION * max(1.0, float(np.max(np.abs(a)))) * rng.standard_normal(a.shape)
-            out.append(moved)
+            out.append(_alike(a, a + _PERTURBATION * max(1.0, float(np.max(np.abs(a)))) * rng.standard_normal(a.shape)))
         elif isinstance(a, float):
             out.append(a + _PERTURBATION * max(1.0, abs(a)) * float(rng.standard_normal()))
         else:
-            out.append(np.array(a, copy=True) if isinstance(a, np.ndarray) else a)
+            out.append(_alike(a, a) if isinstance(a, np.ndarray) else a)
     return tuple(out)
 
 
