@@ -184,6 +184,17 @@ class UncheckedDerivativeWarning(UserWarning):
     """
 
 
+class RecompilationWarning(UserWarning):
+    """A plain Python function pyjlad has been given is one of several made from the same code.
+
+    pyjlad compiles a plain function (a ``lambda`` written at the call, a closure) with ``numba.njit`` once per
+    function object, and builds its derivatives afresh: a function made anew at each call,
+    ``pyjlad.gradient(lambda w: loss(w, X), w)`` in a loop, costs a compile and an Enzyme build (tenths of a
+    second, more for linear algebra) and memory Numba never releases, every time. Issued once per code, at its
+    third function object. Write the data as an argument instead: ``pyjlad.gradient(loss, w, X)``.
+    """
+
+
 class ParallelFallbackWarning(UserWarning):
     """A derivative of a ``parallel=True`` function runs serially although parallel derivatives are on.
 

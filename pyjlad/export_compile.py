@@ -12,7 +12,9 @@ in the user's terms.
 from __future__ import annotations
 
 import inspect
+import threading
 import types as pytypes
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +25,7 @@ from numba.core import errors as nberrors
 from numba.core.ccallback import CFunc
 from numba.core.dispatcher import Dispatcher
 
-from .errors import UnsupportedFunctionError
+from .errors import RecompilationWarning, UnsupportedFunctionError
 from .frozen_globals import own, recompile_if_changed
 from .memo import cached_for
 
@@ -106,11 +108,38 @@ def plain_function_dispatcher(func: Any) -> Dispatcher | None:
 
 def _plain_njit(func: Any) -> Dispatcher:
     def made() -> Dispatcher:
+        _count_function_of_its_code(func)
         dispatcher = numba.njit(func)
         own(dispatcher, func)
         return dispatcher
 
     return cached_for(func, ("njit",), made)
+
+
+#: The number of plain functions made from one code object pyjlad compiles before it warns
+#: (:class:`~pyjlad.errors.RecompilationWarning`).
+FUNCTIONS_OF_ONE_CODE_BEFORE_WARNING = 3
+
+_functions_of_code: dict[Any, int] = {}
+_functions_of_code_lock = threading.Lock()
+
+
+def _count_function_of_its_code(func: Any) -> None:
+    """Count ``func``, a plain function pyjlad compiles, against its code; warn once where that code reaches
+    :data:`FUNCTIONS_OF_ONE_CODE_BEFORE_WARNING` function objects (each compiled, and differentiated, anew)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return
+    with _functions_of_code_lock:
+        count = _functions_of_code[code] = _functions_of_code.get(code, 0) + 1
+    if count == FUNCTIONS_OF_ONE_CODE_BEFORE_WARNING:
+        warnings.warn(
+            f"pyjlad has compiled {count} functions made from the same code ({describe_function(func)}, "
+            f"{code.co_filename}:{code.co_firstlineno}), each with derivatives built afresh: a function made anew "
+            "at each call (a lambda or closure written at the call) costs a compile and an Enzyme build every "
+            "time, and memory Numba never releases; pass the data it captures as an argument instead "
+            "(pyjlad.gradient(loss, w, X), not pyjlad.gradient(lambda w: loss(w, X), w))",
+            RecompilationWarning, stacklevel=2)
 
 
 def _keyword_only(py: Any) -> bool:
