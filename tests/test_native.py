@@ -23,6 +23,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
 import pyjlad
+from pyjlad import cache
 from pyjlad.engines import embedded, native, objects
 
 #: A vectorizable loop calling an internal helper: the function, cheap and full pipelines and the
@@ -130,7 +131,7 @@ def _in_process(bitcode: bytes, name: str) -> tuple[bytes, str]:
 
 def _load(text: str) -> None:
     """Load ``text`` as a derivative's module through the real path (the disk cache is off)."""
-    embedded._load_library("test-native-" + str(hash(text)), lambda: _bitcode(text), "driver", "the test module")
+    embedded._load_library(cache.cache_key("test-native", text), lambda: _bitcode(text), "driver", "the test module")
 
 
 @pytest.fixture(autouse=True)

@@ -975,6 +975,8 @@ def _odd_input_probes() -> list[Probe]:
         _odd("bool constant argument", lambda: g(njit(lambda x, b: x * x if b else -x), 2.0, True), lambda: 4.0),
         _odd("plain Python function (njit-compiled by pyjlad)", lambda: g(lambda x: x * x * 1.5, 2.0), lambda: 6.0),
         _odd("lambda closing over a constant", _closure_grad, lambda: 2.0 * 2.5),
+        _odd("a lambda made anew at each call, three times", _lambdas_made_at_each_call,
+             lambda: ([2.0, 4.0, 6.0], 1), (77,)),
         _odd("same array passed twice", lambda x: g(_two_args, x, x, wrt=(0, 1)), lambda x: (x, x),
              inputs=lambda: (_X.copy(),)),
         _odd("wrt=(1, 0) in reverse order", lambda x, w: g(exp_weighted, x, w, wrt=(1, 0)),
@@ -1012,6 +1014,17 @@ def _wrt_twice():
 def _closure_grad():
     c = 2.5
     return pyjlad.gradient(njit(lambda x: c * x * x), 1.0)
+
+
+def _lambdas_made_at_each_call():
+    """Three gradients of a lambda written at the call (one code, three function objects), as in an optimisation
+    loop: each right; one pyjlad.RecompilationWarning, at the third."""
+    x, scale = np.array([1.0, 2.0, 3.0]), 1.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gradients = [pyjlad.gradient(lambda v: scale * _sum_of_squares(v), x) for _ in range(3)]
+    assert all(np.array_equal(gr, gradients[0]) for gr in gradients)
+    return gradients[-1].tolist(), sum(issubclass(w.category, pyjlad.RecompilationWarning) for w in caught)
 
 
 # ================================================================== memory safety (fresh interpreters)
