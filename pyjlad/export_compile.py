@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import threading
 import types as pytypes
-import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +28,7 @@ from numba.core.dispatcher import Dispatcher
 from .errors import RecompilationWarning, UnsupportedFunctionError
 from .frozen_globals import own, recompile_if_changed
 from .memo import cached_for
+from .user_frames import warn_at_caller
 
 __all__ = [
     "as_numba_function", "compile_result", "copy_options", "describe_function", "inspectable_compile_result", "numba_argtypes",
@@ -120,7 +121,8 @@ def _plain_njit(func: Any) -> Dispatcher:
 #: (:class:`~pyjlad.errors.RecompilationWarning`).
 FUNCTIONS_OF_ONE_CODE_BEFORE_WARNING = 3
 
-_functions_of_code: dict[Any, int] = {}
+#: Functions compiled per code object; weakly keyed, so that code built with ``exec`` and dropped is not kept.
+_functions_of_code: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _functions_of_code_lock = threading.Lock()
 
 
@@ -133,13 +135,13 @@ def _count_function_of_its_code(func: Any) -> None:
     with _functions_of_code_lock:
         count = _functions_of_code[code] = _functions_of_code.get(code, 0) + 1
     if count == FUNCTIONS_OF_ONE_CODE_BEFORE_WARNING:
-        warnings.warn(
+        warn_at_caller(
             f"pyjlad has compiled {count} functions made from the same code ({describe_function(func)}, "
             f"{code.co_filename}:{code.co_firstlineno}), each with derivatives built afresh: a function made anew "
             "at each call (a lambda or closure written at the call) costs a compile and an Enzyme build every "
             "time, and memory Numba never releases; pass the data it captures as an argument instead "
             "(pyjlad.gradient(loss, w, X), not pyjlad.gradient(lambda w: loss(w, X), w))",
-            RecompilationWarning, stacklevel=2)
+            RecompilationWarning)
 
 
 def _keyword_only(py: Any) -> bool:

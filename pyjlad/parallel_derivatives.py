@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
@@ -90,6 +89,7 @@ from .portable import PortableModule
 from .private_adjoints import LoopLayout, recording_loop_layouts
 from .refusals import enzyme_reason
 from .rules import calls_custom_rules
+from .user_frames import warn_at_caller
 
 __all__ = ["PARALLEL_TWIN", "cache_tag", "parallel_module", "parallel_wanted", "sweep_form", "with_parallel_fallback",
            "tangent_shadowed_abi", "with_runtime_activity"]
@@ -347,6 +347,6 @@ def _fallback(exported: Any, why: str) -> bool:
     # The wrapper writing a function's results (pyjlad.outputs) says whose they are: the name the user knows.
     twin = getattr(getattr(exported, "run", None), PARALLEL_TWIN, None)
     name = getattr(twin, "results_of", exported.name)
-    warnings.warn(f"the derivative of {name} runs serially: {why} (PYJLAD_PARALLEL_DERIVATIVES=0 builds serial "
-                  "derivatives without this warning)", ParallelFallbackWarning, stacklevel=5)
+    warn_at_caller(f"the derivative of {name} runs serially: {why} (PYJLAD_PARALLEL_DERIVATIVES=0 builds serial "
+                  "derivatives without this warning)", ParallelFallbackWarning)
     return False

@@ -235,6 +235,7 @@ def test_signed_entry_with_bad_contents_is_rebuilt_and_reported_once(cache_dir: 
     assert len(built) == 1
     (message,) = _cache_warnings(caught)
     assert "invalid contents" in message and "LLVM cannot parse" in message
+    assert [w.filename for w in caught if issubclass(w.category, CacheWarning)] == [__file__]  # the caller's line
     assert not (cache_dir / keys[1][:2] / f"{keys[1]}.bin").exists()  # removed, not retried for ever
     assert cache.get_or_build(keys[0], build, check=check_llvm_module) == VALID_IR
     assert len(built) == 1

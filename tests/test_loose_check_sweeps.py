@@ -224,6 +224,7 @@ def test_a_loose_typed_derivative_called_from_njit_code_is_said_to_be_unchecked(
     loose_loop = _summing_loop(pyjlad.grad(njit(median_of_sorted_tail_by_squares)))
 
     with pytest.warns(pyjlad.UncheckedDerivativeWarning, match="reverse-mode derivative of "
-                                                               "median_of_sorted_tail_by_squares .* loose types"):
+                                                               "median_of_sorted_tail_by_squares .* loose types") as said:
         loose_loop(xs)
+    assert {w.filename for w in said if issubclass(w.category, pyjlad.UncheckedDerivativeWarning)} == {__file__}
     np.testing.assert_array_equal(xs[0], X)

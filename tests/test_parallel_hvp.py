@@ -117,8 +117,9 @@ def test_a_product_through_custom_rules_is_serial_with_a_warning(parallel_on) ->
     t = rng.normal(size=200)
     x0, t0 = x.copy(), t.copy()
     s = 1.0 / (1.0 + np.exp(-x0))
-    with pytest.warns(ParallelFallbackWarning, match="custom rules"):
+    with pytest.warns(ParallelFallbackWarning, match="custom rules") as said:
         got = pyjlad.hvp(softplus_sum, (x,), t)
+    assert {w.filename for w in said if issubclass(w.category, ParallelFallbackWarning)} == {__file__}  # the call
     np.testing.assert_allclose(got, (2.0 * s + x0 * s * (1.0 - s)) * t0, rtol=1e-12)
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(t, t0)

@@ -40,6 +40,8 @@ def test_a_lambda_made_at_each_call_is_warned_about_once() -> None:
             np.testing.assert_allclose(g, expected, rtol=1e-12)
     said = _recompilation_warnings(caught)
     assert len(said) == 1, said
+    # Attributed to the line making the lambda, not to pyjlad's inside (warnings.warn's stacklevel counted by hand).
+    assert [w.filename for w in caught if issubclass(w.category, pyjlad.RecompilationWarning)] == [__file__]
     assert "test_recompilation_warning.py" in said[0] and "pass the data it captures as an argument" in said[0]
     np.testing.assert_array_equal(x, x_before)
     np.testing.assert_array_equal(w, w_before)

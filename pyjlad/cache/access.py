@@ -12,11 +12,11 @@ import errno
 import os
 import stat
 import threading
-import warnings
 from pathlib import Path
 
 from ..errors import CacheWarning
 from ..ownership import foreign
+from ..user_frames import warn_at_caller
 
 __all__ = ["warn_once", "degrade", "refuse", "usable", "writable"]
 
@@ -31,7 +31,7 @@ def warn_once(kind: str, where: object, message: str) -> None:
         if (kind, str(where)) in _warned:
             return
         _warned.add((kind, str(where)))
-    warnings.warn(message, CacheWarning, stacklevel=3)
+    warn_at_caller(message, CacheWarning)
 
 
 def degrade(directory: Path, exc: OSError) -> None:

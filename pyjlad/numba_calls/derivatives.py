@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +39,7 @@ from ..export import describe_function, wrapped_name
 from ..memo import cached_for
 from ..nested import keep_calls
 from ..transforms import _Grad, _ValueAndGrad
+from ..user_frames import warn_at_caller
 from .planned import Plan, PlannedCallable
 
 __all__ = ["DerivativeType"]
@@ -213,11 +213,11 @@ def _warn_unchecked(compiled: Any, built: Any, targets: tuple[types.Type, ...]) 
     what = f"{sweep.mode}-mode derivative" if sweep.kind == "ad" else "Hessian-vector product"
 
     def warn() -> bool:
-        warnings.warn(
+        warn_at_caller(
             f"the {what} of {name} for ({', '.join(map(str, targets))}), called from @njit code, needed loose types "
             "(Enzyme could not deduce what some of the function's memory holds) and is not checked there against "
             f"finite differences, as it is on a first call from Python: call the same transform of {name} once "
-            "from Python (a wrong derivative is then refused)", UncheckedDerivativeWarning, stacklevel=3)
+            "from Python (a wrong derivative is then refused)", UncheckedDerivativeWarning)
         return True
 
     cached_for(compiled, ("unchecked warning", targets), warn)  # (remembered: issued once)
