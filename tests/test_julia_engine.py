@@ -197,3 +197,59 @@ def test_the_julia_extra_needs_juliacall_0_9_22() -> None:
     """juliacall supports calls from any Python thread from 0.9.22 (PythonCall.jl docs/src/juliacall.md)."""
     pyproject = (JULIA_PROJECT.parents[1] / "pyproject.toml").read_text()
     assert 'julia = ["juliacall>=0.9.22"]' in pyproject
+
+
+# ----------------------------------------------------- values Numba froze, changed between calls
+
+
+class _JuliaStandIn:
+    """Stands in for the PyJlad Julia module (Julia cannot be installed here): records each module text
+    ``load_ir`` receives; its sweep computes nothing. What is tested is what the Python side sends."""
+
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
+
+    def load_ir(self, text: str, abi: str) -> int:
+        self.loaded.append(text)
+        return len(self.loaded)
+
+    def sweep(self, function, mode, activities, args, shadows, seed):
+        return 0.0, 0.0, ()
+
+
+_SCALE = 2.71875  # exactly representable: LLVM prints it as 2.718750e+00
+
+
+def _plain_scaled_sum(x):
+    return np.sum(x) * _SCALE
+
+
+@njit
+def _jitted_scaled_sum(x):
+    return np.sum(x) * _SCALE
+
+
+@pytest.mark.parametrize("func", [_plain_scaled_sum, _jitted_scaled_sum], ids=["plain", "njit-recompiled"])
+def test_julia_sweeps_load_the_values_of_now_after_a_global_changes(func, monkeypatch) -> None:
+    """A plain function reads its globals at each call, and an ``@njit`` one after ``f.recompile()``: the Julia
+    engine's sweep then loads a module exported from the new value (until 2026-12-07, a plain function's kept
+    the value of its first build, as the embedded engine's did until 2026-12-06)."""
+    import pyjlad.engines.julia as julia
+    from pyjlad.activity import Activity
+    from pyjlad.engines.base import Sweep
+
+    stand_in = _JuliaStandIn()
+    monkeypatch.setattr(julia, "_pyjlad_julia", lambda: stand_in)
+    monkeypatch.setattr(julia, "to_julia", lambda jl, value: value)
+    monkeypatch.setitem(globals(), "_SCALE", 2.71875)
+    compiled = julia.JuliaCompiled(func, Sweep("ad", "reverse", (Activity.DIFF,)))
+    x = np.ones(3)
+    compiled((x,), (np.zeros(3),))
+    compiled((x,), (np.zeros(3),))
+    assert len(stand_in.loaded) == 1 and "2.718750e+00" in stand_in.loaded[0]  # built once while nothing changed
+    monkeypatch.setitem(globals(), "_SCALE", 1.40625)
+    if func is _jitted_scaled_sum:
+        func.recompile()
+    compiled((x,), (np.zeros(3),))
+    assert len(stand_in.loaded) == 2
+    assert "1.406250e+00" in stand_in.loaded[1] and "2.718750e+00" not in stand_in.loaded[1]

@@ -38,6 +38,8 @@ from ..abi import ArrayArg
 from ..activity import Activity
 from ..errors import EngineUnavailableError
 from ..export import ExportedFunction, export, numba_argtypes
+from ..export_compile import plain_function_dispatcher
+from ..frozen_globals import recompile_if_changed
 from ..memo import cached_for
 from ..random_draws import REPLAYING, before_run
 from ..targets.llvmcall import julia_module_text
@@ -226,6 +228,9 @@ class JuliaCompiled:
     def __init__(self, func: Any, sweep: Sweep) -> None:
         self.func = func
         self.sweep = sweep
+        # A plain Python function: its njit compiled again at each call where its globals changed, as in the
+        # embedded engine (pyjlad.frozen_globals); the module loaded into Julia is then exported afresh.
+        self._plain_njit = plain_function_dispatcher(func)
 
     def _loaded(self, args: tuple[Any, ...]) -> tuple[Any, tuple[Activity, ...], ExportedFunction]:
         exported = export(self.func, numba_argtypes(args))
@@ -239,6 +244,8 @@ class JuliaCompiled:
         return cached_for(exported, ("julia",), load), activities, exported
 
     def __call__(self, args: tuple[Any, ...], shadows: tuple[Any, ...], seed: float = 1.0):
+        if self._plain_njit is not None:
+            recompile_if_changed(self._plain_njit)
         if REPLAYING[0]:  # inside a transform running a function that draws random numbers (pyjlad.random_draws)
             before_run()
         function, activities, exported = self._loaded(args)
