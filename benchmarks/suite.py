@@ -1,6 +1,7 @@
 """pyjlad's benchmark suite: gradients side by side with JAX, PyTorch, HIPS autograd and finite differences.
 
-Usage (after ``bash scripts/setup.sh --tests``, which installs the peers)::
+Usage (after ``bash scripts/setup.sh --tests`` and ``.venv/bin/python -m pip install -e '.[bench]'``, which
+installs the peers: autograd, matplotlib, JAX, PyTorch; the suite names any that is missing)::
 
     .venv/bin/python benchmarks/suite.py            # prints the table, writes RESULTS.md and results.png
     .venv/bin/python benchmarks/suite.py --section numba-calls   # re-measures one section of RESULTS.md
@@ -214,6 +215,17 @@ def fmt(seconds: float | None) -> str:
     return f"{seconds:.2f} s"
 
 
+#: The modules of the peers the suite measures (pyproject.toml's ``bench`` extra).
+PEERS = ("autograd", "jax", "torch", "matplotlib")
+
+
+def _missing_peers() -> list[str]:
+    """The peers of :data:`PEERS` that cannot be imported here."""
+    import importlib.util
+
+    return [name for name in PEERS if importlib.util.find_spec(name) is None]
+
+
 def main() -> None:
     from sections import SECTIONS, replace_section, run_section, update_results
     from workloads import build
@@ -226,6 +238,10 @@ def main() -> None:
         print(update_results(sys.argv[sys.argv.index("--section") + 1], OUT / "RESULTS.md"))
         return
     include_large = "--quick" not in sys.argv
+    missing = _missing_peers()
+    if missing:
+        sys.exit(f"benchmarks/suite.py compares pyjlad with its peers, and {', '.join(missing)} cannot be imported "
+                 "here: install them with `.venv/bin/python -m pip install -e '.[bench]'`")
     workloads = build(include_large)
     rows = []
     for i, w in enumerate(workloads, 1):  # progress on stderr; the results go to stdout and the files

@@ -135,6 +135,18 @@ def test_bench_quick_never_writes_over_the_committed_results(tmp_path: Path) -> 
     assert "== [1/1] benchmarks/suite.py --quick" in out.stdout
 
 
+def test_the_suite_names_a_missing_peer_instead_of_a_traceback(tmp_path: Path) -> None:
+    """The real ``benchmarks/suite.py``, one of its peers not importable (until 2026-12-07: a ModuleNotFoundError
+    traceback when the ``bench`` extra, autograd among it, was not installed)."""
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    code = (f"import sys; sys.path.insert(0, {str(benchmarks)!r}); import suite; suite.PEERS = ('jax', 'no_such_peer'); "
+            f"sys.argv = ['suite.py', '--quick', '--out', {str(tmp_path)!r}]; suite.main()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "no_such_peer cannot be imported" in out.stderr and "pip install -e '.[bench]'" in out.stderr
+    assert not list(tmp_path.iterdir())  # nothing measured, nothing written
+
+
 def test_a_closed_pipe_is_no_traceback() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "pyjlad", "doctor"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.readline()
