@@ -91,6 +91,7 @@ from numba.np import npyimpl
 from .export_compile import copy_options
 from .frozen_globals import filled, fingerprint
 from .memo import cached_for
+from .smooth_logaddexp import smooth_ties
 
 __all__ = ["unvectorized_copy", "branch_preserving_compile", "NO_SPECULATION", "NO_SPECULATION_ARGS", "NO_UNSWITCHING"]
 
@@ -215,7 +216,7 @@ def branch_preserving_compile() -> Iterator[None]:
         npyimpl._ArrayIndexingHelper.update_indices = _selected_indices
         _set_llvm_options({name: value for name, value, _ in (*NO_SPECULATION, *NO_UNSWITCHING)})
         try:
-            with _copy_side_overloads():
+            with _copy_side_overloads(), smooth_ties():
                 yield
         finally:
             _set_llvm_options({name: default for name, _, default in (*NO_SPECULATION, *NO_UNSWITCHING)})

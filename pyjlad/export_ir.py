@@ -16,6 +16,9 @@ from numba.core.dispatcher import Dispatcher
 from .enzyme_copy import branch_preserving_compile, unvectorized_copy
 from .export_compile import describe_function
 from .export_recursion import resolve_recursion
+from .log import get_logger
+
+_log = get_logger(__name__)
 
 __all__ = ["compile_before_codegen", "enzyme_ir", "ir_before_codegen"]
 
@@ -70,7 +73,9 @@ def enzyme_ir(dispatcher: Dispatcher, argtypes: tuple[nbtypes.Type, ...]) -> tup
     with branch_preserving_compile(), calls_kept():
         try:
             return compile_before_codegen(copy, argtypes)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure: the function's own module is differentiated instead
+            _log.debug("the copy of %s for Enzyme did not compile: its own module is differentiated",
+                       describe_function(dispatcher), exc_info=True)
             return None
 
 

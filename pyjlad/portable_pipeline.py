@@ -38,7 +38,7 @@ from .ir.pipeline import Pass, Pipeline
 from .ir.rewrite import definitions_named, drop_debug_attachments, items_of, map_items, rename
 from .list_growth import type_list_growth
 from .nested import declare_nested_drivers
-from .smooth_ties import smooth_sinc_zero, smooth_ties
+from .smooth_sinc import smooth_sinc_zero
 from .zero_powers import safe_zero_powers
 
 __all__ = ["PORTABLE", "PortableContext", "make_portable"]
@@ -335,11 +335,11 @@ def guarded_selects(module: Module, context: PortableContext) -> Module:
 
 def smooth_special_points(module: Module, context: PortableContext) -> Module:
     """Write the special points of Numba's implementations of smooth functions with their values and the
-    functions' derivatives there: the tie branch of ``np.logaddexp``/``np.logaddexp2`` (``x == y``: ``x +
-    log(2)``, whose derivative Enzyme took as ``(1, 0)``) and ``np.sinc`` at 0 (``sinc(1e-20)``, a constant to
-    Enzyme: a Hessian of 0). See :mod:`pyjlad.smooth_ties`. And ``pow(x, p)`` at ``x = p = 0``, whose derivative
-    Enzyme took as ``0 * inf`` (see :mod:`pyjlad.zero_powers`)."""
-    return map_items(module, lambda d: safe_zero_powers(smooth_sinc_zero(smooth_ties(d))),
+    functions' derivatives there: ``np.sinc`` at 0 (``sinc(1e-20)``, a constant to Enzyme: a Hessian of 0; see
+    :mod:`pyjlad.smooth_sinc`) and ``pow(x, p)`` at ``x = p = 0``, whose derivative Enzyme took as ``0 * inf``
+    (see :mod:`pyjlad.zero_powers`). (The ties of ``np.logaddexp`` are written in smooth form when Numba compiles
+    the copy Enzyme differentiates: :mod:`pyjlad.smooth_logaddexp`.)"""
+    return map_items(module, lambda d: safe_zero_powers(smooth_sinc_zero(d)),
                      where=definitions_named(context.rewritten))
 
 

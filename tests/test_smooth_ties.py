@@ -1,5 +1,5 @@
 """``np.logaddexp``/``np.logaddexp2`` at a tie (``x == y``) differentiated as the smooth functions
-(:mod:`pyjlad.smooth_ties`).
+(:mod:`pyjlad.smooth_logaddexp`), and ``np.sinc`` at 0 (:mod:`pyjlad.smooth_sinc`).
 
 Numba's implementation returns ``x + log(2)`` where ``x == y``, whose derivative Enzyme took: ``(1, 0)``
 instead of ``(1/2, 1/2)`` and a zero second derivative. Softplus ``np.logaddexp(0.0, z)`` at ``z = 0``, a
@@ -92,6 +92,63 @@ def test_softplus_of_an_array_at_zero_and_infinite_ties_keep_their_values() -> N
     assert value == -np.inf
     value, _ = pyjlad.value_and_gradient(_pair, np.inf, np.inf, wrt=(0, 1))
     assert value == np.inf
+
+
+# The tie's operands as LLVM leaves them: an argument negated, scaled or shifted (until 2026-12-07 the smooth form
+# was written from the operands of the tie's comparison, which LLVM rewrites: -np.logaddexp(0.0, -z) compares z
+# with 0, and its gradient at z = 0 was -1/2 for +1/2). Each form with its JAX twin, at ties and off them.
+_TIE_FORMS = {
+    "log-sigmoid -logaddexp(0, -z)": ("-np.logaddexp(0.0, -z)", lambda z: -jnp.logaddexp(0.0, -z)),
+    "logaddexp(-z, 0)": ("np.logaddexp(-z, 0.0)", lambda z: jnp.logaddexp(-z, 0.0)),
+    "logaddexp(0, 2z)": ("np.logaddexp(0.0, 2.0 * z)", lambda z: jnp.logaddexp(0.0, 2.0 * z)),
+    "logaddexp(0, z - 1)": ("np.logaddexp(0.0, z - 1.0)", lambda z: jnp.logaddexp(0.0, z - 1.0)),
+    "logaddexp(z/2, -z)": ("np.logaddexp(0.5 * z, -z)", lambda z: jnp.logaddexp(0.5 * z, -z)),
+    "logaddexp(-z, -z*z)": ("np.logaddexp(-z, -z * z)", lambda z: jnp.logaddexp(-z, -z * z)),
+    "logaddexp2(0, -z)": ("np.logaddexp2(0.0, -z)", lambda z: jnp.logaddexp2(0.0, -z)),
+}
+
+
+def _tie_function(expression: str, form: str):
+    """``f(x)`` summing ``expression`` of ``z`` over ``x``'s elements: in a loop or as an array expression."""
+    if form == "loop":
+        source = (f"def f(x):\n    s = 0.0\n    for i in range(x.shape[0]):\n        z = x[i]\n"
+                  f"        s += (i + 1.0) * ({expression})\n    return s\n")
+    else:
+        source = f"def f(x):\n    z = x\n    return np.sum(np.arange(1.0, x.shape[0] + 1.0) * ({expression}))\n"
+    namespace = {"np": np}
+    exec(source, namespace)  # noqa: S102 - the test's own expressions
+    return njit(namespace["f"])
+
+
+@pytest.mark.parametrize("form", ["loop", "array"])
+@pytest.mark.parametrize("name", list(_TIE_FORMS))
+def test_ties_of_negated_scaled_and_shifted_arguments_match_jax(name, form) -> None:
+    expression, twin = _TIE_FORMS[name]
+    f = _tie_function(expression, form)
+    x = np.array([0.0, 1.0, -0.0, 0.3, -1.25])  # ties at 0 (and 1 for z - 1 and -z*z), a point off them
+    before = x.copy()
+
+    def oracle(v):
+        return jnp.sum(jnp.arange(1.0, v.shape[0] + 1.0) * twin(v))
+
+    np.testing.assert_allclose(pyjlad.gradient(f, x), np.asarray(jax.grad(oracle)(before)), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(pyjlad.hessian(f, x), np.asarray(jax.hessian(oracle)(before)), rtol=1e-12, atol=1e-15)
+    assert f(x) == pytest.approx(float(oracle(before)), rel=1e-14)
+    np.testing.assert_array_equal(x, before)
+
+
+def test_float32_ties_match_jax() -> None:
+    f = _tie_function("-np.logaddexp(np.float32(0.0), -z)", "loop")
+    x = np.array([0.0, 0.5, 0.0], dtype=np.float32)
+    before = x.copy()
+
+    def oracle(v):
+        return jnp.sum(jnp.arange(1.0, 4.0) * -jnp.logaddexp(0.0, -v))
+
+    got = pyjlad.gradient(f, x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, np.asarray(jax.grad(oracle)(before.astype(np.float64))), rtol=2e-6)
+    np.testing.assert_array_equal(x, before)
 
 
 @njit
