@@ -13,8 +13,9 @@ __all__ = ["smooth_sinc_zero"]
 
 
 def _compared(text: str) -> tuple[str, str]:
-    """The two operands of ``%c = fcmp oeq double a, b`` (values or literals)."""
-    first, _, rest = text.split(" fcmp oeq double ", 1)[1].partition(",")
+    """The two operands of ``%c = fcmp oeq double a, b`` or ``fcmp oeq float a, b`` (values or literals)."""
+    kind = " fcmp oeq double " if " fcmp oeq double " in text else " fcmp oeq float "
+    first, _, rest = text.split(kind, 1)[1].partition(",")
     return first.strip(), rest.split(",")[0].strip()
 
 
@@ -60,8 +61,9 @@ def smooth_sinc_zero(define: str) -> str:
     parsed = [parse_instruction(line) for line in lines]
     by_result = {ins.result: ins for ins in parsed if ins is not None and ins.result}
     zero_tests = {ins.result: _compared(ins.text)[0] for ins in by_result.values()
-                  if ins.opcode == "fcmp" and " fcmp oeq double " in ins.text and _compared(ins.text)[1] == "0.000000e+00"}
-    guarded = {}  # %y -> (%c, %x): y is pi x, or pi * 1e-20 where c (x == 0)
+                  if ins.opcode == "fcmp" and (" fcmp oeq double " in ins.text or " fcmp oeq float " in ins.text)
+                  and _compared(ins.text)[1] == "0.000000e+00"}
+    guarded = {}  # %y -> (%c, %x, widen): y is pi x, or pi * 1e-20 where c (x == 0)
     for ins in by_result.values():
         found = _sinc_argument(ins, by_result, zero_tests, lines)
         if found is not None:
@@ -79,12 +81,13 @@ def smooth_sinc_zero(define: str) -> str:
         if denominator not in guarded or sine is None or f"@llvm.sin.f64(double {denominator})" not in sine.text:
             out.append(line)
             continue
-        condition, x = guarded[denominator]
+        condition, x, widen = guarded[denominator]
         r = ins.result
         indent = line[: len(line) - len(line.lstrip())]
         out += [indent + step for step in (
             f"{r}.pyjlad.raw = fdiv double {numerator}, {denominator}",
-            f"{r}.pyjlad.px = fmul double {x}, {_PI}",
+            *([f"{r}.pyjlad.xd = fpext float {x} to double"] if widen else []),
+            f"{r}.pyjlad.px = fmul double {f'{r}.pyjlad.xd' if widen else x}, {_PI}",
             f"{r}.pyjlad.pp = fmul double {r}.pyjlad.px, {r}.pyjlad.px",
             f"{r}.pyjlad.t = fmul double {r}.pyjlad.pp, {_MINUS_SIXTH}",
             f"{r}.pyjlad.taylor = fadd double {r}.pyjlad.t, 1.000000e+00",
@@ -92,8 +95,9 @@ def smooth_sinc_zero(define: str) -> str:
     return "\n".join(out)
 
 
-def _sinc_argument(ins, by_result, zero_tests, lines) -> tuple[str, str] | None:
-    """``(condition, x)`` where ``ins`` is ``y``: ``pi x``, or ``pi * 1e-20`` where ``condition`` (``x == 0``)."""
+def _sinc_argument(ins, by_result, zero_tests, lines) -> tuple[str, str, bool] | None:
+    """``(condition, x, widen)`` where ``ins`` is ``y``: ``pi x``, or ``pi * 1e-20`` where ``condition`` (``x == 0``);
+    ``widen`` where ``x`` is a float32 that ``pi x`` widened to double."""
     words = ins.text.replace(",", " ").replace("[", " ").replace("]", " ").split()
     if ins.opcode == "select" and len(words) >= 9 and words[6] == _SINC_TINY:
         condition, other = words[4], words[8]
@@ -112,9 +116,15 @@ def _sinc_argument(ins, by_result, zero_tests, lines) -> tuple[str, str] | None:
     if product is None or product.opcode != "fmul" or condition not in zero_tests:
         return None
     x = zero_tests[condition]
-    if product.text.replace(" ", "").endswith(f"fmuldouble{x},{_PI}") is False:
-        return None
-    return condition, x
+    if product.text.replace(" ", "").endswith(f"fmuldouble{x},{_PI}"):
+        return condition, x, False
+    # float32: Numba's 1e-20 makes the sinc double, of x widened (``fpext float %x to double``)
+    widened = product.text.replace(",", " ").split()[-2]
+    ext = by_result.get(widened)
+    if (ext is not None and ext.opcode == "fpext" and ext.text.replace(" ", "").endswith(f"fpextfloat{x}todouble")
+            and product.text.replace(" ", "").endswith(f"fmuldouble{widened},{_PI}")):
+        return condition, x, True
+    return None
 
 
 def _branch_condition(lines: list[str], block: str) -> str | None:

@@ -190,3 +190,20 @@ def test_sinc_of_a_number_at_zero() -> None:
     assert pyjlad.gradient(_sinc_scalar, 0.0) == 0.0
     assert pyjlad.hessian(_sinc_scalar, 0.0) == pytest.approx(-np.pi ** 2 / 3, rel=1e-14)
     assert pyjlad.hessian(_sinc_scalar, 0.3) == pytest.approx(float(jax.hessian(jnp.sinc)(0.3)), rel=1e-12)
+
+
+@pytest.mark.parametrize("f", [_sinc_sum, _sinc_loop], ids=["array", "loop"])
+def test_float32_sinc_at_zero_has_its_second_derivative(f) -> None:
+    """For float32, Numba's ``1e-20`` makes the sinc a double of ``x`` widened; until 2026-12-07 that form was not
+    recognised and the Hessian at 0 was 0 (a user-style probe). Oracle: ``jax`` in float64 on the same sum."""
+    x = np.array([0.0, 0.5, -0.0, 1.25], dtype=np.float32)
+    before = x.copy()
+    weights = np.ones(4) if f is _sinc_sum else np.arange(1.0, 5.0)
+
+    def twin(v):
+        return jnp.sum(jnp.sinc(v) * weights)
+
+    wide = before.astype(np.float64)
+    np.testing.assert_allclose(pyjlad.hessian(f, x), np.asarray(jax.hessian(twin)(wide)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(pyjlad.gradient(f, x), np.asarray(jax.grad(twin)(wide)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(x, before)
