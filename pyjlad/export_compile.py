@@ -86,6 +86,12 @@ def as_numba_function(func: Any) -> Dispatcher | CFunc:
             f"cannot differentiate the bound method {describe_function(func)}: Numba compiles functions, "
             "not methods; write a function that takes the object's arrays and floats as arguments"
         )
+    if callable(func) and type(func).__module__.startswith("pyjlad."):
+        raise UnsupportedFunctionError(
+            f"cannot differentiate {func!r} from Python: it is a derivative pyjlad made, not a Numba function. "
+            "For second derivatives use pyjlad.hessian(f, x) or pyjlad.hvp(f, (x,), v); or call it inside an @njit "
+            "function and differentiate that (@njit def g(x): return df(x), then pyjlad.jacfwd(g))"
+        )
     if not callable(func) or not hasattr(func, "__code__"):
         raise UnsupportedFunctionError(
             f"cannot differentiate {func!r}: pass a Python function, a @numba.njit "

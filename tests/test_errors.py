@@ -326,3 +326,24 @@ def test_a_transform_written_inside_njit_says_to_build_it_outside(caller, name) 
     with pytest.raises(TypingError, match=rf"pyjlad.{name} cannot be called inside @njit code: build the derivative "
                                           r"in Python, outside the @njit function"):
         caller(np.ones(3))
+
+
+def test_a_derivative_pyjlad_made_is_refused_with_what_to_write() -> None:
+    """``pyjlad.jacfwd(pyjlad.grad(f))`` (JAX's idiom for a Hessian) said only "pass a Python function, a
+    @numba.njit dispatcher or a @numba.cfunc" until 2026-12-07 (a user-style probe); what works is named."""
+    @njit
+    def cubes(x):
+        return np.sum(x ** 3)
+
+    for made in (pyjlad.grad(cubes), pyjlad.value_and_grad(cubes), pyjlad.jvp_fn(cubes)):
+        with pytest.raises(pyjlad.UnsupportedFunctionError, match=r"it is a derivative pyjlad made, not a Numba "
+                           r"function\. For second derivatives use pyjlad\.hessian\(f, x\)"):
+            pyjlad.jacfwd(made)(np.ones(3))
+    df = pyjlad.grad(cubes)
+
+    @njit
+    def inside(x):
+        return df(x)
+
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(pyjlad.jacfwd(inside)(x), np.diag(6.0 * x), rtol=1e-14)  # what the message advises

@@ -669,6 +669,10 @@ def _bad_input_probes() -> list[Probe]:
                     TypeError, "is None, which pyjlad cannot pass", (71,)))
     out.append(_bad("an @njit function passed as an argument", lambda: g(_applied, np.ones(2), _total), _UE,
                     r"argument 1 is a function \(Numba type type\(CPUDispatcher", (73,)))
+    out.append(_bad("a derivative pyjlad made passed as the function (jacfwd of grad)",
+                    lambda: pyjlad.jacfwd(pyjlad.grad(_total))(np.ones(2)), _UE,
+                    r"it is a derivative pyjlad made, not a Numba function\. For second derivatives use pyjlad\.hessian",
+                    (78,)))
     out.append(_bad("the same array as an input and the output the function writes",
                     lambda: g(_doubled_into, _SHARED, _SHARED), pyjlad.ArgumentError,
                     r"arguments 0 and 1 of _doubled_into are the same memory, and _doubled_into writes argument 1",
