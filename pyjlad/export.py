@@ -15,13 +15,13 @@ Enzyme) and :mod:`pyjlad.export_abi` (the ABI description).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from numba import types as nbtypes
 from numba.core.ccallback import CFunc
+from numba.core.compiler_lock import global_compiler_lock
 
 from .abi import FunctionABI
 from .aliasing import mixed_pointer_arguments
@@ -91,7 +91,7 @@ class ExportedFunction:
     make_parallel_module: Callable[..., tuple[PortableModule | None, str]] | None = field(
         default=None, repr=False, compare=False)
 
-    @functools.cached_property
+    @property
     def enzyme_module(self) -> PortableModule:
         """The module Enzyme differentiates: :attr:`module` compiled again without Numba's vectorizers,
         as LLVM's optimizer left it (before code generation rewrote it; see
@@ -99,9 +99,13 @@ class ExportedFunction:
 
         Built on first use (a second Numba compile of the function), so a
         process that finds the gradient in the disk cache, keyed by
-        :attr:`module`, never builds it.
+        :attr:`module`, never builds it. Remembered per instance, built under Numba's compiler lock taken first
+        (see :func:`export`; a ``functools.cached_property``'s lock, one for every instance in Python 3.11, made
+        two threads wait for each other for ever).
         """
-        return self.make_enzyme_module() if self.make_enzyme_module is not None else self.module
+        make = self.make_enzyme_module
+        with global_compiler_lock:
+            return cached_for(self, ("enzyme module",), lambda: make() if make is not None else self.module)
 
 
 def _entry_params(module: Module, entry: str) -> list[Parameter]:
@@ -135,7 +139,11 @@ def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
         has a type pyjlad cannot pass.
     """
     argtypes = tuple(argtypes)
-    return cached_for(func, ("export", argtypes), lambda: _timed_export(func, argtypes))
+    # Numba's compiler lock before the entry's own: a thread compiling an @njit caller of a pyjlad derivative holds
+    # it while its typing exports the derivative's function; one that took the entry first and then waited for
+    # Numba's lock (every export compiles) would wait for it for ever (two threads, a user-style probe).
+    with global_compiler_lock:
+        return cached_for(func, ("export", argtypes), lambda: _timed_export(func, argtypes))
 
 
 _log = get_logger(__name__)

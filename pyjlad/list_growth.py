@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .errors import EnzymeError
 from .ir.edit import declare, define_element_loops, element_loop_call
 from .ir.instructions import Instruction, parse_instruction
 from .ir.items import Function
@@ -283,7 +284,17 @@ def _grown(body: list[str]) -> dict[str, str]:
 
 
 def _hint(line: str, pointer: str, kind: str) -> str:
-    """The line of Enzyme's hint that ``pointer`` points at a ``kind``, indented as ``line``."""
+    """The line of Enzyme's hint that ``pointer`` points at a ``kind``, indented as ``line``.
+
+    A kind with a suffix (``double.10``) is a list helper that linking renamed: the derivative, called from the
+    ``@njit`` code being differentiated, of a function growing a list. Refused in the user's terms (until
+    2026-12-07 a bare ``KeyError``; read without the suffix, the derivative never returned: a user-style probe).
+    """
+    if kind not in _HINTS:
+        raise EnzymeError(
+            "pyjlad cannot differentiate this: it calls the derivative (pyjlad.grad) of a function that grows a "
+            "list, from the @njit code being differentiated (a gradient penalty, a Jacobian of a gradient). Fill a "
+            "preallocated NumPy array in that function instead of growing a list, or use pyjlad.hessian on it")
     hint, size = _HINTS[kind]
     return f"{line[:len(line) - len(line.lstrip())]}call void {hint}(ptr {pointer}, i64 {size})"
 

@@ -65,29 +65,40 @@ def cached_for(func: Any, key: tuple, factory: Callable[[], Any]) -> Any:
     Objects without a ``__dict__`` are kept alive with their entry.
     Concurrent callers of the same entry wait for its one build; a factory may
     call ``cached_for`` (also for the same entry: it then builds it itself).
+    Where the build a caller waited for failed, that caller builds the entry
+    itself (and raises its own error): until 2026-12-07 it returned ``None``
+    (``AttributeError: 'NoneType' object has no attribute 'exported'`` in a
+    second thread while the first's build timed out; a user-style probe).
     """
-    with _lock:
-        table = _table(func)
-        entry = table.get(key)
-        if entry is None:
-            entry = table[key] = _Building()
-    if not isinstance(entry, _Building):
-        return entry
-    with entry.lock:
+    while True:
         with _lock:
-            current = table.get(key)
-        if not isinstance(current, _Building):
-            return current  # built by another thread while this one waited
-        try:
-            value = factory()
-        except BaseException:
+            table = _table(func)
+            entry = table.get(key, _MISSING)
+            if entry is _MISSING:
+                entry = table[key] = _Building()
+        if not isinstance(entry, _Building):
+            return entry
+        with entry.lock:
             with _lock:
-                if table.get(key) is entry:
-                    del table[key]  # a later call tries again
-            raise
-        with _lock:
-            table[key] = value
-        return value
+                current = table.get(key, _MISSING)
+            if current is not entry:
+                if current is _MISSING or isinstance(current, _Building):
+                    continue  # the build waited for failed (or another began since): try again
+                return current  # built by another thread while this one waited
+            try:
+                value = factory()
+            except BaseException:
+                with _lock:
+                    if table.get(key) is entry:
+                        del table[key]  # a later call tries again
+                raise
+            with _lock:
+                table[key] = value
+            return value
+
+
+#: What :func:`cached_for` finds where no entry is (a factory may return ``None``).
+_MISSING = object()
 
 
 def _renew_locks_in_child() -> None:

@@ -136,3 +136,114 @@ def test_gradients_on_a_dask_local_cluster() -> None:
     for chunk, got, want in zip(chunks, results, single):
         np.testing.assert_allclose(got, want, rtol=0, atol=0)
         np.testing.assert_allclose(got, 6 * chunk ** 2, rtol=1e-12)  # d/dx of 2 * sum(x^3)
+
+
+_LOCK_ORDER_SCRIPT = r'''
+import math, os, sys, threading
+import numpy as np
+import pyjlad
+from numba import njit
+
+@njit
+def loss(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.exp(math.sin(x[i])) * x[i]
+    return s
+
+@njit
+def loss2(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.cos(x[i]) * x[i] * x[i]
+    return s
+
+dl = pyjlad.grad(loss)
+
+@njit
+def step(x, lr):
+    return x - lr * dl(x)
+
+x = np.linspace(-1.0, 1.0, 10)
+loss(x), loss2(x)
+other = loss if sys.argv[1] == "same" else loss2
+barrier = threading.Barrier(2)
+got = {}
+def njit_caller():
+    barrier.wait()
+    got["step"] = step(x, 1.0)
+def from_python():
+    barrier.wait()
+    got["gradient"] = pyjlad.gradient(other, x)
+threads = [threading.Thread(target=t, daemon=True) for t in (njit_caller, from_python)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(240)
+if len(got) < 2:
+    print("HUNG", sorted(got), flush=True)
+    os._exit(3)
+d = (np.exp(np.sin(x)) * (np.cos(x) * x + 1.0))
+np.testing.assert_allclose(got["step"], x - d, rtol=1e-12)
+expected = d if other is loss else (-np.sin(x) * x * x + 2.0 * x * np.cos(x))
+np.testing.assert_allclose(got["gradient"], expected, rtol=1e-12)
+print("both finished", flush=True)
+'''
+
+
+@pytest.mark.parametrize("which", ["different"])
+def test_an_njit_caller_compiling_beside_a_first_gradient_from_python_does_not_hang(which, tmp_path) -> None:
+    """One thread compiles an ``@njit`` function calling ``pyjlad.grad(loss)`` (the build runs in Numba's typing,
+    under its compiler lock) while another takes a first gradient of another function from Python. Until
+    2026-12-07 the second held the lock of a ``functools.cached_property`` (one for every instance), then waited
+    for Numba's: both hung for ever (a user-style probe). Fresh processes, three runs, no disk cache;
+    hand-derived gradients. (The same function in both threads can still hang: README, Limitations.)"""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "lock_order.py"
+    script.write_text(_LOCK_ORDER_SCRIPT)
+    env = {**os.environ, "PYJLAD_DISABLE_DISK_CACHE": "1"}
+    for _ in range(3):
+        out = subprocess.run([sys.executable, str(script), which], capture_output=True, text=True, timeout=400,
+                             env=env)
+        assert out.returncode == 0 and "both finished" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+def test_a_caller_waiting_for_a_build_that_fails_builds_the_entry_itself() -> None:
+    """``pyjlad.memo.cached_for``: a second thread waiting for the first's build of the same entry got ``None``
+    when that build failed (``AttributeError: 'NoneType' object has no attribute 'exported'`` where the first
+    build timed out in Enzyme; a user-style probe, 2026-12-07). It now builds the entry itself."""
+    from pyjlad.memo import cached_for
+
+    owner = type("Owner", (), {})()
+    started, release = threading.Event(), threading.Event()
+
+    def failing():
+        started.set()
+        release.wait(10)
+        raise RuntimeError("the first build failed")
+
+    out: dict[str, object] = {}
+
+    def first():
+        try:
+            cached_for(owner, ("entry",), failing)
+        except RuntimeError as exc:
+            out["first"] = exc
+
+    def second():
+        out["second"] = cached_for(owner, ("entry",), lambda: 42)
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert started.wait(10)
+    threads.append(threading.Thread(target=second))
+    threads[1].start()
+    time.sleep(0.3)  # the second thread now waits for the first's build
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert isinstance(out["first"], RuntimeError) and out["second"] == 42
+    assert cached_for(owner, ("entry",), lambda: 0) == 42  # remembered
