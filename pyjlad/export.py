@@ -104,8 +104,8 @@ class ExportedFunction:
         two threads wait for each other for ever).
         """
         make = self.make_enzyme_module
-        with global_compiler_lock:
-            return cached_for(self, ("enzyme module",), lambda: make() if make is not None else self.module)
+        return cached_for(self, ("enzyme module",), lambda: make() if make is not None else self.module,
+                          build_under=global_compiler_lock)
 
 
 def _entry_params(module: Module, entry: str) -> list[Parameter]:
@@ -141,9 +141,10 @@ def export(func: Any, argtypes: Sequence[nbtypes.Type]) -> ExportedFunction:
     argtypes = tuple(argtypes)
     # Numba's compiler lock before the entry's own: a thread compiling an @njit caller of a pyjlad derivative holds
     # it while its typing exports the derivative's function; one that took the entry first and then waited for
-    # Numba's lock (every export compiles) would wait for it for ever (two threads, a user-style probe).
-    with global_compiler_lock:
-        return cached_for(func, ("export", argtypes), lambda: _timed_export(func, argtypes))
+    # Numba's lock (every export compiles) would wait for it for ever (two threads, a user-style probe). Taken only
+    # where the export is not remembered yet (the Julia engine exports on every sweep).
+    return cached_for(func, ("export", argtypes), lambda: _timed_export(func, argtypes),
+                      build_under=global_compiler_lock)
 
 
 _log = get_logger(__name__)

@@ -12,6 +12,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 __all__ = ["cached_for", "forget"]
@@ -59,7 +60,8 @@ def _table(func: Any) -> dict[tuple, Any]:
     return table
 
 
-def cached_for(func: Any, key: tuple, factory: Callable[[], Any]) -> Any:
+def cached_for(func: Any, key: tuple, factory: Callable[[], Any], *,
+               build_under: AbstractContextManager | None = None) -> Any:
     """``factory()`` once per (``func``, ``key``), remembered while ``func`` lives.
 
     Objects without a ``__dict__`` are kept alive with their entry.
@@ -69,7 +71,33 @@ def cached_for(func: Any, key: tuple, factory: Callable[[], Any]) -> Any:
     itself (and raises its own error): until 2026-12-07 it returned ``None``
     (``AttributeError: 'NoneType' object has no attribute 'exported'`` in a
     second thread while the first's build timed out; a user-style probe).
+
+    ``build_under`` (a lock a factory takes, such as Numba's compiler lock) is
+    taken before the entry's own lock, and only where the entry is not built
+    yet: a caller that finds the entry never waits for it.
+
+    Examples
+    --------
+    >>> import threading
+    >>> def f():
+    ...     pass
+    >>> cached_for(f, ("answer",), lambda: 42, build_under=threading.Lock())
+    42
+    >>> cached_for(f, ("answer",), lambda: 0)
+    42
     """
+    with _lock:
+        entry = _table(func).get(key, _MISSING)
+    if entry is not _MISSING and not isinstance(entry, _Building):
+        return entry
+    if build_under is None:
+        return _build_once(func, key, factory)
+    with build_under:
+        return _build_once(func, key, factory)
+
+
+def _build_once(func: Any, key: tuple, factory: Callable[[], Any]) -> Any:
+    """:func:`cached_for` without ``build_under``."""
     while True:
         with _lock:
             table = _table(func)

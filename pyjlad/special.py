@@ -267,6 +267,29 @@ def _rule_ir(rule: _Rule) -> str:
     ])
 
 
+def _moved_where_exact(T: str, moved: str, value: str, result: str) -> list[str]:
+    """Lines setting ``result`` to ``moved`` where it is bitwise ``value``, else to ``value`` (whose derivative,
+    through an inactive call, is 0): a differentiable form plus an inactive difference is not always the value."""
+    bits = "i64" if T == "double" else "i32"
+    return [
+        f"  %moved.bits = bitcast {T} {moved} to {bits}",
+        f"  %value.bits = bitcast {T} {value} to {bits}",
+        f"  %exact = icmp eq {bits} %moved.bits, %value.bits",
+        f"  {result} = select i1 %exact, {T} {moved}, {T} {value}",
+    ]
+
+
+def _inactive_value(callee: str, T: str) -> list[str]:
+    """``pyjlad.special.<callee>.value(x, y)``: the two-argument ``callee``'s value, a constant to Enzyme."""
+    return [
+        f'define linkonce_odr {T} @pyjlad.special.{callee}.value({T} %x, {T} %y) nounwind "enzyme_inactive" {{',
+        "entry:",
+        f"  %n = call {T} @{callee}({T} %x, {T} %y)",
+        f"  ret {T} %n",
+        "}",
+    ]
+
+
 def _step_ir(callee: str, ty: str) -> str:
     """``pyjlad.special.<callee>(x, y)``: ``nextafter``'s value, with derivative 1 in x and 0 in y.
 
@@ -276,24 +299,16 @@ def _step_ir(callee: str, ty: str) -> str:
     zeros, NaN), the value itself is returned (derivative 0 there).
     """
     T, name = ty, f"pyjlad.special.{callee}"
-    bits = "i64" if T == "double" else "i32"
     return "\n".join([
         f"define linkonce_odr {T} @{name}({T} %x, {T} %y) {{",
         "entry:",
         f"  %n = call {T} @{name}.value({T} %x, {T} %y)",
         f"  %s = call {T} @{name}.step({T} %x, {T} %y)",
         f"  %moved = fadd {T} %x, %s",
-        f"  %mb = bitcast {T} %moved to {bits}",
-        f"  %nb = bitcast {T} %n to {bits}",
-        f"  %exact = icmp eq {bits} %mb, %nb",
-        f"  %r = select i1 %exact, {T} %moved, {T} %n",
+        *_moved_where_exact(T, "%moved", "%n", "%r"),
         f"  ret {T} %r",
         "}",
-        f'define linkonce_odr {T} @{name}.value({T} %x, {T} %y) nounwind "enzyme_inactive" {{',
-        "entry:",
-        f"  %n = call {T} @{callee}({T} %x, {T} %y)",
-        f"  ret {T} %n",
-        "}",
+        *_inactive_value(callee, T),
         f'define linkonce_odr {T} @{name}.step({T} %x, {T} %y) nounwind "enzyme_inactive" {{',
         "entry:",
         f"  %n = call {T} @{callee}({T} %x, {T} %y)",
@@ -330,7 +345,6 @@ def _hypot_ir(callee: str, ty: str) -> str:
     is ``sqrt(m^2 + s^2)`` of the scaled arguments: there a forward derivative's tangent of ``r = s/m``,
     ``(ds - r dm) / m``, overflows whatever the scale (its second derivatives cancel, as Enzyme's rule's did)."""
     T, name = ty, f"pyjlad.special.{callee}"
-    bits = "i64" if T == "double" else "i32"
     wide = (["  %a.d = fpext float %a to double", "  %b.d = fpext float %b to double"] if T == "float"
             else ["  %a.d = fadd double %a, 0.0", "  %b.d = fadd double %b, 0.0"])
     narrow = "  %f = fptrunc double %f.d to float" if T == "float" else "  %f = fadd double %f.d, 0.0"
@@ -369,17 +383,10 @@ def _hypot_ir(callee: str, ty: str) -> str:
         narrow,
         f"  %gap = call {T} @{name}.gap({T} %h, {T} %f)",
         f"  %moved = fadd {T} %f, %gap",
-        f"  %mb = bitcast {T} %moved to {bits}",
-        f"  %hb = bitcast {T} %h to {bits}",
-        f"  %exact = icmp eq {bits} %mb, %hb",
-        f"  %v = select i1 %exact, {T} %moved, {T} %h",
+        *_moved_where_exact(T, "%moved", "%h", "%v"),
         f"  ret {T} %v",
         "}",
-        f'define linkonce_odr {T} @{name}.value({T} %a, {T} %b) nounwind "enzyme_inactive" {{',
-        "entry:",
-        f"  %h = call {T} @{callee}({T} %a, {T} %b)",
-        f"  ret {T} %h",
-        "}",
+        *_inactive_value(callee, T),
         # h - f, a constant to Enzyme (the derivative is f's alone)
         f'define linkonce_odr {T} @{name}.gap({T} %h, {T} %f) nounwind "enzyme_inactive" {{',
         "entry:",

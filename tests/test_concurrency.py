@@ -247,3 +247,42 @@ def test_a_caller_waiting_for_a_build_that_fails_builds_the_entry_itself() -> No
         t.join(10)
     assert isinstance(out["first"], RuntimeError) and out["second"] == 42
     assert cached_for(owner, ("entry",), lambda: 0) == 42  # remembered
+
+
+def test_a_remembered_export_does_not_wait_for_numbas_compiler_lock() -> None:
+    """``pyjlad.export.export`` takes Numba's compiler lock only to build: the Julia engine exports on every sweep,
+    and a thread compiling something else (holding the lock for seconds) made each of those wait until 2026-12-07.
+    Here another thread holds the lock while this one asks again for an export and its Enzyme module."""
+    from numba import float64
+    from numba.core.compiler_lock import global_compiler_lock
+
+    from pyjlad.export import export
+
+    f, _ = _make(3)
+    argtypes = (float64[::1],)
+    first = export(f, argtypes)
+    module = first.enzyme_module
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with global_compiler_lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert held.wait(10)
+    got: dict[str, object] = {}
+
+    def ask() -> None:
+        again = export(f, argtypes)
+        got["export"], got["module"] = again, again.enzyme_module
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    asker.join(10)
+    finished = not asker.is_alive()
+    release.set()
+    holder.join(10)
+    assert finished, "a remembered export waited for Numba's compiler lock"
+    assert got["export"] is first and got["module"] is module
