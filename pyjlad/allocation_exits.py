@@ -22,7 +22,15 @@ to loses that edge (its ``phi`` entries from it dropped); a block left with no w
 
 from __future__ import annotations
 
-from .ir.cfg import ControlFlow, block_label, phi_without, retargeted, successors, terminator_index
+from .ir.cfg import (
+    ControlFlow,
+    block_label,
+    phi_without,
+    remove_edge,
+    retargeted,
+    successors,
+    terminator_index,
+)
 from .ir.edit import declare
 from .ir.instructions import parse_instruction
 from .ir.module import Module
@@ -77,20 +85,6 @@ def _null_tests(body: list[str], allocations: set[str]) -> dict[str, bool]:
         if len(operands) == 1 and operands[0] in allocations and words[-1] == "null" and words[3] in ("eq", "ne"):
             tests[instruction.result] = words[3] == "eq"
     return tests
-
-
-def _remove_edge(graph: ControlFlow, source: str, target: str) -> None:
-    """Forget the edge ``source -> target`` in ``target``'s ``phi``s; delete ``target`` if nothing else leads to
-    it (and so on for its successors)."""
-    graph.lines[target] = [phi_without(line, source) for line in graph.lines[target]]
-    if any(target in successors(lines) for name, lines in graph.lines.items() if name != target) or \
-            target == graph.names[0]:
-        return
-    lines = graph.lines.pop(target)
-    graph.names.remove(target)
-    for onward in dict.fromkeys(successors(lines)):
-        if onward in graph.lines and onward != target:
-            _remove_edge(graph, target, onward)
 
 
 def failed_allocations_exit(module: Module, *, armed: bool = False) -> Module:
@@ -172,7 +166,7 @@ def failed_allocations_exit(module: Module, *, armed: bool = False) -> Module:
             graph.lines[inside] = retargeted(graph.lines[inside], outside, name)
             graph.names.append(name)
             graph.lines[name] = [f"{name}:", "  unreachable"]
-            _remove_edge(graph, inside, outside)
+            remove_edge(graph, inside, outside)
         function.body = [line for name in graph.names for line in graph.lines[name]]
     declare(module, _DECLARATION)
     return module

@@ -51,13 +51,24 @@ from .ir.module import Module
 from .ir.ssa import phi_with, restore_dominance
 from .ir.value_types import result_type
 
-__all__ = ["SEARCH_LIMIT", "exits_through_latch", "search_work"]
+__all__ = ["SEARCH_LIMIT", "exits_through_latch", "search_work", "way_out_of"]
 
 #: Paths Enzyme may try from one way out of a loop before the way out is sent to the latch. Seen on this host
 #: (2026-12-05): a million cost Enzyme no time worth measuring, a hundred million seconds; a step of twelve array
 #: statements (``tests/test_loop_exit_latches.py``) ran it out of 2 GiB. Ways out below the limit stay as they are.
 SEARCH_LIMIT = 1_000_000
 _PREFIX = "pyjlad.latch."
+
+
+def way_out_of(block: str) -> str | None:
+    """The block that leaves the loop for the way out that ``block`` (``pyjlad.latch.N.out.K``, the new block a way
+    out goes to inside its loop) takes at the latch (``pyjlad.latch.N.leave.K``); ``None`` for other blocks.
+
+    >>> way_out_of("pyjlad.latch.0.out.2"), way_out_of("B12")
+    ('pyjlad.latch.0.leave.2', None)
+    """
+    head, _, way = block.rpartition(".out.")
+    return f"{head}.leave.{way}" if head.startswith(_PREFIX) and way.isdigit() else None
 #: How many times a loop is rewritten at most: a way out may cross the limit only once others were sent to the
 #: latch (its paths now pass one more block).
 _ROUNDS = 4
@@ -91,9 +102,18 @@ def search_work(graph: ControlFlow, loop: Loop, exiting: str, limit: int = SEARC
     return work
 
 
-def _ends_unreachable(lines: list[str]) -> bool:
-    instruction = parse_instruction(lines[terminator_index(lines)]) if len(lines) > 1 else None
-    return instruction is not None and instruction.opcode == "unreachable"
+def _ends_unreachable(graph: ControlFlow, block: str, chain: int = 4) -> bool:
+    """Whether ``block`` ends in ``unreachable``, or only branches on to a block that does (LLVM's dedicated exit
+    blocks, ``<name>.loopexit``, in front of one; Enzyme takes such a chain as never run too)."""
+    lines = graph.lines[block]
+    instructions = [i for i in map(parse_instruction, lines[1:]) if i is not None and i.opcode != "phi"]
+    if len(instructions) != 1:
+        return False
+    if instructions[0].opcode == "unreachable":
+        return True
+    onward = graph.succ[block]
+    return (instructions[0].opcode == "br" and len(onward) == 1 and chain > 1
+            and _ends_unreachable(graph, onward[0], chain - 1))
 
 
 def _costly_exits(graph: ControlFlow, loop: Loop, latch: str, nested: frozenset[str]) -> list[tuple[str, str]]:
@@ -102,7 +122,7 @@ def _costly_exits(graph: ControlFlow, loop: Loop, latch: str, nested: frozenset[
     has a shape this does not rewrite (then none is sent)."""
     found = []
     for inside in dict.fromkeys(block for block, _ in loop.exits):
-        outside = [s for s in graph.succ[inside] if s not in loop.blocks and not _ends_unreachable(graph.lines[s])]
+        outside = [s for s in graph.succ[inside] if s not in loop.blocks and not _ends_unreachable(graph, s)]
         if inside == latch or not outside or (inside not in nested and search_work(graph, loop, inside) <= SEARCH_LIMIT):
             continue
         terminator = parse_instruction(graph.lines[inside][terminator_index(graph.lines[inside])])

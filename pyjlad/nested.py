@@ -32,6 +32,7 @@ from typing import Any
 from .activity import Activity
 from .errors import EnzymeError
 from .ir.module import Module
+from .nested_raises import checked_first
 
 __all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "calls_kept", "declare_nested_drivers",
            "explain_failure", "is_nested_driver", "keep_calls", "nested_modules", "remember"]
@@ -150,7 +151,9 @@ def _driver_module(symbol: str, sweep: NestedSweep) -> list[str]:
     driver = ad_driver(exported.abi, sweep.mode, sweep.activities, noalias=sweep.noalias,
                        salt=exported.module.text, oom_guard=False, value=sweep.value)
     assert driver.symbol == symbol, (driver.symbol, symbol)
-    return [driver.module(exported.enzyme_module.text), *linked_modules(exported)]
+    # its loops' raising exits, which Enzyme cannot differentiate twice, checked by a run of the function first
+    module = checked_first(driver.module(exported.enzyme_module.text), symbol, driver.primal)
+    return [module, *linked_modules(exported)]
 
 
 #: Lowers the ``__enzyme_*`` calls of a module that nests derivatives itself (see :func:`nested_modules`).
@@ -196,7 +199,7 @@ def _nested_module(symbol: str) -> str:
 
 
 #: Identifies how nested modules are made (part of the disk cache key of a function that calls derivatives).
-_FORM = "nested/1 " + _LOWER + _INTERNALIZE
+_FORM = "nested/2 " + _LOWER + _INTERNALIZE
 
 
 def cache_key_parts(external_functions: Sequence[str]) -> list[str]:

@@ -410,3 +410,135 @@ def test_a_derivative_of_a_function_growing_a_list_called_when_nested_is_refused
     np.testing.assert_allclose(pyjlad.hessian(_listed_energy, x), np.asarray(jax.hessian(_listed_energy_jax)(before)),
                                rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(x, before)
+
+
+# ------------------------------------------------------------------ loops that can raise, differentiated twice
+# Numba tests each divisor of a float ``/`` for zero (ZeroDivisionError), and a user's ``raise`` in a loop is a way
+# out of it: Enzyme crashed on the second reverse derivative of such a loop, or built one that never returned,
+# until 2026-12-07 (a Lennard-Jones Hessian by pyjlad.jacobian; a user-style probe). See pyjlad.nested_raises.
+@njit
+def inverse_squares(x):
+    e = 0.0
+    for k in range(x.shape[0]):
+        e += 1.0 / (x[k] * x[k])
+    return e
+
+
+d_inverse_squares = pyjlad.grad(inverse_squares)
+
+
+@njit
+def inverse_squares_gradient(x):
+    return d_inverse_squares(x) * 1.0
+
+
+@njit
+def checked_cubes(x):
+    e = 0.0
+    for k in range(x.shape[0]):
+        if x[k] > 100.0:
+            raise ValueError("x must be at most 100")
+        e += x[k] * x[k] * x[k]
+    return e
+
+
+d_checked_cubes = pyjlad.grad(checked_cubes)
+
+
+@njit
+def checked_cubes_penalty(x):
+    return np.sum(d_checked_cubes(x) ** 2)
+
+
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_the_hessian_of_a_loop_dividing_by_its_input_by_a_jacobian_of_its_gradient(mode):
+    """Reverse over reverse crashed inside Enzyme (``opt crashed``) before 2026-12-07; forward over reverse worked.
+    The Hessian of ``sum(1 / x**2)`` is ``diag(6 / x**4)`` (JAX too)."""
+    x = W.copy()
+    got, (xj,) = _run(lambda x: pyjlad.jacobian(inverse_squares_gradient, x, mode=mode), x)
+    np.testing.assert_allclose(got, np.diag(6.0 / W ** 4), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, jax.hessian(lambda y: jnp.sum(1.0 / (y * y)))(xj), rtol=1e-12, atol=1e-12)
+
+
+def test_a_zero_divisor_still_raises_zero_division_error_through_the_nested_derivative():
+    x = W.copy()
+    x[3] = 0.0
+    for mode in ("reverse", "forward"):
+        with pytest.raises(ZeroDivisionError):
+            pyjlad.jacobian(inverse_squares_gradient, x, mode=mode)
+
+
+def test_a_gradient_penalty_through_a_loop_with_a_users_raise_matches_the_formula_and_still_raises():
+    """d/dx sum((3 x**2)**2) = 36 x**3; the inner function's ValueError reaches the caller where it raises."""
+    x = X.copy()
+    got, (xj,) = _run(pyjlad.grad(checked_cubes_penalty), x)
+    np.testing.assert_allclose(got, 36.0 * X ** 3, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got, jax.grad(lambda y: jnp.sum((3.0 * y * y) ** 2))(xj), rtol=1e-12, atol=1e-12)
+    bad = X.copy()
+    bad[2] = 1000.0
+    with pytest.raises(ValueError, match="at most 100"):
+        pyjlad.grad(checked_cubes_penalty)(bad)
+
+
+_LENNARD_JONES = '''
+import sys
+import numpy as np
+from numba import njit
+import pyjlad
+
+@njit
+def energy(x, L, rc):
+    n = x.shape[0] // 3
+    e = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            r2 = 0.0
+            for k in range(3):
+                d = x[3 * i + k] - x[3 * j + k]
+                d = d - L * np.round(d / L)
+                r2 += d * d
+            if r2 < rc * rc:
+                s6 = 1.0 / (r2 * r2 * r2)
+                e += 4.0 * (s6 * s6 - s6)
+    return e
+
+d_energy = pyjlad.grad(energy)
+
+@njit
+def forces(x, L, rc):
+    return d_energy(x, L, rc)
+
+x = np.load(sys.argv[1])
+np.save(sys.argv[2], pyjlad.jacobian(forces, x, 3.2, 1.6, mode="reverse"))
+'''
+
+
+def test_the_lennard_jones_hessian_by_reverse_over_reverse_returns_and_matches_jax(tmp_path):
+    """The user-style probe's program: pairs, a minimum image by ``np.round``, a cutoff, ``1 / r2**3``. Its
+    reverse-over-reverse Hessian never returned before 2026-12-07 (so it runs in a process of its own, with a
+    time limit)."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(7)
+    grid = np.array([[i, j, k] for i in range(2) for j in range(2) for k in range(2)], float)[:4] * 1.1 + 0.05
+    x = (grid + 0.05 * rng.standard_normal(grid.shape)).ravel()
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "lj.py").write_text(_LENNARD_JONES)
+    out = subprocess.run([sys.executable, str(tmp_path / "lj.py"), str(tmp_path / "x.npy"), str(tmp_path / "h.npy")],
+                         capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    def energy(x, L=3.2, rc=1.6):
+        p, e = x.reshape(-1, 3), 0.0
+        for i in range(p.shape[0]):
+            for j in range(i + 1, p.shape[0]):
+                d = p[i] - p[j]
+                d = d - L * jnp.round(d / L)
+                r2 = jnp.sum(d * d)
+                s6 = 1.0 / r2 ** 3
+                e = e + jnp.where(r2 < rc * rc, 4.0 * (s6 * s6 - s6), 0.0)
+        return e
+
+    expected = np.asarray(jax.hessian(energy)(jnp.asarray(x)))
+    np.testing.assert_allclose(np.load(tmp_path / "h.npy"), expected, rtol=1e-10, atol=1e-10 * np.abs(expected).max())

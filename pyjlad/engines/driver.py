@@ -86,6 +86,8 @@ class Driver:
     #: through an aggregate: it deleted a caller's zeroing of such shadow memory (a Hessian's columns came
     #: out as garbage once its sweep was too large to inline). The module loses ``argmemonly`` first.
     aggregate_shadows: bool = False
+    #: The wrapper the driver passes to Enzyme (``<entry>_status_<digest>``), where it has one of that form.
+    primal: str = ""
 
     def module(self, module_text: str) -> str:
         """The module Enzyme differentiates: ``module_text`` (holding the entry) with this driver.
@@ -440,4 +442,4 @@ def ad_driver(abi: FunctionABI, mode: str, activities: Sequence[Activity | str],
     if oom_guard:
         lines = _guard_out_of_memory(lines, symbol)
     return Driver(text="\n".join(lines) + "\n", symbol=symbol, active_scalars=active, shadow_args=shadowed,
-                  entry=abi.entry if noalias else "")
+                  entry=abi.entry if noalias else "", primal=primal)

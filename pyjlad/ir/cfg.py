@@ -22,7 +22,7 @@ from .instructions import parse_instruction
 from .lexer import Token, tokenize
 
 __all__ = ["TERMINATORS", "ControlFlow", "Loop", "block_label", "blocks", "phi_retargeted", "phi_without",
-           "retargeted", "split_blocks", "successors", "terminator_index"]
+           "remove_edge", "retargeted", "split_blocks", "successors", "terminator_index"]
 
 #: The opcodes that end a block.
 TERMINATORS = frozenset({"br", "switch", "ret", "unreachable", "indirectbr", "invoke", "resume", "callbr",
@@ -298,3 +298,19 @@ class ControlFlow:
             exits = [(b, s) for b in self.names if b in body for s in self.succ[b] if s not in body]
             found.append(Loop(header, frozenset(body), exits))
         return found
+
+
+def remove_edge(graph: ControlFlow, source: str, target: str) -> None:
+    """Forget the edge ``source -> target`` (``source``'s terminator no longer names ``target``) in ``target``'s
+    ``phi``s; delete ``target`` if nothing else leads to it, and so on for its successors. Edits ``graph.lines``
+    and ``graph.names`` (not ``graph.succ``); the body is ``[line for name in graph.names for line in
+    graph.lines[name]]``."""
+    graph.lines[target] = [phi_without(line, source) for line in graph.lines[target]]
+    if any(target in successors(lines) for name, lines in graph.lines.items() if name != target) or \
+            target == graph.names[0]:
+        return
+    lines = graph.lines.pop(target)
+    graph.names.remove(target)
+    for onward in dict.fromkeys(successors(lines)):
+        if onward in graph.lines and onward != target:
+            remove_edge(graph, target, onward)
