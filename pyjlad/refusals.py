@@ -109,6 +109,11 @@ HELPER_CONSTRUCTS: dict[str, Construct] = {
         ("list", "list.append"), True,
         "put a tuple's float fields first ((x, i) rather than (i, x)), keep arrays and floats in separate lists, "
         "grow a list where it is made, or fill a preallocated NumPy array instead"),
+    # pyjlad defines the real kinds of Numba's BLAS helpers (pyjlad.portable); a complex kind stays this call.
+    **{helper: Construct("a product of complex arrays (np.dot, np.vdot, @)", ("np.dot", "np.vdot", "@"), True,
+                         "write it as np.sum(a * b) (np.vdot: np.sum(np.conj(a) * b)), a sum over one axis of a "
+                         "broadcast product, or a loop: complex arithmetic differentiates")
+       for helper in ("numba_xxdot", "numba_xxgemv", "numba_xxgemm")},
     "numba_unicode": Construct("string operations", ("str",), True,
                                "keep string handling outside the differentiated function"),
     # Numba allocates a jitclass instance with a destructor (which drops its members' references); pyjlad's

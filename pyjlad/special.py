@@ -19,6 +19,8 @@ Numba calls (double / float)         for                                        
                                                                                     ``ldexp`` (Enzyme's rule)
 ``hypot`` / ``hypotf``               ``math.hypot``, ``np.hypot``                   its value, differentiated as
                                                                                     ``m sqrt(1 + (s/m)^2)``
+``numba_cpow`` / ``numba_cpowf``     ``z ** w`` of complex numbers (``w`` not the   its value (CPython's formula),
+                                     constant 2)                                    differentiated in polar form
 ===================================  =============================================  ================================
 
 Enzyme aborts on ``lgamma`` (its rule expects another signature), and sees
@@ -267,15 +269,16 @@ def _rule_ir(rule: _Rule) -> str:
     ])
 
 
-def _moved_where_exact(T: str, moved: str, value: str, result: str) -> list[str]:
+def _moved_where_exact(T: str, moved: str, value: str, result: str, tag: str = "") -> list[str]:
     """Lines setting ``result`` to ``moved`` where it is bitwise ``value``, else to ``value`` (whose derivative,
-    through an inactive call, is 0): a differentiable form plus an inactive difference is not always the value."""
+    through an inactive call, is 0): a differentiable form plus an inactive difference is not always the value.
+    ``tag`` ends the names of the lines' own values (for a second use in one function)."""
     bits = "i64" if T == "double" else "i32"
     return [
-        f"  %moved.bits = bitcast {T} {moved} to {bits}",
-        f"  %value.bits = bitcast {T} {value} to {bits}",
-        f"  %exact = icmp eq {bits} %moved.bits, %value.bits",
-        f"  {result} = select i1 %exact, {T} {moved}, {T} {value}",
+        f"  %moved.bits{tag} = bitcast {T} {moved} to {bits}",
+        f"  %value.bits{tag} = bitcast {T} {value} to {bits}",
+        f"  %exact{tag} = icmp eq {bits} %moved.bits{tag}, %value.bits{tag}",
+        f"  {result} = select i1 %exact{tag}, {T} {moved}, {T} {value}",
     ]
 
 
@@ -449,8 +452,145 @@ def _helper_ir(name: str) -> str:
     ])
 
 
+#: Numba's complex power helpers (``z ** w`` where ``w`` is not the constant 2): their element type.
+_COMPLEX_POWERS = {"numba_cpow": "double", "numba_cpowf": "float"}
+
+
+def _complex_power_ir(name: str) -> str:
+    """``numba_cpow(a, b, out)``: ``*out = a ** b``, the value CPython's ``_Py_c_pow`` computes (Numba's helper
+    calls it, then writes NaN, NaN where it set ``EDOM``: ``0 ** b`` with a negative or complex ``b``), from an
+    inactive copy of that formula (:func:`_complex_power_value_ir`); for ``a != 0``, plus the inactive difference
+    from ``|a|^p e^(-q arg a) (cos, sin)(p arg a + q log|a|)`` (``b = p + iq``), which Enzyme differentiates. That
+    form has no branch on ``b`` (``_Py_c_pow`` skips the ``q`` terms where ``q == 0``, so a derivative taken through
+    it has none in ``q`` there, and none in ``b`` at ``b == 0``); each part is the form plus the difference where
+    that sum is bitwise the value (:func:`_moved_where_exact`), the value otherwise (derivative 0 there).
+    ``hypot`` is :func:`_hypot_ir`'s. ``numba_cpowf`` computes in double, as Numba's does."""
+    T = _COMPLEX_POWERS[name]
+    C = f"{{ {T}, {T} }}"
+    wide = T == "double"
+    load = []
+    for side in ("a", "b"):  # %ar, %ai, %br, %bi in double (a float's widened: exact)
+        load += [f"  %{side}r{'' if wide else '.n'} = load {T}, ptr %{side}, align 4",
+                 f"  %{side}.im = getelementptr inbounds {C}, ptr %{side}, i64 0, i32 1",
+                 f"  %{side}i{'' if wide else '.n'} = load {T}, ptr %{side}.im, align 4"]
+        if not wide:
+            load += [f"  %{side}{part} = fpext float %{side}{part}.n to double" for part in ("r", "i")]
+    out = [] if wide else ["  %out.re = fptrunc double %re to float", "  %out.im = fptrunc double %im to float"]
+    re, im = ("%re", "%im") if wide else ("%out.re", "%out.im")
+    return "\n".join([
+        f"define linkonce_odr void @{name}(ptr %a, ptr %b, ptr %out) {{",
+        "entry:",
+        *load,
+        "  %h = call { double, double } @pyjlad.special.cpow.value(double %ar, double %ai, double %br, double %bi)",
+        "  %hr = extractvalue { double, double } %h, 0",
+        "  %hi = extractvalue { double, double } %h, 1",
+        "  %ar.zero = fcmp oeq double %ar, 0.0",
+        "  %ai.zero = fcmp oeq double %ai, 0.0",
+        "  %a.zero = and i1 %ar.zero, %ai.zero",
+        "  br i1 %a.zero, label %done, label %form",
+        "form:",
+        "  %vabs = call double @pyjlad.special.hypot(double %ar, double %ai)",
+        "  %len0 = call double @pow(double %vabs, double %br)",
+        "  %at = call double @atan2(double %ai, double %ar)",
+        "  %t = fmul double %at, %bi",
+        "  %e = call double @exp(double %t)",
+        "  %len = fdiv double %len0, %e",
+        "  %lv = call double @log(double %vabs)",
+        "  %phase0 = fmul double %at, %br",
+        "  %t2 = fmul double %bi, %lv",
+        "  %phase = fadd double %phase0, %t2",
+        "  %c = call double @cos(double %phase)",
+        "  %s = call double @sin(double %phase)",
+        "  %pr = fmul double %len, %c",
+        "  %pi = fmul double %len, %s",
+        "  %gr = call double @pyjlad.special.cpow.gap(double %hr, double %pr)",
+        "  %gi = call double @pyjlad.special.cpow.gap(double %hi, double %pi)",
+        "  %mr = fadd double %pr, %gr",
+        "  %mi = fadd double %pi, %gi",
+        *_moved_where_exact("double", "%mr", "%hr", "%fr", ".re"),
+        *_moved_where_exact("double", "%mi", "%hi", "%fi", ".im"),
+        "  br label %done",
+        "done:",
+        "  %re = phi double [ %hr, %entry ], [ %fr, %form ]",
+        "  %im = phi double [ %hi, %entry ], [ %fi, %form ]",
+        *out,
+        f"  store {T} {re}, ptr %out, align 4",
+        f"  %out.im.p = getelementptr inbounds {C}, ptr %out, i64 0, i32 1",
+        f"  store {T} {im}, ptr %out.im.p, align 4",
+        "  ret void",
+        "}",
+        _complex_power_value_ir(),
+    ])
+
+
+def _complex_power_value_ir() -> str:
+    """``pyjlad.special.cpow.value(ar, ai, br, bi)``: CPython's ``_Py_c_pow`` (NaN, NaN where it sets ``EDOM``), and
+    ``pyjlad.special.cpow.gap(h, f) = h - f``, both constants to Enzyme."""
+    nan = "0x7FF8000000000000"
+    return "\n".join([
+        "define linkonce_odr { double, double } @pyjlad.special.cpow.value(double %ar, double %ai, double %br, "
+        'double %bi) nounwind "enzyme_inactive" {',
+        "entry:",
+        "  %br.zero = fcmp oeq double %br, 0.0",
+        "  %bi.zero = fcmp oeq double %bi, 0.0",
+        "  %b.zero = and i1 %br.zero, %bi.zero",
+        "  br i1 %b.zero, label %done, label %a.test",
+        "a.test:",
+        "  %ar.zero = fcmp oeq double %ar, 0.0",
+        "  %ai.zero = fcmp oeq double %ai, 0.0",
+        "  %a.zero = and i1 %ar.zero, %ai.zero",
+        "  br i1 %a.zero, label %zero, label %general",
+        "zero:",  # 0 ** b: 0, or NaN where CPython sets EDOM (b complex or negative)
+        "  %bi.nonzero = fcmp une double %bi, 0.0",
+        "  %br.negative = fcmp olt double %br, 0.0",
+        "  %edom = or i1 %bi.nonzero, %br.negative",
+        f"  %z = select i1 %edom, double {nan}, double 0.0",
+        "  br label %done",
+        "general:",
+        "  %vabs = call double @hypot(double %ar, double %ai)",
+        "  %len0 = call double @pow(double %vabs, double %br)",
+        "  %at = call double @atan2(double %ai, double %ar)",
+        "  %phase0 = fmul double %at, %br",
+        "  %bi.nonzero2 = fcmp une double %bi, 0.0",
+        "  br i1 %bi.nonzero2, label %complex.exponent, label %polar",
+        "complex.exponent:",
+        "  %t = fmul double %at, %bi",
+        "  %e = call double @exp(double %t)",
+        "  %len1 = fdiv double %len0, %e",
+        "  %lv = call double @log(double %vabs)",
+        "  %t2 = fmul double %bi, %lv",
+        "  %phase1 = fadd double %phase0, %t2",
+        "  br label %polar",
+        "polar:",
+        "  %len = phi double [ %len0, %general ], [ %len1, %complex.exponent ]",
+        "  %phase = phi double [ %phase0, %general ], [ %phase1, %complex.exponent ]",
+        "  %c = call double @cos(double %phase)",
+        "  %s = call double @sin(double %phase)",
+        "  %pr = fmul double %len, %c",
+        "  %pi = fmul double %len, %s",
+        "  br label %done",
+        "done:",
+        "  %re = phi double [ 1.0, %entry ], [ %z, %zero ], [ %pr, %polar ]",
+        "  %im = phi double [ 0.0, %entry ], [ %z, %zero ], [ %pi, %polar ]",
+        "  %r0 = insertvalue { double, double } undef, double %re, 0",
+        "  %r = insertvalue { double, double } %r0, double %im, 1",
+        "  ret { double, double } %r",
+        "}",
+        'define linkonce_odr double @pyjlad.special.cpow.gap(double %h, double %f) nounwind "enzyme_inactive" {',
+        "entry:",
+        "  %d = fsub double %h, %f",
+        "  ret double %d",
+        "}",
+        *(f"declare double @{f}(double)" for f in ("exp", "log", "cos", "sin")),
+        "declare double @pow(double, double)",
+        "declare double @atan2(double, double)",
+        "declare double @hypot(double, double)",
+    ])
+
+
 #: The external functions this module gives derivatives (callees of rules and Numba's helpers it defines).
-HANDLED = frozenset(_RULES) | frozenset(_STEPS) | frozenset(_HELPERS) | frozenset(_CLAMPED) | frozenset(_HYPOT)
+HANDLED = (frozenset(_RULES) | frozenset(_STEPS) | frozenset(_HELPERS) | frozenset(_CLAMPED) | frozenset(_HYPOT)
+           | frozenset(_COMPLEX_POWERS))
 
 
 
@@ -488,6 +628,13 @@ def _redirected(line: str, used: set[str]) -> str:
     return "".join(out)
 
 
+def _own_definition(line: str) -> bool:
+    """Whether the ``define`` line ``line`` defines a function this module adds (a ``pyjlad.special.*`` wrapper,
+    one of Numba's helpers defined here)."""
+    symbol = next(iter(texts_of(line, "global")), "")
+    return symbol.startswith("@pyjlad.special.") or symbol[1:] in _HELPERS or symbol[1:] in _COMPLEX_POWERS
+
+
 def prepare(text: str) -> str:
     """``text`` (a module given to Enzyme) with derivatives for the functions of :data:`HANDLED`.
 
@@ -500,19 +647,28 @@ def prepare(text: str) -> str:
         return text
     used: set[str] = set()
     out = []
+    own = False  # in a definition of this module's (a module prepared before): its calls stay as they are
     for line in text.splitlines():
         declared = _declared_handled(line)
         if declared is not None:
-            if declared in _HELPERS:
+            if declared in _HELPERS or declared in _COMPLEX_POWERS:
                 continue  # defined below
             out.append(line)
             continue
-        if not line.startswith("define") and "@" in line and any(
-                symbol[1:] in HANDLED for symbol in texts_of(line, "global")):
+        if line.startswith("define"):
+            own = _own_definition(line)
+        elif line.startswith("}"):
+            own = False
+        elif not own and "@" in line and any(symbol[1:] in HANDLED for symbol in texts_of(line, "global")):
             line = _redirected(line, used)
         out.append(line)
+    if used & set(_COMPLEX_POWERS):
+        used.add("hypot")  # the complex power's modulus
+    # a module prepared before (linked into this one) defines some already
+    defined = {name for line in out if line.startswith("define") for name in texts_of(line, "global")}
+    used = {name for name in used if f"@{name}" not in defined and f"@pyjlad.special.{name}" not in defined}
     if not used:
-        return text
+        return "\n".join(out) + "\n" if out != text.splitlines() else text
     extra: list[str] = []
     rules = [_RULES[name] for name in sorted(used) if name in _RULES]
     if rules:
@@ -522,4 +678,5 @@ def prepare(text: str) -> str:
     extra += [_clamped_ir(name, _CLAMPED[name]) for name in sorted(used) if name in _CLAMPED]
     extra += [_hypot_ir(name, _HYPOT[name]) for name in sorted(used) if name in _HYPOT]
     extra += [_helper_ir(name) for name in sorted(used) if name in _HELPERS]
+    extra += [_complex_power_ir(name) for name in sorted(used) if name in _COMPLEX_POWERS]
     return dedupe_declarations("\n".join([*out, *extra]) + "\n")

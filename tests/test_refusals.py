@@ -100,8 +100,22 @@ def uses_jitclass(x):
     return model.value()
 
 
+@njit
+def uses_complex_dot(x):
+    w = np.exp(1j * x)
+    return np.abs(np.dot(w, w.astype(np.complex128) * 0.5)) ** 2  # REFUSED
+
+
+@njit
+def uses_complex_matmul(x):
+    m = np.exp(1j * np.outer(x, x))
+    return np.sum(np.abs(m @ np.exp(1j * x)) ** 2)  # REFUSED
+
+
 CASES = [
     (uses_print, "print()", "print outside"),
+    (uses_complex_dot, "a product of complex arrays", "np.sum(a * b)"),
+    (uses_complex_matmul, "a product of complex arrays", "np.sum(a * b)"),
     (appends_pairs_with_the_integer_first, "a list that grows", "(x, i) rather than (i, x)"),
     (uses_typed_list, "a typed list", "preallocated NumPy array"),
     (uses_typed_dict, "a typed dict", "NumPy arrays indexed by integers"),
