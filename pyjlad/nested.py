@@ -31,7 +31,8 @@ from typing import Any
 
 from .activity import Activity
 from .errors import EnzymeError
-from .ir.module import Module
+from .ir.edit import rename_callees
+from .ir.module import Module, parse
 from .nested_raises import checked_first
 
 __all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "calls_kept", "declare_nested_drivers",
@@ -153,7 +154,21 @@ def _driver_module(symbol: str, sweep: NestedSweep) -> list[str]:
     assert driver.symbol == symbol, (driver.symbol, symbol)
     # its loops' raising exits, which Enzyme cannot differentiate twice, checked by a run of the function first
     module = checked_first(driver.module(exported.enzyme_module.text), symbol, driver.primal)
-    return [module, *linked_modules(exported)]
+    return [_zeroed_shadows_by_the_c_library(module), *linked_modules(exported)]
+
+
+def _zeroed_shadows_by_the_c_library(text: str) -> str:
+    """``text`` with the driver's zeroed shadows (of constant arrays the function writes) allocated and released by
+    ``calloc`` and ``free``: the outer Enzyme run differentiates the driver, and knows those (the engine's own
+    names for them, :data:`pyjlad.engines.driver.ZEROED`/``RELEASE``, it refused: "No augmented forward pass
+    found for pyjlad_release", a nested derivative of a function writing a work array, 2026-12-07)."""
+    from .engines.driver import RELEASE, ZEROED
+    from .portable import dedupe_declarations
+
+    if f"@{ZEROED}(" not in text and f"@{RELEASE}(" not in text:
+        return text
+    return dedupe_declarations(rename_callees(parse(text, strict=False),
+                                              {ZEROED: "calloc", RELEASE: "free"}.get).render())
 
 
 #: Lowers the ``__enzyme_*`` calls of a module that nests derivatives itself (see :func:`nested_modules`).
@@ -259,5 +274,8 @@ def explain_failure(outer_name: str, external_functions: Sequence[str], error: E
     if last is None:  # a crash: its stack, whose last frame (``_start``) says nothing
         crashed = "Stack dump:" in diagnostics or any(_stack_frame(line) for line in lines)
         last = "opt crashed inside Enzyme (its stack is in the report)" if crashed else (lines[-1] if lines else "")
+    if not with_blas:
+        message += ("Forward over reverse may work where this fails: pyjlad.jacobian(..., mode=\"forward\") or "
+                    "pyjlad.jvp of the outer function, or pyjlad.hessian / pyjlad.hvp of the inner one. ")
     message += f"Enzyme's message: {last.strip()[:400]}. Enzyme's full report is in exc.diagnostics."
     return NestedDerivativeError(message, diagnostics=diagnostics)

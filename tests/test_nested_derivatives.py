@@ -19,7 +19,7 @@ from numba import njit
 
 import pyjlad
 from pyjlad.ir import parse
-from pyjlad.nested import declare_nested_drivers
+from pyjlad.nested import NestedDerivativeError, declare_nested_drivers
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -542,3 +542,34 @@ def test_the_lennard_jones_hessian_by_reverse_over_reverse_returns_and_matches_j
 
     expected = np.asarray(jax.hessian(energy)(jnp.asarray(x)))
     np.testing.assert_allclose(np.load(tmp_path / "h.npy"), expected, rtol=1e-10, atol=1e-10 * np.abs(expected).max())
+
+
+@njit
+def _writes_its_work_array(x, work):
+    e = 0.0
+    for k in range(x.shape[0]):
+        work[k] = 1.0 / (x[k] * x[k])
+        e += work[k]
+    return e
+
+
+_d_writes = pyjlad.grad(_writes_its_work_array, wrt=0)
+
+
+@njit
+def _gradient_through_a_work_array(x):
+    return _d_writes(x, np.zeros(x.shape[0]))
+
+
+def test_a_derivative_writing_a_work_array_differentiates_forward_and_says_what_to_try_in_reverse():
+    """The inner derivative's zeroed shadow of ``work`` (a constant array it writes) was allocated by names only
+    pyjlad's engine knows: the outer Enzyme run refused both modes ("No augmented forward pass found for
+    pyjlad_release", 2026-12-07). Forward over reverse is now the Hessian diag(6 / x**4); reverse over reverse
+    still fails in Enzyme (a loop that can raise, in a function writing an argument: not run first), and the
+    error names what to use instead."""
+    x = W.copy()
+    got, (xj,) = _run(lambda x: pyjlad.jacobian(_gradient_through_a_work_array, x, mode="forward"), x)
+    np.testing.assert_allclose(got, np.diag(6.0 / W ** 4), rtol=1e-12, atol=1e-12)
+    with pytest.raises(NestedDerivativeError, match=r'mode="forward"'):
+        pyjlad.jacobian(_gradient_through_a_work_array, x, mode="reverse")
+    np.testing.assert_array_equal(x, W)
