@@ -11,7 +11,7 @@ Enzyme takes a branch to a block that ends in ``unreachable`` as never taken. So
 (:func:`pyjlad.nested`'s modules, linked before Enzyme) first runs the function as it is, in a wrapper Enzyme
 takes as inactive; where that run raises, the driver returns its status (the caller sees the function's own
 exception, as before). Otherwise it differentiates a copy in which each exit from a loop towards a ``raise``
-(:func:`pyjlad.loop_caches.raises`) goes to ``unreachable``: that run cannot raise, since it repeats the one
+(a way on from which every path returns a status other than 0) goes to ``unreachable``: that run cannot raise, since it repeats the one
 that did not. Functions that may write through an argument (a second run would see what the first wrote) keep
 their raising exits, and Enzyme's failure (:class:`~pyjlad.nested.NestedDerivativeError`) where it fails.
 
@@ -56,9 +56,10 @@ from __future__ import annotations
 import copy
 
 from .ir.cfg import ControlFlow, remove_edge, retargeted
+from .ir.instructions import Instruction, parse_instruction
 from .ir.items import Function
+from .ir.lexer import split_top_level
 from .ir.module import parse
-from .loop_caches import raises
 from .loop_exit_latches import way_out_of
 
 __all__ = ["PRECHECK_SUFFIX", "RAISING_SUFFIX", "checked_first", "without_raising_loop_exits"]
@@ -80,8 +81,9 @@ def without_raising_loop_exits(function: Function) -> bool:
     graph = ControlFlow.of(body)
     if not graph.names or graph.names[0] == "":
         return False  # an entry block without a label: no loops
+    succeeding = _succeeding_blocks(graph)
     exits = [(inside, outside) for loop in graph.loops() for inside, outside in loop.exits
-             if _raising(graph, outside)]
+             if _raising(graph, outside, succeeding)]
     for k, (inside, outside) in enumerate(dict.fromkeys(exits)):
         if inside not in graph.lines or outside not in graph.lines:
             continue  # deleted by an earlier one
@@ -95,11 +97,87 @@ def without_raising_loop_exits(function: Function) -> bool:
     return bool(exits)
 
 
-def _raising(graph: ControlFlow, block: str) -> bool:
-    """Whether ``block`` raises, or is where a way out towards a ``raise`` goes inside the loop it leaves
-    (:mod:`pyjlad.loop_exit_latches`: the way out is taken at the loop's latch)."""
+def _raising(graph: ControlFlow, block: str, succeeding: set[str]) -> bool:
+    """Whether every way on from ``block`` ends in a failing status (:func:`_fails`), or ``block`` is where such a
+    way out goes inside the loop it leaves (:mod:`pyjlad.loop_exit_latches`: the way out is taken at the loop's
+    latch, from ``pyjlad.latch.N.leave.K``)."""
     leave = way_out_of(block)
-    return raises(graph, block) or (leave is not None and leave in graph.lines and raises(graph, leave))
+    start = leave if leave is not None and leave in graph.lines else block
+    return _fails(graph, start, succeeding)
+
+
+def _fails(graph: ControlFlow, block: str, succeeding: set[str]) -> bool:
+    """Whether no path from ``block`` reaches a block of ``succeeding``: it can only return a status that is not 0
+    (the function raised) or end in ``unreachable``. Whatever stores Numba's exception information on the way
+    (a ``raise`` with values computed at run time allocates first; an exception caught by ``try``/``except``
+    returns 0 after it) counts only by the status it leads to."""
+    seen, todo = {block}, [block]
+    while todo:
+        here = todo.pop()
+        if here in succeeding:
+            return False
+        for onward in graph.succ.get(here, ()):
+            if onward not in seen:
+                seen.add(onward)
+                todo.append(onward)
+    return True
+
+
+def _succeeding_blocks(graph: ControlFlow) -> set[str]:
+    """The blocks from which the function goes on to return status 0 (or a status not known here).
+
+    A block whose ``ret`` returns anything but a constant status, or whose store into ``%pyjlad.status`` is not of
+    a constant: the block itself, or, for a ``phi`` of the statuses, each block an entry that is not a non-zero
+    constant comes from. A ``ret i32 0`` or a store of 0 succeeds; a constant other than 0 fails."""
+    found: set[str] = set()
+    for name, lines in graph.lines.items():
+        phis: dict[str, list[tuple[str, str]]] = {}
+        stored = False
+        for line in lines:
+            instruction = parse_instruction(line)
+            if instruction is None:
+                continue
+            if instruction.opcode == "phi" and instruction.result is not None:
+                phis[instruction.result] = _phi_entries(instruction)
+                continue
+            status = _returned_status(instruction)
+            if status is None or (status == "" and instruction.opcode == "ret" and stored):
+                continue  # (the ``ret void`` after the status store)
+            stored = stored or instruction.opcode == "store"
+            if status in phis:
+                found |= {source for value, source in phis[status] if not _failing(value)}
+            elif not _failing(status):
+                found.add(name)
+    return found
+
+
+def _returned_status(instruction: Instruction) -> str | None:
+    """The status an instruction returns: the value of ``ret i32 <v>`` or of ``store i32 <v>, ptr
+    %pyjlad.status``; ``""`` for any other ``ret`` (not known); ``None`` for other instructions."""
+    if instruction.opcode not in ("ret", "store"):
+        return None
+    parts = ["".join(t.text for t in part).split() for part in split_top_level(instruction.after_opcode())]
+    if instruction.opcode == "ret":
+        return parts[0][1] if parts and len(parts[0]) == 2 and parts[0][0] == "i32" else ""
+    if len(parts) >= 2 and parts[1][:2] == ["ptr", "%pyjlad.status"]:
+        return parts[0][1] if len(parts[0]) == 2 else ""
+    return None
+
+
+def _phi_entries(instruction: Instruction) -> list[tuple[str, str]]:
+    """``(value, block)`` of each entry of a ``phi`` (``[ <value>, %<block> ]``)."""
+    entries = []
+    for part in split_top_level(instruction.after_opcode()):
+        text = "".join(t.text for t in part)
+        if "[" in text:
+            value, _, source = text[text.index("[") + 1:].rstrip().rstrip("]").rpartition(",")
+            entries.append((value.strip(), source.strip().removeprefix("%")))
+    return entries
+
+
+def _failing(value: str) -> bool:
+    """Whether ``value`` is a constant status other than 0."""
+    return value.lstrip("-").isdigit() and int(value) != 0
 
 
 def checked_first(module_text: str, driver: str, primal: str) -> str:
@@ -141,11 +219,19 @@ def _called(wrapper: Function) -> str | None:
 
 def _writes_arguments(function: Function) -> bool:
     """Whether ``function`` may write through a pointer argument other than Numba's own slots: one LLVM did not
-    mark ``readonly`` (or ``readnone``) that the body uses (an array's unused ``meminfo`` often has no mark)."""
+    mark ``readonly`` (or ``readnone``) that the body uses but to count references (an array's ``meminfo``)."""
     unmarked = {p.name for p in function.parameters
                 if p.type.startswith("ptr") and p.name not in _OWN_SLOTS and not p.readonly}
     return bool(unmarked) and any(t.kind == "local" and t.text in unmarked
-                                  for instruction in function.instructions() for t in instruction.tokens)
+                                  for instruction in function.instructions() if not _counts_references(instruction)
+                                  for t in instruction.tokens)
+
+
+def _counts_references(instruction: Instruction) -> bool:
+    """Whether ``instruction`` calls Numba's reference counting (``NRT_incref``/``NRT_decref``, pyjlad's copies
+    too): a run that raises or returns leaves an array's count as it found it."""
+    call = instruction.call() if instruction.opcode == "call" else None
+    return call is not None and call.callee.startswith(("@NRT_incref", "@NRT_decref"))
 
 
 def _run_first(driver: Function, check: Function) -> None:

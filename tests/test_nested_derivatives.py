@@ -573,3 +573,52 @@ def test_a_derivative_writing_a_work_array_differentiates_forward_and_says_what_
     with pytest.raises(NestedDerivativeError, match=r'mode="forward"'):
         pyjlad.jacobian(_gradient_through_a_work_array, x, mode="reverse")
     np.testing.assert_array_equal(x, W)
+
+
+@njit
+def _raises_with_its_index(x):
+    e = 0.0
+    for k in range(x.shape[0]):
+        if x[k] > 100.0:
+            raise ValueError("too big at", k)  # a raise with a value known at run time: its info is allocated
+        e += x[k] * x[k] * x[k]
+    return e
+
+
+@njit
+def _ratio_of_a_temporary(x):
+    t = x * x  # a temporary: its meminfo's references are counted, a write LLVM does not mark
+    e = 0.0
+    for j in range(x.shape[0]):
+        e += t[j] / (1.0 + x[j])
+    return e
+
+
+_d_raises_with_its_index = pyjlad.grad(_raises_with_its_index)
+_d_ratio_of_a_temporary = pyjlad.grad(_ratio_of_a_temporary)
+
+
+@njit
+def _gradient_raising_with_its_index(x):
+    return _d_raises_with_its_index(x) * 1.0
+
+
+@njit
+def _gradient_of_a_ratio_of_a_temporary(x):
+    return _d_ratio_of_a_temporary(x) * 1.0
+
+
+def test_reverse_over_reverse_through_a_raise_with_run_time_values_and_through_a_temporary():
+    """Two shapes a user-style probe found still never returning on 2026-12-07, after the first fix: a raise in
+    a loop whose exception carries a value computed at run time (its way out allocates before it stores Numba's
+    exception information), and a function making a temporary array (its reference counts touch the argument's
+    meminfo). Hessians diag(6x) and diag(2 / (1 + x)**3); the raise still reaches the caller."""
+    x = W.copy()
+    got, _ = _run(lambda x: pyjlad.jacobian(_gradient_raising_with_its_index, x, mode="reverse"), x)
+    np.testing.assert_allclose(got, np.diag(6.0 * W), rtol=1e-12, atol=1e-12)
+    got, _ = _run(lambda x: pyjlad.jacobian(_gradient_of_a_ratio_of_a_temporary, x, mode="reverse"), x)
+    np.testing.assert_allclose(got, np.diag(2.0 / (1.0 + W) ** 3), rtol=1e-12, atol=1e-12)
+    bad = W.copy()
+    bad[1] = 500.0
+    with pytest.raises(ValueError, match="too big at"):
+        pyjlad.jacobian(_gradient_raising_with_its_index, bad, mode="reverse")
