@@ -54,7 +54,7 @@ from .ir.instructions import Instruction, parse_instruction
 from .ir.lexer import split_top_level, words
 from .openmp_loops import FAILED_FLAG
 
-__all__ = ["MAX_CACHE", "bounded_caches_fit", "raises"]
+__all__ = ["MAX_CACHE", "bounded_caches_fit"]
 
 #: Enzyme's option: a loop it cannot count gets caches for the largest trip count LLVM can bound, allocated once.
 MAX_CACHE = "-enzyme-max-cache=1"
@@ -62,7 +62,7 @@ MAX_CACHE = "-enzyme-max-cache=1"
 _CHAIN = 4
 
 
-def raises(graph: ControlFlow, block: str, chain: int = _CHAIN) -> bool:
+def _raises(graph: ControlFlow, block: str, chain: int = _CHAIN) -> bool:
     """Whether ``block``, or the blocks it reaches by branches alone (an unconditional ``br``, or a ``switch`` in a
     block of nothing else, each of whose targets raises: :mod:`pyjlad.loop_exit_latches`' choice of a loop's way
     out), stores Numba's exception info or ends the program (``unreachable``, after ``Py_FatalError``)."""
@@ -84,10 +84,10 @@ def raises(graph: ControlFlow, block: str, chain: int = _CHAIN) -> bool:
     if chain <= 1 or not onward:
         return False
     if len(onward) == 1:
-        return raises(graph, onward[0], chain - 1)
+        return _raises(graph, onward[0], chain - 1)
     instructions = [i for i in map(parse_instruction, graph.lines[block]) if i is not None]
     return len(instructions) == 1 and instructions[0].opcode == "switch" and \
-        all(raises(graph, target, chain - 1) for target in onward)
+        all(_raises(graph, target, chain - 1) for target in onward)
 
 
 def _stored_value(store: Instruction) -> str:
@@ -107,7 +107,7 @@ def _nan_test(graph: ControlFlow, block: str, definitions: dict[str, str]) -> bo
 
 def _normal_exits(graph: ControlFlow, loop: Loop, definitions: dict[str, str]) -> int:
     return sum(1 for inside, outside in loop.exits
-               if not (raises(graph, outside) or _nan_test(graph, inside, definitions)))
+               if not (_raises(graph, outside) or _nan_test(graph, inside, definitions)))
 
 
 def _loops_fit(function: Function) -> tuple[bool, bool]:

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import copy
 
+from .engines.entry_status import STATUS_SLOT, status_written
 from .ir.cfg import ControlFlow, remove_edge, retargeted
 from .ir.instructions import Instruction, parse_instruction
 from .ir.items import Function
@@ -71,7 +72,7 @@ RAISING_SUFFIX = ".pyjlad.raising"
 #: Blocks that replace a raise (named after a label no Numba module uses).
 _PREFIX = "pyjlad.raising."
 #: Parameters of Numba's entry (and of its status copy) that it writes by design.
-_OWN_SLOTS = frozenset({"%retptr", "%excinfo", "%pyjlad.status"})
+_OWN_SLOTS = frozenset({"%retptr", "%excinfo", STATUS_SLOT})
 
 
 def without_raising_loop_exits(function: Function) -> bool:
@@ -140,7 +141,7 @@ def _succeeding_blocks(graph: ControlFlow) -> set[str]:
             if instruction.opcode == "phi" and instruction.result is not None:
                 phis[instruction.result] = _phi_entries(instruction)
                 continue
-            status = _returned_status(instruction)
+            status = status_written(instruction)
             if status is None or (status == "" and instruction.opcode == "ret" and stored):
                 continue  # (the ``ret void`` after the status store)
             stored = stored or instruction.opcode == "store"
@@ -149,19 +150,6 @@ def _succeeding_blocks(graph: ControlFlow) -> set[str]:
             elif not _failing(status):
                 found.add(name)
     return found
-
-
-def _returned_status(instruction: Instruction) -> str | None:
-    """The status an instruction returns: the value of ``ret i32 <v>`` or of ``store i32 <v>, ptr
-    %pyjlad.status``; ``""`` for any other ``ret`` (not known); ``None`` for other instructions."""
-    if instruction.opcode not in ("ret", "store"):
-        return None
-    parts = ["".join(t.text for t in part).split() for part in split_top_level(instruction.after_opcode())]
-    if instruction.opcode == "ret":
-        return parts[0][1] if parts and len(parts[0]) == 2 and parts[0][0] == "i32" else ""
-    if len(parts) >= 2 and parts[1][:2] == ["ptr", "%pyjlad.status"]:
-        return parts[0][1] if len(parts[0]) == 2 else ""
-    return None
 
 
 def _phi_entries(instruction: Instruction) -> list[tuple[str, str]]:

@@ -6,14 +6,19 @@ The drivers (:mod:`pyjlad.engines.driver`) call this copy of the entry; see :fun
 from __future__ import annotations
 
 from ..errors import IRError
+from ..ir.instructions import Instruction
+from ..ir.lexer import split_top_level
 from ..ir.module import Function, Module, parse, parse_instruction
 
-__all__ = ["STATUS_ENTRY_SUFFIX", "VALUE_ENTRY_SUFFIX", "result_by_value", "status_by_pointer"]
+__all__ = ["STATUS_ENTRY_SUFFIX", "STATUS_SLOT", "VALUE_ENTRY_SUFFIX", "result_by_value", "status_by_pointer",
+           "status_written"]
 
 #: Suffix of the entry's copy that stores its status through a pointer (:func:`status_by_pointer`).
 STATUS_ENTRY_SUFFIX = ".pyjlad.status"
 #: Suffix of the entry's copy that returns its result and stores its status (:func:`result_by_value`).
 VALUE_ENTRY_SUFFIX = ".pyjlad.value"
+#: The parameter through which those copies store the status.
+STATUS_SLOT = "%pyjlad.status"
 _READS_ONLY = frozenset({"readnone", "readonly"})
 
 
@@ -41,7 +46,7 @@ def status_by_pointer(module_text: str, entry: str) -> str:
         attrs = ""  # it would write memory now
     params = ", ".join([*(p.render() for p in function.parameters), *(["..."] if function.varargs else [])])
     copy = [f"define internal void @{entry}{STATUS_ENTRY_SUFFIX}({params}, "
-            f"ptr noalias nocapture writeonly %pyjlad.status){attrs}{{"]
+            f"ptr noalias nocapture writeonly {STATUS_SLOT}){attrs}{{"]
     for line in function.body or ():
         copy += _status_stored(line) or [line]
     copy.append("}")
@@ -120,10 +125,29 @@ def _function_attributes(module: Module, function: Function) -> list[str]:
             *(a for ref in function.attribute_group_refs if ref in groups for a in groups[ref].attributes)]
 
 
+def status_written(instruction: Instruction) -> str | None:
+    """The status an instruction gives back: ``<v>`` of ``ret i32 <v>`` or of ``store i32 <v>, ptr
+    %pyjlad.status`` (an entry's or its copies'); ``""`` for any other ``ret`` (a status not known); ``None`` for
+    any other instruction.
+
+    >>> [status_written(parse_instruction(line)) for line in
+    ...  ("  ret i32 1", "  store i32 %s, ptr %pyjlad.status", "  ret void", "  store i32 0, ptr %p")]
+    ['1', '%s', '', None]
+    """
+    if instruction.opcode not in ("ret", "store"):
+        return None
+    parts = ["".join(t.text for t in part).split() for part in split_top_level(instruction.after_opcode())]
+    if instruction.opcode == "ret":
+        return parts[0][1] if parts and len(parts[0]) == 2 and parts[0][0] == "i32" else ""
+    if len(parts) >= 2 and parts[1][:2] == ["ptr", STATUS_SLOT]:
+        return parts[0][1] if len(parts[0]) == 2 else ""
+    return None
+
+
 def _status_stored(line: str) -> list[str] | None:
     """``ret i32 <v>`` as ``store i32 <v>, ptr %pyjlad.status`` and ``ret void``; ``None`` for other lines."""
     instruction = parse_instruction(line)
-    if instruction is None or instruction.opcode != "ret" or instruction.result is not None:
+    if instruction is None or instruction.opcode != "ret" or not status_written(instruction):
         return None
     tokens = instruction.tokens
     significant = [k for k, t in enumerate(tokens) if t.kind not in ("ws", "comment")]
@@ -134,7 +158,7 @@ def _status_stored(line: str) -> list[str] | None:
         return None  # written ``ret i32 <v>`` with single spaces
     indent = "".join(t.text for t in tokens[:ret])
     rest = "".join(t.text for t in tokens[value + 1:])
-    return [f"{indent}store i32 {tokens[value].text}, ptr %pyjlad.status, align 4", f"{indent}ret void{rest}"]
+    return [f"{indent}store i32 {tokens[value].text}, ptr {STATUS_SLOT}, align 4", f"{indent}ret void{rest}"]
 
 
 #: Enzyme's type tree of a pointer to floats at every offset (``__enzyme_double`` states one
