@@ -51,7 +51,7 @@ from .ir.module import Module
 from .ir.ssa import phi_with, restore_dominance
 from .ir.value_types import result_type
 
-__all__ = ["SEARCH_LIMIT", "exits_through_latch", "search_work", "way_out_of"]
+__all__ = ["SEARCH_LIMIT", "ends_unreachable", "exits_through_latch", "search_work", "way_out_of"]
 
 #: Paths Enzyme may try from one way out of a loop before the way out is sent to the latch. Seen on this host
 #: (2026-12-05): a million cost Enzyme no time worth measuring, a hundred million seconds; a step of twelve array
@@ -102,7 +102,7 @@ def search_work(graph: ControlFlow, loop: Loop, exiting: str, limit: int = SEARC
     return work
 
 
-def _ends_unreachable(graph: ControlFlow, block: str, chain: int = 4) -> bool:
+def ends_unreachable(graph: ControlFlow, block: str, chain: int = 4) -> bool:
     """Whether ``block`` ends in ``unreachable``, or only branches on to a block that does (LLVM's dedicated exit
     blocks, ``<name>.loopexit``, in front of one; Enzyme takes such a chain as never run too)."""
     lines = graph.lines[block]
@@ -113,7 +113,7 @@ def _ends_unreachable(graph: ControlFlow, block: str, chain: int = 4) -> bool:
         return True
     onward = graph.succ[block]
     return (instructions[0].opcode == "br" and len(onward) == 1 and chain > 1
-            and _ends_unreachable(graph, onward[0], chain - 1))
+            and ends_unreachable(graph, onward[0], chain - 1))
 
 
 def _costly_exits(graph: ControlFlow, loop: Loop, latch: str, nested: frozenset[str]) -> list[tuple[str, str]]:
@@ -122,7 +122,7 @@ def _costly_exits(graph: ControlFlow, loop: Loop, latch: str, nested: frozenset[
     has a shape this does not rewrite (then none is sent)."""
     found = []
     for inside in dict.fromkeys(block for block, _ in loop.exits):
-        outside = [s for s in graph.succ[inside] if s not in loop.blocks and not _ends_unreachable(graph, s)]
+        outside = [s for s in graph.succ[inside] if s not in loop.blocks and not ends_unreachable(graph, s)]
         if inside == latch or not outside or (inside not in nested and search_work(graph, loop, inside) <= SEARCH_LIMIT):
             continue
         terminator = parse_instruction(graph.lines[inside][terminator_index(graph.lines[inside])])

@@ -33,10 +33,10 @@ from .activity import Activity
 from .errors import EnzymeError
 from .ir.edit import rename_callees
 from .ir.module import Module, parse
-from .nested_raises import checked_first
+from .nested_raises import checked_first, loops_left_early
 
 __all__ = ["NestedDerivativeError", "NestedSweep", "cache_key_parts", "calls_kept", "declare_nested_drivers",
-           "explain_failure", "is_nested_driver", "keep_calls", "nested_modules", "remember"]
+           "explain_failure", "is_nested_driver", "keep_calls", "nested_modules", "refuse_endless", "remember"]
 
 
 class NestedDerivativeError(EnzymeError):
@@ -143,8 +143,11 @@ def declare_nested_drivers(module: Module, context: object = None) -> Module:
     return module
 
 
-def _driver_module(symbol: str, sweep: NestedSweep) -> list[str]:
-    """The inner sweep's modules before Enzyme: the function with its unguarded driver, and what it links."""
+def _driver_module(symbol: str, sweep: NestedSweep, under_reverse: bool) -> list[str]:
+    """The inner sweep's modules before Enzyme: the function with its unguarded driver, and what it links.
+
+    ``under_reverse``: the derivative linking it is a reverse sweep; a reverse inner sweep of a function with a
+    loop left early is refused then (:func:`pyjlad.nested_raises.loops_left_early`)."""
     from .engines.differentiate import linked_modules
     from .engines.driver import ad_driver
 
@@ -154,6 +157,8 @@ def _driver_module(symbol: str, sweep: NestedSweep) -> list[str]:
     assert driver.symbol == symbol, (driver.symbol, symbol)
     # its loops' raising exits, which Enzyme cannot differentiate twice, checked by a run of the function first
     module = checked_first(driver.module(exported.enzyme_module.text), symbol, driver.primal)
+    if under_reverse and sweep.mode == "reverse":
+        _refuse_loops_left_early(symbol, loops_left_early(module, driver.primal))
     return [_zeroed_shadows_by_the_c_library(module), *linked_modules(exported)]
 
 
@@ -192,7 +197,7 @@ def _internalized(modules: Sequence[str], keep: str, what: str, lower: bool) -> 
     return out.decode() if isinstance(out, bytes) else out
 
 
-def _nested_module(symbol: str) -> str:
+def _nested_module(symbol: str, under_reverse: bool) -> str:
     """The module defining the driver ``symbol`` for linking before Enzyme.
 
     A driver whose function calls derivatives itself (``grad`` of a function
@@ -202,13 +207,16 @@ def _nested_module(symbol: str) -> str:
     one run (the outermost differentiation reaches the innermost driver before
     its call is lowered: "cannot compute with global variable that doesn't
     have marked shadow global"). Two levels are lowered by the outer run itself.
+    ``under_reverse``: see :func:`_driver_module`.
     """
     sweep = _SWEEPS[symbol]
     what = f"the derivative of {sweep.exported.name} it calls"
     calls = sweep.exported.enzyme_module.external_functions
-    inner = nested_modules(calls)
+    inner = nested_modules(calls, under_reverse=sweep.mode == "reverse")
     try:
-        return _internalized([*inner, *_driver_module(symbol, sweep)], symbol, what, lower=bool(inner))
+        return _internalized([*inner, *_driver_module(symbol, sweep, under_reverse)], symbol, what, lower=bool(inner))
+    except NestedDerivativeError:
+        raise
     except EnzymeError as exc:
         raise explain_failure(sweep.exported.name, calls, exc) from None
 
@@ -227,9 +235,10 @@ def cache_key_parts(external_functions: Sequence[str]) -> list[str]:
     return [f"{name}:{_FORM}" for name in external_functions if name in _SWEEPS]
 
 
-def nested_modules(external_functions: Sequence[str]) -> list[str]:
-    """The modules to link, first, before Enzyme for the nested drivers among ``external_functions``."""
-    return [_nested_module(name) for name in external_functions if name in _SWEEPS]
+def nested_modules(external_functions: Sequence[str], under_reverse: bool = False) -> list[str]:
+    """The modules to link, first, before Enzyme for the nested drivers among ``external_functions``;
+    ``under_reverse``: the derivative they are linked into is a reverse sweep (see :func:`_driver_module`)."""
+    return [_nested_module(name, under_reverse) for name in external_functions if name in _SWEEPS]
 
 
 #: Enzyme v0.0.289's BLAS rules (``np.dot``, ``@``) in its stack trace: the first derivative of a
@@ -248,6 +257,44 @@ def _describe(name: str) -> str:
     sweep = _SWEEPS[name]
     kind = "pyjlad.grad" if sweep.mode == "reverse" else "a forward-mode derivative"
     return f"{kind}({sweep.exported.name})"
+
+
+#: What works where a second reverse sweep does not (the refusals below).
+_FORWARD_OVER_REVERSE = ("Forward over reverse works there: pyjlad.jacobian(..., mode=\"forward\") or pyjlad.jvp of "
+                         "the outer function, or pyjlad.hessian / pyjlad.hvp of the inner one.")
+#: The loops Enzyme v0.0.289 cannot differentiate twice in reverse mode.
+_LEFT_EARLY = ("a loop with a run-time trip count that it can leave early (a break, a return inside the loop, or an "
+               "exception raised in the loop and caught by try/except around it)")
+
+
+def _refuse_loops_left_early(symbol: str, loops: Sequence[tuple[str, str]]) -> None:
+    """Raise a :class:`NestedDerivativeError` where the reverse sweep ``symbol`` would be differentiated in reverse
+    mode and its function has ``loops`` left early (``(function, header)``); nothing where ``loops`` is empty."""
+    if not loops:
+        return
+    name = _SWEEPS[symbol].exported.name
+    where = "; ".join(f"the loop at block {header} of {function}" for function, header in loops)
+    raise NestedDerivativeError(
+        f"pyjlad cannot differentiate {_describe(symbol)} a second time in reverse mode: {name} has {_LEFT_EARLY}, "
+        "and Enzyme v0.0.289 builds the reverse sweep of such a loop's reverse sweep wrong (it never returns, or "
+        f"its values are wrong). {_FORWARD_OVER_REVERSE}", diagnostics=f"loops left early: {where}")
+
+
+def refuse_endless(outer_name: str, external_functions: Sequence[str], loops: Sequence[tuple[str, str]]) -> None:
+    """Raise a :class:`NestedDerivativeError` where Enzyme's derivative of ``outer_name``, which calls the
+    derivatives among ``external_functions`` from ``@njit`` code, has ``loops`` that would never end
+    (:func:`pyjlad.endless_loops.endless_loops`: ``(function, header)``); nothing where ``loops`` is empty.
+    (The loops known to give them are refused before Enzyme runs, by :func:`_refuse_loops_left_early`.)"""
+    inner = [name for name in external_functions if name in _SWEEPS]
+    if not loops or not inner:
+        return
+    called = ", ".join(_describe(name) for name in inner)
+    where = "; ".join(f"block {header} of {function}" for function, header in loops)
+    raise NestedDerivativeError(
+        f"pyjlad cannot differentiate {outer_name} through the derivative it calls from @njit code ({called}): "
+        "Enzyme v0.0.289 built a second derivative whose sweep would never return (a loop it could only repeat), "
+        f"as it does for reverse over reverse where the inner function has {_LEFT_EARLY}. {_FORWARD_OVER_REVERSE}",
+        diagnostics=f"loops of the derivative that run once or for ever: {where}")
 
 
 def explain_failure(outer_name: str, external_functions: Sequence[str], error: EnzymeError) -> EnzymeError:

@@ -56,14 +56,13 @@ from __future__ import annotations
 import copy
 
 from .engines.entry_status import STATUS_SLOT, status_written
-from .ir.cfg import ControlFlow, remove_edge, retargeted
+from .ir.cfg import ControlFlow, Loop, remove_edge, retargeted, terminator_index
 from .ir.instructions import Instruction, parse_instruction
 from .ir.items import Function
-from .ir.lexer import split_top_level
 from .ir.module import parse
-from .loop_exit_latches import way_out_of
+from .loop_exit_latches import ends_unreachable, way_out_of
 
-__all__ = ["PRECHECK_SUFFIX", "RAISING_SUFFIX", "checked_first", "without_raising_loop_exits"]
+__all__ = ["PRECHECK_SUFFIX", "RAISING_SUFFIX", "checked_first", "loops_left_early", "without_raising_loop_exits"]
 
 #: Suffix of the inactive wrapper that runs the function as it is (the driver calls it before Enzyme's call).
 PRECHECK_SUFFIX = ".pyjlad.precheck"
@@ -139,7 +138,7 @@ def _succeeding_blocks(graph: ControlFlow) -> set[str]:
             if instruction is None:
                 continue
             if instruction.opcode == "phi" and instruction.result is not None:
-                phis[instruction.result] = _phi_entries(instruction)
+                phis[instruction.result] = [(v, b.removeprefix("%")) for v, b in instruction.phi_incoming()]
                 continue
             status = status_written(instruction)
             if status is None or (status == "" and instruction.opcode == "ret" and stored):
@@ -150,17 +149,6 @@ def _succeeding_blocks(graph: ControlFlow) -> set[str]:
             elif not _failing(status):
                 found.add(name)
     return found
-
-
-def _phi_entries(instruction: Instruction) -> list[tuple[str, str]]:
-    """``(value, block)`` of each entry of a ``phi`` (``[ <value>, %<block> ]``)."""
-    entries = []
-    for part in split_top_level(instruction.after_opcode()):
-        text = "".join(t.text for t in part)
-        if "[" in text:
-            value, _, source = text[text.index("[") + 1:].rstrip().rstrip("]").rpartition(",")
-            entries.append((value.strip(), source.strip().removeprefix("%")))
-    return entries
 
 
 def _failing(value: str) -> bool:
@@ -195,6 +183,65 @@ def checked_first(module_text: str, driver: str, primal: str) -> str:
     _run_first(functions[f"@{driver}"], check)
     module.items += [raising, check]
     return module.render()
+
+
+def loops_left_early(module_text: str, primal: str) -> list[tuple[str, str]]:
+    """``(function, loop header)`` of each loop, in the function the wrapper ``primal`` differentiates and the
+    functions it calls, that has two or more ways out not ending in ``unreachable`` (after
+    :func:`checked_first`: a ``break``, a ``return`` in the loop, an exception ``try``/``except`` catches, or a
+    raise in a function that writes an argument) and a trip count not bounded by a constant.
+
+    Enzyme v0.0.289 differentiates the reverse sweep of such a loop a second time into code that never returns
+    (a ``break`` before the loop's work, a caught exception) or, silently, into a wrong derivative (a ``break``
+    after it, a Newton iteration stopped by its tolerance: found while checking the first, 2026-12-07), and
+    fails on others. A loop whose latch tests its counter against a constant (``for it in range(50)``, left by
+    ``break``) was differentiated right where tried (``tests/test_nested_early_exits.py``) and is not listed.
+
+    >>> text = "\\n".join([
+    ...     "define void @f(ptr %x, i64 %n, ptr %pyjlad.status) {", "entry:", "  br label %loop", "loop:",
+    ...     "  %i = phi i64 [ 0, %entry ], [ %j, %next ]", "  %v = load double, ptr %x",
+    ...     "  %big = fcmp ogt double %v, 2.5", "  br i1 %big, label %out, label %next", "next:",
+    ...     "  %j = add i64 %i, 1", "  %done = icmp eq i64 %j, %n", "  br i1 %done, label %out, label %loop",
+    ...     "out:", "  store i32 0, ptr %pyjlad.status", "  ret void", "}",
+    ...     "define void @w(ptr %x, i64 %n, ptr %s) {", "entry:", "  call void @f(ptr %x, i64 %n, ptr %s)",
+    ...     "  ret void", "}"])
+    >>> loops_left_early(text, "w")
+    [('f', 'loop')]
+    >>> loops_left_early(text.replace("icmp eq i64 %j, %n", "icmp eq i64 %j, 50"), "w")
+    []
+    """
+    functions = parse(module_text, strict=False).functions
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    todo = [f"@{primal}"]
+    while todo:
+        symbol = todo.pop()
+        function = functions.get(symbol)
+        if symbol in seen or function is None or not function.body:
+            continue
+        seen.add(symbol)
+        todo += [call.callee for call in (i.call() for i in function.instructions() if i.opcode == "call")
+                 if call is not None]
+        graph = ControlFlow.of(function.body)
+        if not graph.names or graph.names[0] == "":
+            continue  # an entry block without a label: no loops
+        found += [(function.name, loop.header) for loop in graph.loops()
+                  if len([1 for _, outside in loop.exits if not ends_unreachable(graph, outside)]) > 1
+                  and not _counted_to_a_constant(graph, loop)]
+    return found
+
+
+def _counted_to_a_constant(graph: ControlFlow, loop: Loop) -> bool:
+    """Whether ``loop`` has one latch, which leaves the loop on an ``icmp`` (made there) of a value with an
+    integer constant: a trip count bounded by a constant."""
+    latches = [block for block in loop.blocks if loop.header in graph.succ[block]]
+    if len(latches) != 1 or all(onward in loop.blocks for onward in graph.succ[latches[0]]):
+        return False
+    lines = graph.lines[latches[0]]
+    branch = parse_instruction(lines[terminator_index(lines)])
+    tested = branch.operands()[:1] if branch is not None and branch.opcode == "br" else []
+    compares = [i for i in map(parse_instruction, lines) if i is not None and i.opcode == "icmp" and i.result in tested]
+    return any(t.kind == "word" and t.text.lstrip("-").isdigit() for c in compares for t in c.tokens)
 
 
 def _called(wrapper: Function) -> str | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from . import address_comparisons, excinfo_slots, stubs
 from . import portable as p
 from . import stable_names as sn
+from .atomic_flags import atomic_flags_as_ir
 from .branch_selects import resolve_branch_selects
 from .carried_selects import freeze_carried_selects
 from .errors import IRError, PortabilityError
@@ -427,6 +428,13 @@ def declare_libm_calls(module: Module, context: PortableContext) -> Module:
     return module
 
 
+def atomic_flag_intrinsics(module: Module, context: PortableContext) -> Module:
+    """Write x86's atomic flag intrinsics (``@llvm.x86.atomic.sub.cc.i64``, which LLVM's x86 code generator makes
+    of a reference count's release in a module Numba had compiled) back as an ``atomicrmw`` and a compare (see
+    :mod:`pyjlad.atomic_flags`); their declarations, no longer used, are dropped by ``extract``."""
+    return map_items(module, lambda d: atomic_flags_as_ir(d)[0], where=lambda item: isinstance(item, Function))
+
+
 def refuse_target_intrinsics(module: Module, context: PortableContext) -> Module:
     """Refuse x86-specific intrinsics: no other target, and no LLVM 15 Enzyme rule, knows them.
 
@@ -454,6 +462,7 @@ PORTABLE = Pipeline("portable", (
     Pass("kind-specific-blas", kind_specific_blas, "BLAS/LAPACK call names; declarations added"),
     Pass("inverse-pairs", inverse_pairs, "np.linalg.inv's LAPACK calls; a declaration added"),
     Pass("typed-list-growth", typed_list_growth, "calls that grow lists"),
+    Pass("atomic-flag-intrinsics", atomic_flag_intrinsics, "bodies: x86 atomic flag intrinsics written back"),
     Pass("stable-names", stable_names, "global names; comments and metadata dropped"),
     Pass("extract", extract, "which items are kept; runtime definitions and stubs"),
     Pass("constant-dynamic-globals", constant_dynamic_globals, "globals holding arrays' addresses"),

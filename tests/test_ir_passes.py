@@ -373,7 +373,8 @@ def test_refuse_target_intrinsics() -> None:
 # ------------------------------------------------------------------ the pipeline and its dumps
 def test_the_portable_pipeline_names_every_pass_in_order() -> None:
     names = [p.name for p in PORTABLE.passes]
-    assert names == ["nested-drivers", "kind-specific-blas", "inverse-pairs", "typed-list-growth", "stable-names", "extract", "constant-dynamic-globals",
+    assert names == ["nested-drivers", "kind-specific-blas", "inverse-pairs", "typed-list-growth", "atomic-flag-intrinsics",
+                     "stable-names", "extract", "constant-dynamic-globals",
                      "split-excinfo-slots", "split-result-slots", "branch-selects",
                      "opaque-address-comparisons", "freeze-carried-selects", "guarded-selects", "smooth-special-points", "integer-min-max", "down-level",
                      "translate-attribute-groups", "unique-names",

@@ -19,6 +19,7 @@ from ..allocation_exits import failed_allocations_exit
 from ..blas_loops import blas_as_loops
 from ..block_order import dominance_ordered
 from ..empty_fills import guard_empty_fills
+from ..endless_loops import endless_loops
 from ..enzyme_copy import NO_SPECULATION_ARGS
 from ..errors import (
     EnzymeError,
@@ -37,6 +38,7 @@ from ..ir.field_fills import fills_as_field_stores
 from ..ir.instructions import integer_valued, parse_instruction
 from ..ir.module import parse
 from ..ir.pipeline import dump
+from ..ir.pipeline import module_text as text_of
 from ..lapack import LAPACK_HELPERS
 from ..list_growth import LIST_REALLOC, hint_list_types
 from ..log import get_logger, timed
@@ -44,7 +46,7 @@ from ..loop_caches import MAX_CACHE, bounded_caches_fit
 from ..loop_exit_latches import exits_through_latch
 from ..memory_scopes import scope_temporaries
 from ..nested import explain_failure as explain_nested
-from ..nested import is_nested_driver, nested_modules
+from ..nested import is_nested_driver, nested_modules, refuse_endless
 from ..openmp_fills import parallel_fills
 from ..portable import LIBM_FUNCTIONS, RUNTIME_CALL_DTOR, blas_element_types, is_inactive_helper
 from ..private_bodies import BODY_PREFIX, plain_private_adds
@@ -449,7 +451,7 @@ def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text:
     # Derivatives of the special functions Enzyme cannot differentiate (lgamma, gamma, ...).
     # The derivatives it calls from @njit code come first: Enzyme lowers the __enzyme_autodiff
     # calls in module order, and the inner ones must be lowered before the outer one reaches them.
-    nested = nested_modules(exported.enzyme_module.external_functions)
+    nested = nested_modules(exported.enzyme_module.external_functions, under_reverse=_REVERSE_CALL in module_text)
     # Numba's compiled callees inlined first (pyjlad.inline_callees): their temporaries become the entry's own.
     module_text = _callees_inlined(toolchain, module_text, exported.name, exported.abi.entry, whatever_they_call)
     # The entry's own temporaries told apart from its caller's memory, so that Enzyme does not cache what it
@@ -591,6 +593,10 @@ def nested_modules_called(exported: ExportedFunction) -> bool:
     return any(is_nested_driver(name) for name in exported.enzyme_module.external_functions)
 
 
+#: The call of a reverse-mode driver (:mod:`pyjlad.engines.driver`): a derivative whose module has it is a reverse
+#: sweep.
+_REVERSE_CALL = "@__enzyme_autodiff("
+
 _log = get_logger(__name__)
 
 
@@ -646,7 +652,9 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     ``host``: the derivative runs on this machine's CPU; its final optimization targets it
     (:func:`_optimized_for_host`; key the result with :func:`host_target_key`). ``report``: set
     ``report["loose_types"]`` to whether Enzyme succeeded only with loose types (whose derivatives
-    :mod:`pyjlad.engines.loose_check` checks before trusting them)."""
+    :mod:`pyjlad.engines.loose_check` checks before trusting them). A derivative calling pyjlad derivatives from
+    ``@njit`` code with a loop that could only repeat (:mod:`pyjlad.endless_loops`) is refused
+    (:func:`pyjlad.nested.refuse_endless`) instead of returned."""
     toolchain = locate()
     label = exported.abi.entry
     dump(label, "driver", module_text)
@@ -680,7 +688,7 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
             dump(label, "enzyme.output", derivative)
             if report is not None:
                 report["loose_types"] = _LOOSE_TYPES in options
-            return derivative
+            break
         except EnzymeError as raised:
             exc = raised
             for once in one_shots:  # the one being tried did not help: the module and the failure as before it
@@ -798,3 +806,6 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
             passes, options = attempt
 
 
+    if nested_modules_called(exported):  # Enzyme's reverse over reverse of a loop left early never returns
+        refuse_endless(exported.name, exported.enzyme_module.external_functions, endless_loops(text_of(derivative)))
+    return derivative

@@ -59,7 +59,7 @@ from .. import config
 from ..errors import ArgumentError, SettingError
 from .module import Module, parse
 
-__all__ = ["DUMP_VARIABLE", "Pass", "Pipeline", "dump", "dump_directory"]
+__all__ = ["DUMP_VARIABLE", "Pass", "Pipeline", "dump", "dump_directory", "module_text"]
 
 #: The environment variable naming the directory :func:`dump` writes into (unset: no dumps; read by
 #: :func:`pyjlad.config.dump_ir_directory`).
@@ -201,7 +201,7 @@ def dump(label: str, stage: str, module: str | bytes) -> Path | None:
     if root is None:
         return None
     directory = root / _UNSAFE.sub("_", label)
-    text = module if isinstance(module, str) else _bitcode_text(module)
+    text = module_text(module)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{_next_number(directory):02d}-{_UNSAFE.sub('_', stage)}.ll"
@@ -216,8 +216,11 @@ def dump(label: str, stage: str, module: str | bytes) -> Path | None:
 _BITCODE_MAGIC = b"BC\xc0\xde"
 
 
-def _bitcode_text(module: bytes) -> str:
-    """LLVM's text of ``module``: bitcode parsed by llvmlite, or IR text the toolchain returned as bytes."""
+def module_text(module: str | bytes) -> str:
+    """LLVM's text of ``module``: IR text as it is, bitcode parsed by llvmlite, or IR text the toolchain returned
+    as bytes."""
+    if isinstance(module, str):
+        return module
     if not module.startswith(_BITCODE_MAGIC):
         return module.decode("utf-8")
     import llvmlite.binding as llvm

@@ -43,6 +43,7 @@ from numba.core.errors import TypingError as _TypingError
 
 import pyjlad
 from pyjlad import Active, Duplicated, Forward, Reverse
+from pyjlad.nested import NestedDerivativeError
 
 CATEGORIES = ("integrity", "bad-input", "odd-input", "cache-fault", "cache-attack", "concurrency",
               "memory-safety")
@@ -681,7 +682,32 @@ def _bad_input_probes() -> list[Probe]:
                     r"pyjlad.gradient cannot be called inside @njit code: build the derivative in Python", (75,)))
     out.append(_bad("a global array changed in place after Numba compiled the function", _changed_after_compile,
                     _UE, r"reads the global or closure value\(s\) `_FROZEN`, changed since Numba compiled it", (76,)))
+    out.append(_bad("reverse over reverse through a loop left by return", _loop_left_early_hessian,
+                    NestedDerivativeError,
+                    r"(?s)a second time in reverse mode: _sines_until_over has a loop.*mode=\"forward\"", (79,)))
     return out
+
+
+@njit
+def _sines_until_over(x):  # a return inside the loop
+    total = 0.0
+    for k in range(x.shape[0]):
+        total += np.sin(x[k])
+        if total > 1.5:
+            return total * x[k]
+    return total
+
+
+_d_sines_until_over = pyjlad.grad(_sines_until_over)
+
+
+@njit
+def _sines_gradient(x):
+    return _d_sines_until_over(x)
+
+
+def _loop_left_early_hessian():
+    return pyjlad.jacobian(_sines_gradient, np.array([1.0, 2.0, 3.0]))
 
 
 _FROZEN = np.array([1.0, 2.0, 3.0])
