@@ -39,6 +39,10 @@ SAMPLED = {
     # np.transpose(x, axes) (its set of axes builds with loose types) and the refused n-body Hessian.
     "tests/test_views_more.py::test_hessian_through_an_axis_reordering": 2,
     "tests/test_float_fills.py::test_a_refused_n_body_hessian_names_the_rewrite_that_works": 2,
+    # Added 2026-12-07: six programs at two points, each a derivative built afresh (a child process for reverse
+    # over reverse).
+    "tests/test_nested_early_exits.py::test_reverse_over_reverse_is_refused_or_right_and_returns": 2,
+    "tests/test_nested_early_exits.py::test_forward_over_reverse_the_refusal_names_is_right": 2,
 }
 
 
