@@ -68,10 +68,10 @@ def _can_leave(graph: ControlFlow, loop: Loop, defined: dict[str, set[str]]) -> 
     computed_inside = set().union(*(defined[block] for block in loop.blocks))
     for block in loop.blocks:
         lines = graph.lines[block]
-        terminator = parse_instruction(lines[terminator_index(lines)]) if lines else None
+        terminator = parse_instruction(lines[terminator_index(lines)])
         if terminator is None or terminator.opcode not in ("br", "switch"):
             return True  # (no terminator read, or indirectbr, invoke, callbr: not judged)
-        if any(s not in loop.blocks for s in graph.succ[block]) and \
-                terminator.operands()[:1] and terminator.operands()[0] in computed_inside:
-            return True  # (the tested value comes first; the other operands are the targets' labels)
+        tested = terminator.operands()[:1]  # (the tested value comes first; the others are the targets' labels)
+        if any(s not in loop.blocks for s in graph.succ[block]) and computed_inside.intersection(tested):
+            return True
     return False

@@ -433,6 +433,11 @@ def _callees_inlined(toolchain: Toolchain, module_text: str, what: str, entry: s
     return toolchain.run_text(marked, INLINE_PASSES, what=what, defines=entry)
 
 
+#: The call of a reverse-mode driver (:mod:`pyjlad.engines.driver`): a derivative whose module has it is a reverse
+#: sweep.
+_REVERSE_CALL = "@__enzyme_autodiff("
+
+
 def _enzyme_input(toolchain: Toolchain, exported: ExportedFunction, module_text: str,
                   whatever_they_call: bool = False) -> str | bytes:
     """The module Enzyme gets: ``module_text`` linked with the modules it needs, the entry's temporaries scoped
@@ -592,10 +597,6 @@ def nested_modules_called(exported: ExportedFunction) -> bool:
     """
     return any(is_nested_driver(name) for name in exported.enzyme_module.external_functions)
 
-
-#: The call of a reverse-mode driver (:mod:`pyjlad.engines.driver`): a derivative whose module has it is a reverse
-#: sweep.
-_REVERSE_CALL = "@__enzyme_autodiff("
 
 _log = get_logger(__name__)
 
