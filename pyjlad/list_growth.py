@@ -46,7 +46,7 @@ from .errors import EnzymeError
 from .ir.edit import declare, define_element_loops, element_loop_call
 from .ir.instructions import Instruction, parse_instruction
 from .ir.items import Function
-from .ir.lexer import texts_of, words
+from .ir.lexer import texts_of, tokenize, words
 from .ir.module import Module
 
 __all__ = ["REALLOC", "LIST_REALLOC", "header_bytes", "item_kind", "type_list_growth"]
@@ -63,8 +63,9 @@ _INTEGER = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uin
             "intp", "uintp"}
 #: Words of an item type's name that are not item types (a tuple's, a read-only array's).
 _SYNTAX = {"Tuple", "UniTuple", "x", "readonly"}
-#: The kinds whose fills and copies become loops of float stores (:func:`_zero_float_fill`).
-_FLOATS = ("double", "float")
+#: The kinds whose fills and copies become calls of pyjlad's own, typed in every mode (:func:`_zero_fill`): loops
+#: of float stores, or a typed call for integers.
+_ELEMENT_CALLS = ("double", "float", "integer")
 #: Enzyme's type hint for each kind, and the bytes it types.
 _HINTS = {"double": ("@__enzyme_double", 8), "float": ("@__enzyme_float", 4), "integer": ("@__enzyme_integer", 1),
           "pointer": ("@__enzyme_pointer", 8)}
@@ -328,8 +329,9 @@ def hint_list_types(module: Module) -> Module:
     >>> "define internal void @pyjlad.zero.double(ptr %p, i64 %bytes)" in text
     True
 
-    The zero fill of float items is a loop of ``0.0`` stores (:func:`_zero_float_fill`); a fill of other items, or
-    of other bytes, keeps its ``memset`` after a hint (``call void @__enzyme_integer(ptr %i, i64 1)``).
+    The zero fill of float items is a loop of ``0.0`` stores, of integer items a call of
+    ``@pyjlad.zero.integer``, whose pointer is typed (:func:`_zero_fill`); a fill of other items (array structs),
+    or of other bytes, keeps its ``memset`` after a hint (``call void @__enzyme_pointer(ptr %i, i64 8)``).
     """
     kinds: set[str] = set()
     loops: set[tuple[str, str]] = set()
@@ -346,7 +348,8 @@ def hint_list_types(module: Module) -> Module:
             call = instruction.call() if instruction is not None else None
             if call is not None and call.callee.startswith("@llvm.memcpy.") and own in _HINTS:
                 kind = "integer" if call.values[2] == "%header" else own
-                if kind in _FLOATS and call.callee.endswith(".i64"):  # the items: a loop (_zero_float_fill says why)
+                if kind in _ELEMENT_CALLS and call.values[2] != "%header" and call.callee.endswith(".i64"):
+                    # the items: a loop of floats, or integers in a typed call of their own (_zero_fill says why)
                     indent = line[:len(line) - len(line.lstrip())]
                     rewritten.append(element_loop_call(indent, "copy", kind, call.values[:2], call.values[2]))
                     loops.add(("copy", kind))
@@ -355,7 +358,7 @@ def hint_list_types(module: Module) -> Module:
                 kinds.add(kind)
             elif call is not None and call.callee.startswith("@llvm.memset.") and lists and call.values:
                 mi = _list_of(call.values[0], definitions, lists)
-                if mi is not None and _zero_float_fill(instruction, lists[mi]):
+                if mi is not None and _zero_fill(instruction, lists[mi]):
                     indent = line[:len(line) - len(line.lstrip())]
                     rewritten.append(element_loop_call(indent, "zero", lists[mi], call.values[:1], call.values[2]))
                     loops.add(("zero", lists[mi]))
@@ -363,6 +366,12 @@ def hint_list_types(module: Module) -> Module:
                 if mi is not None:
                     rewritten.append(_hint(line, call.values[0], lists[mi]))
                     kinds.add(lists[mi])
+            elif lists and (stored := _integer_constant_stored(line)) is not None:
+                mi = _list_of(stored[0], definitions, lists)
+                if mi is not None and lists[mi] == "integer":
+                    indent = line[:len(line) - len(line.lstrip())]
+                    rewritten.append(f"{indent}call void {_HINTS['integer'][0]}(ptr {stored[0]}, i64 {stored[1]})")
+                    kinds.add("integer")
             rewritten.append(line)
         function.body = rewritten
     for kind in sorted(kinds):
@@ -370,12 +379,38 @@ def hint_list_types(module: Module) -> Module:
     return define_element_loops(module, loops)
 
 
-def _zero_float_fill(instruction: Instruction, kind: str) -> bool:
-    """Whether ``instruction`` (a ``memset`` of a list's new slots) fills float items with zeros, over an ``i64``
-    length: then it becomes a loop of ``0.0`` stores (:func:`pyjlad.ir.edit.element_loop_call`), which Enzyme
-    types in every mode, as the copy of float items in ``@pyjlad_list_realloc.<kind>`` becomes a loop of loads and
-    stores. Annotated instead, their own derivatives (a ``memset`` or ``memcpy`` of the tangents) were met untyped
-    by a Hessian-vector product, which was refused."""
+def _integer_constant_stored(line: str) -> tuple[str, int] | None:
+    """The address and bytes of ``line``'s store of an integer constant (``store i64 0, ptr %p``), else ``None``.
+
+    Into an integer list's payload (a list literal's items, ``[0]``): Enzyme cannot tell a constant's type from the
+    constant (``0`` may be a null pointer), and a Hessian-vector product of such a list was refused ("Cannot deduce
+    type of store") until a hint said integer.
+
+    Examples
+    --------
+    >>> _integer_constant_stored("  store i64 0, ptr %.75, align 1"), _integer_constant_stored("store i8 1, ptr %f")
+    (('%.75', 8), ('%f', 1))
+    >>> _integer_constant_stored("  store i64 %k, ptr %.75, align 8") is None
+    True
+    """
+    parts = words(tokenize(line))
+    if len(parts) < 5 or parts[0] != "store" or parts[1] not in _INTEGER_BYTES or parts[3] != "ptr":
+        return None
+    value, pointer = parts[2].rstrip(","), parts[4].rstrip(",")
+    return (pointer, _INTEGER_BYTES[parts[1]]) if value.lstrip("-").isdigit() and pointer.startswith("%") else None
+
+
+#: The bytes of each integer type a list's payload is stored with.
+_INTEGER_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8}
+
+
+def _zero_fill(instruction: Instruction, kind: str) -> bool:
+    """Whether ``instruction`` (a ``memset`` of a list's new slots) fills float or integer items with zeros, over
+    an ``i64`` length: then it becomes a loop of ``0.0`` stores, or for integers a fill in a function whose pointer
+    is typed (:func:`pyjlad.ir.edit.element_loop_call`), which Enzyme types in every mode, as the copy of the items
+    in ``@pyjlad_list_realloc.<kind>`` becomes. Annotated with a hint instead, their own derivatives (a ``memset``
+    or ``memcpy`` of the tangents) were met untyped by a Hessian-vector product, which was refused (for integer
+    lists until 2026-12-07: an index list in a function given to ``pyjlad.hessian``)."""
     call = instruction.call()
-    return (kind in _FLOATS and call is not None and call.callee.endswith(".i64")
+    return (kind in _ELEMENT_CALLS and call is not None and call.callee.endswith(".i64")
             and len(call.values) >= 3 and call.values[1] == "0" and not instruction.result)

@@ -317,3 +317,145 @@ def test_a_hessian_vector_product_of_a_sorted_list_is_refused_before_it_runs():
     assert x.tobytes() == X.tobytes()
     expected = np.asarray(jax.grad(a_sorted_list_jax)(jnp.asarray(X)))
     np.testing.assert_allclose(pyjlad.grad(a_sorted_list)(x), expected, rtol=1e-10)
+
+
+# Lists of integers (an index list, pairs of indices, flags): until 2026-12-07 their Hessians and Hessian-vector
+# products were refused ("the copies of the list's tangents"), although such a list has no tangents: Enzyme's
+# forward derivative of the reverse sweep could not type the copy of the items in pyjlad's list growth, the zero
+# fill of new slots, or a list literal's constant items. The copy and fill are calls of pyjlad's own whose pointers
+# are typed as integers, and a constant stored into an integer list has a hint (pyjlad.list_growth.hint_list_types).
+# The oracles are JAX's Hessians of twins whose selections are computed from copies of the point taken before the call.
+XI = np.array([0.3, -1.2, 0.8, 2.0, 0.1, -0.5, 1.4, -0.2])
+
+
+@njit
+def cubes_of_the_positive(x):
+    chosen = []
+    for k in range(x.shape[0]):
+        if x[k] > 0:
+            chosen.append(k)
+    total = 0.0
+    for k in chosen:
+        total += x[k] ** 3
+    return total
+
+
+def cubes_of_the_positive_jax(x, at):
+    chosen = np.flatnonzero(at > 0)
+    return jnp.sum(x[chosen] ** 3)
+
+
+@njit
+def int32_order(x):
+    order = []
+    for k in range(x.shape[0]):
+        order.append(np.int32(x.shape[0] - 1 - k))
+    total = 0.0
+    for j in range(len(order)):
+        total += np.sin(x[order[j]]) * (j + 1)
+    return total
+
+
+def int32_order_jax(x, at):
+    return jnp.sum(jnp.sin(x[::-1]) * jnp.arange(1, x.shape[0] + 1))
+
+
+@njit
+def flags_of_the_small(x):
+    flags = []
+    for k in range(x.shape[0]):
+        flags.append(x[k] * x[k] < 1.0)
+    total = 0.0
+    for k in range(len(flags)):
+        total += x[k] ** 2 * x[(k + 1) % x.shape[0]] if flags[k] else np.exp(x[k])
+    return total
+
+
+def flags_of_the_small_jax(x, at):
+    return jnp.sum(jnp.where(at * at < 1.0, x ** 2 * jnp.roll(x, -1), jnp.exp(x)))
+
+
+@njit
+def close_pairs(x):
+    pairs = []
+    for i in range(x.shape[0]):
+        for j in range(i + 1, x.shape[0]):
+            if abs(x[i] - x[j]) < 1.5:
+                pairs.append((i, j))
+    energy = 0.0
+    for i, j in pairs:
+        d = x[i] - x[j]
+        energy += d * d * np.exp(-0.5 * (x[i] + x[j]))
+    return energy
+
+
+def close_pairs_jax(x, at):
+    pairs = np.array([(i, j) for i in range(at.size) for j in range(i + 1, at.size) if abs(at[i] - at[j]) < 1.5])
+    d = x[pairs[:, 0]] - x[pairs[:, 1]]
+    return jnp.sum(d * d * jnp.exp(-0.5 * (x[pairs[:, 0]] + x[pairs[:, 1]])))
+
+
+@njit
+def running_minima(x):  # a list literal (a constant item) grown
+    at = [0]
+    for k in range(1, x.shape[0]):
+        if x[k] < x[at[-1]]:
+            at.append(k)
+    total = 0.0
+    for k in at:
+        total += x[k] ** 4
+    return total
+
+
+def running_minima_jax(x, at):
+    chosen = [0]
+    for k in range(1, at.size):
+        if at[k] < at[chosen[-1]]:
+            chosen.append(k)
+    return jnp.sum(x[np.array(chosen)] ** 4)
+
+
+@njit
+def _collect_the_small(x, into):
+    for k in range(x.shape[0]):
+        if x[k] < 0.5:
+            into.append(k)
+
+
+@njit
+def grown_in_a_helper(x):
+    chosen = [np.int64(0) for _ in range(0)]
+    _collect_the_small(x, chosen)
+    total = 0.0
+    for k in chosen:
+        total += np.cos(x[k]) * x[k]
+    return total
+
+
+def grown_in_a_helper_jax(x, at):
+    chosen = np.flatnonzero(at < 0.5)
+    return jnp.sum(jnp.cos(x[chosen]) * x[chosen])
+
+
+INTEGER_LISTS = [(cubes_of_the_positive, cubes_of_the_positive_jax), (int32_order, int32_order_jax),
+                 (flags_of_the_small, flags_of_the_small_jax), (close_pairs, close_pairs_jax),
+                 (running_minima, running_minima_jax), (grown_in_a_helper, grown_in_a_helper_jax)]
+
+
+@pytest.mark.parametrize("f, f_jax", INTEGER_LISTS, ids=[c[0].__name__ for c in INTEGER_LISTS])
+def test_second_derivatives_of_a_list_of_integers(f, f_jax, caplog, monkeypatch):
+    """``hessian`` (vector mode and one column at a time) and ``hvp`` of a function growing a list of integers, each
+    JAX's; built without loose types; the caller's arrays unchanged."""
+    monkeypatch.setenv("PYJLAD_DISABLE_DISK_CACHE", "1")  # so that Enzyme runs, and its attempts are logged
+    x, v = XI.copy(), np.linspace(-1.0, 1.0, XI.size)
+    before, v_before = x.copy(), v.copy()
+    expected = np.asarray(jax.hessian(lambda z: f_jax(z, before))(jnp.asarray(before)))
+    with caplog.at_level(logging.DEBUG, logger="pyjlad"):
+        np.testing.assert_allclose(pyjlad.hessian(f, x), expected, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(pyjlad.hessian(f, x, chunk=1), expected, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(pyjlad.hvp(f, (x,), v), expected @ v_before, rtol=1e-12, atol=1e-12)
+    assert x.tobytes() == before.tobytes() and v.tobytes() == v_before.tobytes()
+    assert [r for r in caplog.records if "Enzyme on" in r.getMessage()]
+    assert not [r for r in caplog.records if "loose" in r.getMessage()]
+    gradient = np.asarray(jax.grad(lambda z: f_jax(z, before))(jnp.asarray(before)))
+    np.testing.assert_allclose(pyjlad.grad(f)(x), gradient, rtol=1e-12, atol=1e-12)

@@ -584,10 +584,12 @@ def enzyme_input_key() -> str:
     before, refused or not, is built again typed); the ties of ``np.logaddexp``/``np.logaddexp2`` written in
     smooth form when Numba compiles the copy (:mod:`pyjlad.smooth_logaddexp`, since 2026-12-07: a derivative
     cached before may be wrong where an argument was negated); ``np.sinc`` of float32 at 0 in smooth form
-    (:mod:`pyjlad.smooth_sinc`, since 2026-12-07: a Hessian cached before was 0 there)."""
+    (:mod:`pyjlad.smooth_sinc`, since 2026-12-07: a Hessian cached before was 0 there); the copies, fills and
+    constant items of integer lists typed by calls of their own (:mod:`pyjlad.list_growth`, since 2026-12-07: such
+    a list's Hessian was refused before)."""
     scoped = ("temporaries scoped, their decrefs written out without branches" if config.scope_temporaries()
               else "temporaries not scoped")
-    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once; inner-loop values read past two loops' way out carried by latch phis; fast-math overloads compiled for the copy; untyped zero fills of stack structs stored as their fields; logaddexp ties smooth in the copy's source; float32 sinc at zero smooth"
+    return f"{scoped}; zero fills of float arrays stored as floats, found through phis; fills of variable length guarded; zeroed arrays allocated zeroed; float accesses typed before loose types; BLAS-passed fills typed; float copies looped where fills are untyped; integers typed first where taken for floats; failed allocations in loops exit through the driver; early loop exits with long searches taken at the latch; growing lists typed; forward derivatives of reverse sweeps with allocators inlined and no caches sized once; inner-loop values read past two loops' way out carried by latch phis; fast-math overloads compiled for the copy; untyped zero fills of stack structs stored as their fields; logaddexp ties smooth in the copy's source; float32 sinc at zero smooth; integer lists' copies, fills and constants typed"
 
 
 def nested_modules_called(exported: ExportedFunction) -> bool:

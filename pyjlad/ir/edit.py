@@ -528,7 +528,9 @@ def element_loop_call(indent: str, loop: str, kind: str, pointers: Sequence[str]
     (one pointer) stores ``0.0`` into each ``kind`` element (``double``, ``float``), ``copy`` (destination,
     source) copies each. Loops of float loads and stores, which Enzyme types in every mode, where a ``memset`` or
     ``memcpy``'s own derivative (a fill or copy of the tangent, unannotated) is met untyped by a second
-    derivative. The module must define the function (:func:`define_element_loops`).
+    derivative. Of ``integer`` memory (of any width): a ``memset`` or ``memcpy`` in a function of its own whose
+    pointers are typed as pointing to integers (``"enzyme_type"``), in every mode, which must not be inlined
+    before Enzyme runs. The module must define the function (:func:`define_element_loops`).
 
     Examples
     --------
@@ -547,8 +549,32 @@ def define_element_loops(module: Module, loops: Iterable[tuple[str, str]]) -> Mo
     definitions = {"zero": _zero_definition, "copy": _copy_definition}
     for loop, kind in sorted(set(loops)):
         if f"@pyjlad.{loop}.{kind}" not in defined:
-            module.items.extend(parse(definitions[loop](kind)).items)
+            text = _integer_definition(loop) if kind == "integer" else definitions[loop](kind)
+            module.items.extend(parse(text).items)
     return module
+
+
+#: A pointer parameter Enzyme takes as pointing to integers at every offset, whatever the mode.
+_INTEGER_MEMORY = '"enzyme_type"="{[-1]:Pointer, [-1,-1]:Integer}"'
+
+
+def _integer_definition(loop: str) -> str:
+    """``@pyjlad.zero.integer(ptr %p, i64 %bytes)`` (a zero fill) or ``@pyjlad.copy.integer(ptr %to, ptr %from, i64
+    %bytes)``: of integer memory, so typed by the parameters' ``"enzyme_type"``; ``noinline``, so that the types
+    reach Enzyme (LLVM inlines it once Enzyme is done).
+
+    Examples
+    --------
+    >>> print(_integer_definition("zero").splitlines()[0])
+    define internal void @pyjlad.zero.integer(ptr "enzyme_type"="{[-1]:Pointer, [-1,-1]:Integer}" %p, i64 %bytes) noinline {
+    """
+    if loop == "zero":
+        pointers, body = f"ptr {_INTEGER_MEMORY} %p", "call void @llvm.memset.p0.i64(ptr align 1 %p, i8 0, i64 %bytes, i1 false)"
+    else:
+        pointers = f"ptr {_INTEGER_MEMORY} %to, ptr {_INTEGER_MEMORY} %from"
+        body = "call void @llvm.memcpy.p0.p0.i64(ptr align 1 %to, ptr align 1 %from, i64 %bytes, i1 false)"
+    return (f"define internal void @pyjlad.{loop}.integer({pointers}, i64 %bytes) noinline {{\n"
+            f"entry:\n  {body}\n  ret void\n}}\n")
 
 
 def float_copies_as_loops(module: Module) -> Module:
