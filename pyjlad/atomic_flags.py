@@ -29,7 +29,7 @@ entry:
 
 from __future__ import annotations
 
-from .ir.instructions import parse_instruction
+from .ir.instructions import valued_call
 from .ir.names import decode_name, symbol_for
 
 __all__ = ["atomic_flags_as_ir"]
@@ -53,18 +53,15 @@ def atomic_flags_as_ir(define: str) -> tuple[str, bool]:
 
 def _as_ir(line: str) -> str | None:
     """``line`` as an ``atomicrmw``, its new value, a compare and the flag; ``None`` for any other line."""
-    instruction = parse_instruction(line)
-    call = instruction.call() if instruction is not None and instruction.result is not None else None
-    if call is None or len(call.values) != 3:
+    found = valued_call(line)
+    if found is None or len(found[1].values) != 3:
         return None
-    parts = decode_name(call.callee).split(".")
+    name, call, parts = found
     condition = call.values[2]
     if len(parts) != 6 or parts[:3] != ["llvm", "x86", "atomic"] or parts[3] not in _OPERATIONS \
             or parts[4] != "cc" or condition not in _CONDITIONS:
         return None
     operation, ty, (address, value) = parts[3], parts[5], call.values[:2]
-    name = instruction.result
-    assert name is not None
     old, new, flag = (symbol_for(f"{decode_name(name)}.pj.{part}", "%") for part in ("old", "new", "flag"))
     indent = line[: len(line) - len(line.lstrip())]
     return "\n".join([f"{indent}{old} = atomicrmw {operation} ptr {address}, {ty} {value} seq_cst",

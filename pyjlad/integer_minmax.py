@@ -35,7 +35,7 @@ entry:
 
 from __future__ import annotations
 
-from .ir.instructions import parse_instruction
+from .ir.instructions import valued_call
 from .ir.lexer import tokenize, words
 from .ir.names import decode_name, symbol_for
 
@@ -51,18 +51,16 @@ def _is_integer_type(word: str) -> bool:
 
 def _as_select(line: str) -> str | None:
     """``line`` as an ``icmp`` and a ``select`` if it calls a scalar integer min/max intrinsic, else ``None``."""
-    instruction = parse_instruction(line)
-    call = instruction.call() if instruction is not None and instruction.result is not None else None
-    if call is None or len(call.arguments) != 2:
+    found = valued_call(line)
+    if found is None or len(found[1].arguments) != 2:
         return None
-    parts = decode_name(call.callee).split(".")
+    name, call, parts = found
     if len(parts) != 3 or parts[0] != "llvm" or parts[1] not in _PREDICATES or not _is_integer_type(parts[2]):
         return None
     types = [(words(tokenize(argument)) or [""])[0] for argument in call.arguments]
     if types != [parts[2], parts[2]]:
         return None
-    (a, b), ty, name = call.values, parts[2], instruction.result
-    assert name is not None
+    (a, b), ty = call.values, parts[2]
     compare = symbol_for(decode_name(name) + ".pj.cmp", "%")
     indent = line[: len(line) - len(line.lstrip())]
     return (f"{indent}{compare} = icmp {_PREDICATES[parts[1]]} {ty} {a}, {b}\n"

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .lexer import Token, closing, split_top_level, tokenize, words
+from .names import decode_name
 
-__all__ = ["Call", "Instruction", "integer_valued", "parse_instruction", "significant"]
+__all__ = ["Call", "Instruction", "integer_valued", "parse_instruction", "significant", "valued_call"]
 
 
 @dataclass
@@ -150,6 +151,23 @@ def parse_instruction(line: str) -> Instruction | None:
         opcode_index += 1
     opcode = rest[opcode_index].text if rest else ""
     return Instruction(line, result, opcode, tuple(tokens))
+
+
+def valued_call(line: str) -> tuple[str, Call, list[str]] | None:
+    """``(result, call, name)`` where ``line`` assigns the result of a call, ``name`` the callee's unquoted name
+    split at its dots (an intrinsic's family and types); ``None`` for any other line.
+
+    >>> result, call, name = valued_call("  %m = tail call i64 @llvm.smax.i64(i64 %a, i64 3)")
+    >>> result, call.values, name
+    ('%m', ['%a', '3'], ['llvm', 'smax', 'i64'])
+    >>> valued_call("  call void @f(ptr %p)") is None, valued_call("  %x = add i64 %a, 1") is None
+    (True, True)
+    """
+    instruction = parse_instruction(line)
+    call = instruction.call() if instruction is not None and instruction.result is not None else None
+    if call is None or instruction is None or instruction.result is None:
+        return None
+    return instruction.result, call, decode_name(call.callee).split(".")
 
 
 #: Words between an opcode and its value's type that are not the type.
