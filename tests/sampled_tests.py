@@ -59,8 +59,10 @@ FULL_ONLY = {
     "tests/test_loose_check.py::test_a_wrong_loose_typed_hessian_vector_product_is_refused",
     # the other percentile and quantile cases stay
     "tests/test_sorted_copies.py::test_sorted_then_copied_matches_jax[percentile_of_the_upper_part-7]",
-    # moveaxis in reverse mode, and the other forward-mode views, stay
+    # the other forward-mode views stay
     "tests/test_views_more.py::test_jacobian_of_a_view[moveaxis-forward]",
+    # 212 s of the 2026-12-07 fresh-clone run; its forward twin, and x.transpose(axes) in reverse, stay
+    "tests/test_views_more.py::test_jacobian_of_a_view[moveaxis two axes-reverse]",
 }
 
 
