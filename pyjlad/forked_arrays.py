@@ -55,12 +55,12 @@ from collections import Counter
 from .ir import Function, Module
 from .ir.instructions import Instruction
 from .ir.lexer import split_top_level, texts_of, words
+from .ir.value_types import SCALAR_BYTES
 
 __all__ = ["FORK", "HARMLESS_CALLS", "ForkedArrays", "constant_offsets", "forked_arrays", "stored_value"]
 
 FORK = "@__kmpc_fork_call"
 #: Bytes of the types a constant ``getelementptr`` into an array of pointers or sizes steps over.
-_SIZES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8, "double": 8, "float": 4}
 #: Calls that touch no memory through a pointer they are given.
 HARMLESS_CALLS = ("@llvm.lifetime.", "@llvm.assume")
 _REGISTRATION = "@__enzyme_register_derivative_"
@@ -210,11 +210,11 @@ def _constant_step(ins: Instruction) -> int | None:
         if len(part) != 2 or not part[1].lstrip("-").isdigit():
             return None
         indices.append(int(part[1]))
-    if len(type_words) == 1 and type_words[0] in _SIZES and len(indices) == 1:
-        return indices[0] * _SIZES[type_words[0]]
+    if len(type_words) == 1 and type_words[0] in SCALAR_BYTES and len(indices) == 1:
+        return indices[0] * SCALAR_BYTES[type_words[0]]
     array = type_words[0].strip("[]").split() if len(type_words) == 1 else []
-    if len(array) == 3 and array[1] == "x" and array[2] in _SIZES and len(indices) == 2 and indices[0] == 0:
-        return indices[1] * _SIZES[array[2]]  # ([n x T], ptr %a, i64 0, i64 k)
+    if len(array) == 3 and array[1] == "x" and array[2] in SCALAR_BYTES and len(indices) == 2 and indices[0] == 0:
+        return indices[1] * SCALAR_BYTES[array[2]]  # ([n x T], ptr %a, i64 0, i64 k)
     return None
 
 

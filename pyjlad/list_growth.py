@@ -48,6 +48,7 @@ from .ir.instructions import Instruction, parse_instruction
 from .ir.items import Function
 from .ir.lexer import texts_of, tokenize, words
 from .ir.module import Module
+from .ir.value_types import SCALAR_BYTES
 
 __all__ = ["REALLOC", "LIST_REALLOC", "header_bytes", "item_kind", "type_list_growth"]
 
@@ -284,8 +285,9 @@ def _grown(body: list[str]) -> dict[str, str]:
     return found
 
 
-def _hint(line: str, pointer: str, kind: str) -> str:
-    """The line of Enzyme's hint that ``pointer`` points at a ``kind``, indented as ``line``.
+def _hint(line: str, pointer: str, kind: str, size: int | None = None) -> str:
+    """The line of Enzyme's hint that ``pointer`` points at a ``kind`` (``size`` bytes of it: the kind's own size
+    where not given), indented as ``line``.
 
     A kind with a suffix (``double.10``) is a list helper that linking renamed: the derivative, called from the
     ``@njit`` code being differentiated, of a function growing a list. Refused in the user's terms (until
@@ -296,8 +298,8 @@ def _hint(line: str, pointer: str, kind: str) -> str:
             "pyjlad cannot differentiate this: it calls the derivative (pyjlad.grad) of a function that grows a "
             "list, from the @njit code being differentiated (a gradient penalty, a Jacobian of a gradient). Fill a "
             "preallocated NumPy array in that function instead of growing a list, or use pyjlad.hessian on it")
-    hint, size = _HINTS[kind]
-    return f"{line[:len(line) - len(line.lstrip())]}call void {hint}(ptr {pointer}, i64 {size})"
+    hint, own = _HINTS[kind]
+    return f"{line[:len(line) - len(line.lstrip())]}call void {hint}(ptr {pointer}, i64 {own if size is None else size})"
 
 
 def hint_list_types(module: Module) -> Module:
@@ -369,8 +371,7 @@ def hint_list_types(module: Module) -> Module:
             elif lists and (stored := _integer_constant_stored(line)) is not None:
                 mi = _list_of(stored[0], definitions, lists)
                 if mi is not None and lists[mi] == "integer":
-                    indent = line[:len(line) - len(line.lstrip())]
-                    rewritten.append(f"{indent}call void {_HINTS['integer'][0]}(ptr {stored[0]}, i64 {stored[1]})")
+                    rewritten.append(_hint(line, stored[0], "integer", stored[1]))
                     kinds.add("integer")
             rewritten.append(line)
         function.body = rewritten
@@ -393,15 +394,17 @@ def _integer_constant_stored(line: str) -> tuple[str, int] | None:
     >>> _integer_constant_stored("  store i64 %k, ptr %.75, align 8") is None
     True
     """
+    if not line.lstrip().startswith("store i"):  # (most lines: not read further)
+        return None
     parts = words(tokenize(line))
-    if len(parts) < 5 or parts[0] != "store" or parts[1] not in _INTEGER_BYTES or parts[3] != "ptr":
+    if len(parts) < 5 or parts[0] != "store" or parts[1] not in _INTEGERS or parts[3] != "ptr":
         return None
     value, pointer = parts[2].rstrip(","), parts[4].rstrip(",")
-    return (pointer, _INTEGER_BYTES[parts[1]]) if value.lstrip("-").isdigit() and pointer.startswith("%") else None
+    return (pointer, SCALAR_BYTES[parts[1]]) if value.lstrip("-").isdigit() and pointer.startswith("%") else None
 
 
-#: The bytes of each integer type a list's payload is stored with.
-_INTEGER_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8}
+#: The integer types a list's payload is stored with.
+_INTEGERS = ("i8", "i16", "i32", "i64")
 
 
 def _zero_fill(instruction: Instruction, kind: str) -> bool:

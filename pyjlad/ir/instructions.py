@@ -164,10 +164,10 @@ def valued_call(line: str) -> tuple[str, Call, list[str]] | None:
     (True, True)
     """
     instruction = parse_instruction(line)
-    call = instruction.call() if instruction is not None and instruction.result is not None else None
-    if call is None or instruction is None or instruction.result is None:
+    if instruction is None or instruction.result is None:
         return None
-    return instruction.result, call, decode_name(call.callee).split(".")
+    call = instruction.call()
+    return None if call is None else (instruction.result, call, decode_name(call.callee).split("."))
 
 
 #: Words between an opcode and its value's type that are not the type.

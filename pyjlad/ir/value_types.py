@@ -21,7 +21,10 @@ from collections.abc import Sequence
 from .instructions import Instruction, parse_instruction, significant
 from .lexer import Token, closing, split_top_level, tokenize
 
-__all__ = ["result_type", "element_types", "type_written_at"]
+__all__ = ["SCALAR_BYTES", "result_type", "element_types", "type_written_at"]
+
+#: The bytes of each scalar type a load or store of Numba's code moves (a pointer's on a 64-bit target).
+SCALAR_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8, "double": 8, "float": 4}
 
 #: Opcodes whose value has the type written first after them (and their flags).
 _TYPE_FIRST = frozenset(("add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or",
