@@ -199,7 +199,7 @@ def test_an_njit_caller_compiling_beside_a_first_gradient_from_python_does_not_h
     for Numba's: both hung for ever (a user-style probe). Fresh processes, three runs, no disk cache;
     hand-derived gradients. ``same``: the Python thread takes the gradient of the function the ``@njit`` caller
     differentiates (reported to hang by a probe on 2026-12-07, before export took Numba's lock ahead of its own;
-    not seen since, in this test or in variants timed apart by up to 0.8 s)."""
+    not seen since in this test)."""
     import os
     import subprocess
     import sys
