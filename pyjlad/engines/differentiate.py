@@ -18,6 +18,7 @@ from .. import cache, config
 from ..allocation_exits import failed_allocations_exit
 from ..blas_loops import blas_as_loops
 from ..block_order import dominance_ordered
+from ..dropped_cache_frees import dropped_cache_frees_restored
 from ..empty_fills import guard_empty_fills
 from ..endless_loops import endless_loops
 from ..enzyme_copy import NO_SPECULATION_ARGS
@@ -214,13 +215,20 @@ def _optimized_for_host(toolchain: Toolchain, module: str | bytes, passes: str, 
 def _parallel_rewrite(text: str) -> str:
     """Enzyme's output of a parallel derivative edited before its optimization: private adds made plain, large
     fills and copies split between threads, unread tape slots back on the stack."""
-    return unread_slots_on_the_stack(parallel_fills(plain_private_adds(text)))
+    return _tape_memory_released(parallel_fills(plain_private_adds(text)))
 
 
 def _private_rewrite(text: str) -> str:
     """Enzyme's output of a derivative calling a parallel body's private copy: its adds made plain, unread tape
     slots back on the stack."""
-    return unread_slots_on_the_stack(plain_private_adds(text))
+    return _tape_memory_released(plain_private_adds(text))
+
+
+def _tape_memory_released(text: str) -> str:
+    """Enzyme's output with the memory it would lose on every call released: unread tape slots back on the stack
+    (:mod:`pyjlad.unread_tape_slots`), the dropped frees of loop caches put back
+    (:mod:`pyjlad.dropped_cache_frees`)."""
+    return unread_slots_on_the_stack(dropped_cache_frees_restored(text))
 
 
 def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
@@ -680,10 +688,11 @@ def run_enzyme(exported: ExportedFunction, module_text: str, host: bool = False,
     # no other thread touches made plain; and its large fills and copies done by all its threads
     # (pyjlad.openmp_fills).
     # And in every derivative, stack slots Enzyme moved to the heap for a tape field nothing reads put back on the
-    # stack (pyjlad.unread_tape_slots: nothing would free them).
+    # stack (pyjlad.unread_tape_slots: nothing would free them), and the frees of loop caches that a forward
+    # derivative of a reverse sweep dropped put back (pyjlad.dropped_cache_frees).
     parallel = _PARALLEL in module_text
     rewrite = _parallel_rewrite if parallel else (
-        _private_rewrite if BODY_PREFIX in module_text else unread_slots_on_the_stack)
+        _private_rewrite if BODY_PREFIX in module_text else _tape_memory_released)
     while True:
         try:
             with timed(_log, "Enzyme on %s (options %s)", exported.name, " ".join(options) or "none"):

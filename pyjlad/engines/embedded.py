@@ -123,8 +123,10 @@ _register_runtime_symbols()
 #: raises or NaN tests allocated once (pyjlad.loop_caches), arrays read only by BLAS products not written
 #: (pyjlad.inferred_readonly); 14: no loop-invariant caches, every loop's trip count its own (pyjlad.trip_counts).
 #: 15: stack slots Enzyme moved to the heap for tape fields nothing reads put back on the stack
-#: (pyjlad.unread_tape_slots).
-_ENZYME_INPUT = "unvectorized-copy/15 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
+#: (pyjlad.unread_tape_slots). 16: ... also zeroed ones in a tape returned by value, and unfreed caches allocated
+#: once per call; the frees of loop caches a forward derivative of a reverse sweep dropped put back
+#: (pyjlad.dropped_cache_frees).
+_ENZYME_INPUT = "unvectorized-copy/16 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
 
 @dataclass(frozen=True)
 class Built:

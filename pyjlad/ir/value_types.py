@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from .instructions import Instruction, parse_instruction, significant
 from .lexer import Token, closing, split_top_level, tokenize
 
-__all__ = ["SCALAR_BYTES", "result_type", "element_types", "type_written_at"]
+__all__ = ["SCALAR_BYTES", "result_type", "element_types", "element_at", "type_written_at"]
 
 #: The bytes of each scalar type a load or store of Numba's code moves (a pointer's on a 64-bit target).
 SCALAR_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8, "double": 8, "float": 4}
@@ -117,6 +117,15 @@ def element_types(aggregate: str) -> list[str] | None:
     (['ptr', 'i64', '[2 x i64]'], ['double'], None)
     """
     return _elements(aggregate)
+
+
+def element_at(aggregate: str, indices: Sequence[int]) -> str | None:
+    """The type ``extractvalue``/``insertvalue`` with ``indices`` reach in ``aggregate``; None where they do not.
+
+    >>> element_at("{ { ptr, i64 }, i32 }", [0, 1]), element_at("[2 x { ptr }]", [1]), element_at("i64", [0])
+    ('i64', '{ ptr }', None)
+    """
+    return _element_at(aggregate, [str(i) for i in indices])
 
 
 def type_written_at(tokens: Sequence[Token], index: int) -> tuple[str, int] | None:
