@@ -5,18 +5,25 @@ value, allocated before the loop (``malloc`` marked ``!enzyme_cache_alloc !K``) 
 reverse loop (``free`` marked ``!enzyme_cache_free !K``). In the forward derivative of such a sweep (a vector-mode
 ``hessian``: ``__enzyme_fwddiff`` with ``enzyme_width`` of a function calling ``__enzyme_autodiff``), Enzyme
 v0.0.289 keeps the frees of the caches of floats but drops those of the caches of integers and flags (``i1``,
-``i8`` elements: which way a branch went in each turn). Every call then lost one block per such cache, per sweep:
-about 200 bytes a call for the vector-mode Hessian of ``np.vstack`` of two rows, and as much for complex
-``np.exp`` (``tests/test_repeated_calls_memory.py``).
+``i8`` elements: which way a branch went in each turn), and those of every cache of a loop LLVM had vectorized
+(``np.clip``'s). Every call then lost one block per such cache, per sweep: about 200 bytes a call for the
+vector-mode Hessian of ``np.vstack`` of two rows, as much for complex ``np.exp``, 500 for ``np.clip``
+(``tests/test_repeated_calls_memory.py``).
 
 :func:`dropped_cache_frees_restored` edits Enzyme's output (before the optimization after it, with
-:func:`pyjlad.unread_tape_slots.unread_slots_on_the_stack`): a cache allocation no ``free`` of its function
-releases, allocated in the same block as a cache that is freed (a cache of the same loop), is freed right after
-that one. The block reaching that ``free`` is the one its sibling's freed value came from: the ``phi`` nodes
-Enzyme built for the sibling's pointer (``undef`` where the loop was not entered) are mirrored for it. Only
-where the pointer stays in its function (no store of it, no call but a plain one that keeps it: see
-:func:`pyjlad.unread_tape_slots.pointer_tapings`) and nothing that uses it can run after that ``free``; other
-shapes are left as Enzyme wrote them.
+:func:`pyjlad.unread_tape_slots.unread_slots_on_the_stack`). A cache allocation no ``free`` of its function
+releases, whose pointer stays in the function (no store of it, no call but one that keeps it to itself: see
+:func:`pyjlad.unread_tape_slots.pointer_tapings`), is freed:
+
+* right after a cache allocated in the same block (a cache of the same loop) that is freed, where nothing that
+  uses it can run after that ``free``: the block reaching that ``free`` is the one its sibling's freed value came
+  from, through ``phi`` nodes mirroring those Enzyme built for the sibling's pointer (``undef`` where the loop
+  was not entered);
+* otherwise, where it is allocated at most once per call (in a block on no cycle), before each ``ret``, through
+  a slot holding its address (null until it is allocated: ``free(NULL)`` does nothing), which ``opt`` promotes
+  to registers.
+
+Other shapes are left as Enzyme wrote them.
 
 Examples
 --------
@@ -104,25 +111,23 @@ def _restore(function: Function, defined: dict[str, Function], declared: dict[st
     graph = ControlFlow.of(body)
     added_phis: dict[str, list[str]] = {}
     added_frees: dict[int, list[str]] = {}
+    before: dict[int, list[str]] = {}  # lines to add before line k (a slot's, for the frees at the returns)
     serial = [0]
+    cyclic: set[str] | None = None
     for cache in dropped:
         derived = derived_pointers(cache.pointer, instructions)
         if pointer_tapings(derived, instructions, defined, None, declared) != []:
             continue
-        for sibling in (c for c in caches if c.block == cache.block and c.key in frees):
-            at, freed = frees[sibling.key]
-            phis: dict[str, list[str]] = {}
-            value = _mirrored(freed, sibling.pointer, cache.pointer, defining, phis, {}, serial)
-            if value is None or _used_after(at, derived, parsed, graph, line_block):
-                continue
-            for block_name, lines in phis.items():
-                added_phis.setdefault(block_name, []).extend(lines)
-            added_frees.setdefault(at, []).append(f"  call void @free(ptr {value})")
-            break
+        if not _freed_with_a_sibling(cache, caches, frees, derived, defining, parsed, graph, line_block, added_phis,
+                                     added_frees, serial):
+            cyclic = graph.blocks_on_cycles() if cyclic is None else cyclic
+            if cache.block not in cyclic:
+                _freed_at_the_returns(cache, body, parsed, before, added_frees, serial)
     if not added_frees:
         return False
     edited: list[str] = []
     for k, line in enumerate(body):
+        edited.extend(before.get(k, []))
         edited.append(line)
         label = block_label(line)
         if label is not None and label in added_phis:
@@ -130,6 +135,44 @@ def _restore(function: Function, defined: dict[str, Function], declared: dict[st
         edited.extend(added_frees.get(k, []))
     function.body = edited
     return True
+
+
+def _freed_with_a_sibling(cache: _Cache, caches: list[_Cache], frees: dict[str, tuple[int, str]], derived: set[str],
+                          defining: dict[str, tuple[Instruction, str]], parsed: list[tuple[int, Instruction]],
+                          graph: ControlFlow, line_block: list[str], added_phis: dict[str, list[str]],
+                          added_frees: dict[int, list[str]], serial: list[int]) -> bool:
+    """Add the free of ``cache`` after the free of a cache allocated in its block, where nothing uses it after
+    that; whether there was one."""
+    for sibling in (c for c in caches if c.block == cache.block and c.key in frees):
+        at, freed = frees[sibling.key]
+        phis: dict[str, list[str]] = {}
+        value = _mirrored(freed, sibling.pointer, cache.pointer, defining, phis, {}, serial)
+        if value is None or _used_after(at, derived, parsed, graph, line_block):
+            continue
+        for block_name, lines in phis.items():
+            added_phis.setdefault(block_name, []).extend(lines)
+        added_frees.setdefault(at, []).append(f"  call void @free(ptr {value})")
+        return True
+    return False
+
+
+def _freed_at_the_returns(cache: _Cache, body: list[str], parsed: list[tuple[int, Instruction]],
+                          before: dict[int, list[str]], added_frees: dict[int, list[str]], serial: list[int]) -> None:
+    """Free ``cache`` (allocated at most once per call) before each ``ret`` of its function, through a slot holding
+    its address (null until it is allocated; ``opt`` promotes it to registers)."""
+    slot = f"{_PREFIX}slot.{serial[0]}"
+    serial[0] += 1
+    labels = [k for k, line in enumerate(body) if block_label(line) is not None]
+    entry = labels[0] + 1 if labels and labels[0] == 0 else 0
+    before.setdefault(entry, []).extend([f"  {slot} = alloca ptr, align 8", f"  store ptr null, ptr {slot}, align 8"])
+    allocated = next(k for k, ins in parsed if ins.result == cache.pointer)
+    added_frees.setdefault(allocated, []).append(f"  store ptr {cache.pointer}, ptr {slot}, align 8")
+    for k, ins in parsed:
+        if ins.opcode == "ret":
+            freed = f"{_PREFIX}{serial[0]}"
+            serial[0] += 1
+            before.setdefault(k, []).extend([f"  {freed} = load ptr, ptr {slot}, align 8",
+                                             f"  call void @free(ptr {freed})"])
 
 
 def _line_blocks(body: list[str]) -> list[str]:

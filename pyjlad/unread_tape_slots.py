@@ -162,7 +162,7 @@ def _slots(function: Function, defined: dict[str, Function], declared: dict[str,
         if size is None:
             continue
         if k not in entry:
-            cyclic = _blocks_on_cycles(body) if cyclic is None else cyclic
+            cyclic = ControlFlow.of(body).blocks_on_cycles() if cyclic is None else cyclic
             if block is None or block in cyclic:
                 continue
         # Enzyme's own slots of a stack's (the shape seen) may be given to any declared function, as before
@@ -170,23 +170,6 @@ def _slots(function: Function, defined: dict[str, Function], declared: dict[str,
         if tape is not None:
             found.append(_Slot(function, k, ins.result, size, "@calloc" in line, k not in entry, *tape))
     return found
-
-
-def _blocks_on_cycles(body: list[str]) -> set[str]:
-    """The blocks of ``body`` from which a path leads back to themselves."""
-    graph = ControlFlow.of(body)
-    on_cycles = set()
-    for start in graph.names:
-        seen, todo = set(), list(graph.succ[start])
-        while todo:
-            block = todo.pop()
-            if block == start:
-                on_cycles.add(start)
-                break
-            if block not in seen:
-                seen.add(block)
-                todo += graph.succ[block]
-    return on_cycles
 
 
 def _heap_slot_size(ins: Instruction, line: str) -> int | None:

@@ -1,8 +1,9 @@
 """pyjlad.dropped_cache_frees: which loop caches get back the ``free`` Enzyme's forward derivative dropped.
 
 A cache allocated (``!enzyme_cache_alloc``) in the same block as a cache that is freed (``!enzyme_cache_free``) is
-freed right after it, through ``phi`` nodes mirroring the sibling's; every other shape is left as Enzyme wrote it
-(a cache used after that point, one whose pointer is stored, one with no freed sibling in its block).
+freed right after it, through ``phi`` nodes mirroring the sibling's; one used after that point, or with no freed
+sibling in its block, is freed before the function returns where it is allocated at most once per call; a cache
+whose pointer is stored or freed, or that is allocated on each turn of a loop, is left as Enzyme wrote it.
 """
 
 from __future__ import annotations
@@ -39,17 +40,29 @@ def test_a_flag_cache_is_freed_with_the_float_cache_of_its_loop() -> None:
 
 
 @pytest.mark.parametrize("allocated, reverse", [
-    ([FLOATS, FLAGS], ["  %late = load i1, ptr %b, align 1"]),  # read after the free
-    ([FLOATS, FLAGS, "  store ptr %b, ptr @kept, align 8"], []),  # its address stored
-    ([FLOATS, FLAGS, "  call void @free(ptr %b)"], []),  # freed already (without the mark)
-    ([FLOATS.replace("!enzyme_cache_alloc !1", "!enzyme_cache_alloc !3"), FLAGS], []),  # no freed sibling
-], ids=["used-after", "stored", "freed", "no-sibling"])
-def test_other_caches_stay_as_they_are(allocated, reverse) -> None:
-    text = _function(allocated, reverse)
-    assert dropped_cache_frees_restored(text) == text
+    ([FLOATS, FLAGS], ["  %late = load i1, ptr %b, align 1"]),  # read after the float cache's free
+    ([FLOATS.replace("!enzyme_cache_alloc !1", "!enzyme_cache_alloc !3"), FLAGS], []),  # no freed cache beside it
+    ([FLAGS, "  br label %inner", "inner:", FLOATS], []),  # the freed one allocated in another block
+], ids=["used-after", "no-sibling", "another-block"])
+def test_other_dropped_caches_are_freed_at_the_return(allocated, reverse) -> None:
+    # (the float cache's own free dropped too in the no-sibling case: both are freed there)
+    out = dropped_cache_frees_restored(_function(allocated, reverse)).splitlines()
+    stored = out[out.index(FLAGS) + 1]  # the address kept in a slot of the entry block, null before
+    slot = stored.removeprefix("  store ptr %b, ptr ").removesuffix(", align 8")
+    assert slot.startswith("%pyjlad.cache.slot.")
+    assert f"  {slot} = alloca ptr, align 8" in out[2:6] and f"  store ptr null, ptr {slot}, align 8" in out[2:6]
+    ret = out.index("  ret void")
+    loads = [k for k in range(ret) if out[k].endswith(f"= load ptr, ptr {slot}, align 8")]
+    assert len(loads) == 1 and out[loads[0] + 1] == f"  call void @free(ptr {out[loads[0]].split()[0]})"
 
 
-def test_a_sibling_in_another_block_is_not_followed() -> None:
-    # the flag cache allocated in its own block (another loop's), even where it dominates the free
-    text = _function([FLAGS, "  br label %inner", "inner:", FLOATS], [])
+@pytest.mark.parametrize("allocated, loop", [
+    ([FLOATS, FLAGS, "  store ptr %b, ptr @kept, align 8"], False),  # its address stored
+    ([FLOATS, FLAGS, "  call void @free(ptr %b)"], False),  # freed already (without the mark)
+    ([FLOATS.replace("!enzyme_cache_alloc !1", "!enzyme_cache_alloc !3"), FLAGS], True),  # allocated on each turn
+], ids=["stored", "freed", "in-a-loop"])
+def test_other_caches_stay_as_they_are(allocated, loop) -> None:
+    text = _function(allocated, [])
+    if loop:  # the allocating block made part of an outer loop
+        text = text.replace("  ret void", "  br i1 %c, label %pre, label %out\nout:\n  ret void")
     assert dropped_cache_frees_restored(text) == text

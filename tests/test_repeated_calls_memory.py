@@ -14,8 +14,8 @@ a tape returned by value.
 
 The forward derivatives of a reverse sweep (``hessian`` in vector mode, ``jacobian(mode="forward")`` of a function
 calling a ``pyjlad.grad`` object) lost every block the function allocated, with its shadow and their tangents, on
-every call (:mod:`pyjlad.forward_over_reverse`; about 1 MB per call at 100 inputs), and, through ``np.vstack``
-or complex ``np.exp``, the caches of flags their loops keep (:mod:`pyjlad.dropped_cache_frees`). Their values are
+every call (:mod:`pyjlad.forward_over_reverse`; about 1 MB per call at 100 inputs), and, through ``np.vstack``,
+complex ``np.exp``, ``np.clip`` or a running maximum, caches their loops keep (:mod:`pyjlad.dropped_cache_frees`). Their values are
 checked against JAX too.
 """
 
@@ -118,6 +118,30 @@ def complex_phase(x):
     return np.sum(np.abs(z) ** 2 + z.real * x)
 
 
+@njit
+def clipped_cubes(x):
+    return np.sum(np.clip(x, 0.2, 0.8) ** 2 * x)
+
+
+@njit
+def running_max_scaled(x):
+    m = x[0]
+    for v in x:
+        if v > m:
+            m = v
+    return m * np.sum(x * x)
+
+
+def _clipped_cubes_jax(x):
+    import jax.numpy as jnp
+    return jnp.sum(jnp.clip(x, 0.2, 0.8) ** 2 * x)
+
+
+def _running_max_scaled_jax(x):
+    import jax.numpy as jnp
+    return jnp.max(x) * jnp.sum(x * x)
+
+
 def _stacked_rows_jax(x):
     import jax.numpy as jnp
     return jnp.sum(x * x) + jnp.sum(x ** 4)
@@ -182,11 +206,14 @@ def _right_then_steady(call, expected, *inputs) -> None:
     (with_temporaries, _with_temporaries_jax),
     (allocating_per_iteration, _allocating_per_iteration_jax),
     (allocating_per_parallel_iteration, _allocating_per_iteration_jax),
-    # Loops whose reverse replays which way a branch went: the frees of those caches of flags, dropped by Enzyme
-    # in this forward derivative, put back (pyjlad.dropped_cache_frees; about 200 bytes per call lost before).
+    # Loops whose reverse replays which way a branch went, and a loop LLVM vectorized (np.clip): the frees of their
+    # caches, dropped by Enzyme in this forward derivative, put back (pyjlad.dropped_cache_frees; 160 to 580 bytes
+    # per call lost before).
     (stacked_rows, _stacked_rows_jax),
     (complex_phase, _complex_phase_jax),
-], ids=["temporaries", "per_iteration", "per_parallel_iteration", "vstack", "complex_exp"])
+    (clipped_cubes, _clipped_cubes_jax),
+    (running_max_scaled, _running_max_scaled_jax),
+], ids=["temporaries", "per_iteration", "per_parallel_iteration", "vstack", "complex_exp", "clip", "running_max"])
 def test_vector_mode_hessians_give_back_what_the_function_allocates(func, oracle) -> None:
     # A Hessian in vector mode (chunk 4: several sweeps per call) is Enzyme's forward derivative of the gradient.
     x = np.linspace(0.1, 1.0, 12)

@@ -271,6 +271,21 @@ class ControlFlow:
                     idom[name], changed = new, True
         return idom
 
+    def blocks_on_cycles(self) -> set[str]:
+        """The blocks from which a path leads back to themselves (in a loop, natural or not)."""
+        on_cycles = set()
+        for start in self.names:
+            seen, todo = set(), list(self.succ[start])
+            while todo:
+                block = todo.pop()
+                if block == start:
+                    on_cycles.add(start)
+                    break
+                if block not in seen:
+                    seen.add(block)
+                    todo += self.succ[block]
+        return on_cycles
+
     def loops(self) -> list[Loop]:
         """The natural loops (one per header, its back edges merged), outermost headers first."""
         idom = self.dominators()
