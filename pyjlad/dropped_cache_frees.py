@@ -43,7 +43,6 @@ Examples
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from .errors import IRParseError
@@ -54,8 +53,6 @@ from .unread_tape_slots import derived_pointers, pointer_tapings
 
 __all__ = ["dropped_cache_frees_restored"]
 
-_ALLOCATED = re.compile(r"^\s*(%[-\w.$]+) = .*call .*@malloc\(.*!enzyme_cache_alloc (![0-9]+)")
-_FREED = re.compile(r"^\s*(?:tail |notail |musttail )?call void @free\(ptr (?:nonnull )?(%[-\w.$]+)\).*!enzyme_cache_free (![0-9]+)")
 _UNDEFINED = frozenset({"undef", "poison"})
 _PREFIX = "%pyjlad.cache."  # the names of the phi nodes added
 
@@ -97,10 +94,14 @@ def _restore(function: Function, defined: dict[str, Function], declared: dict[st
         label = block_label(line)
         if label is not None:
             block = label
-        elif (m := _ALLOCATED.match(line)) is not None:
-            caches.append(_Cache(m.group(1), m.group(2), block))
-        elif (m := _FREED.match(line)) is not None:
-            frees[m.group(2)] = (k, m.group(1))
+        elif (found := _marked_call(line, "@malloc", "!enzyme_cache_alloc")) is not None:
+            if found[0] is not None:
+                caches.append(_Cache(found[0], found[1], block))
+        elif (found := _marked_call(line, "@free", "!enzyme_cache_free")) is not None:
+            call = parse_instruction(line)
+            freed = call.call() if call is not None else None
+            if freed is not None and freed.values and freed.values[0].startswith("%"):
+                frees[found[1]] = (k, freed.values[0])
     dropped = [c for c in caches if c.key not in frees]
     if not dropped or any(_PREFIX in line for line in body):  # (edited before: its names are taken)
         return False
@@ -173,6 +174,19 @@ def _freed_at_the_returns(cache: _Cache, body: list[str], parsed: list[tuple[int
             serial[0] += 1
             before.setdefault(k, []).extend([f"  {freed} = load ptr, ptr {slot}, align 8",
                                              f"  call void @free(ptr {freed})"])
+
+
+def _marked_call(line: str, callee: str, mark: str) -> tuple[str | None, str] | None:
+    """(result, metadata id) of a call of ``callee`` carrying ``mark`` (``!enzyme_cache_alloc !7``); None for any
+    other line."""
+    if mark not in line or callee + "(" not in line:
+        return None
+    ins = parse_instruction(line)
+    call = ins.call() if ins is not None else None
+    if call is None or call.callee != callee:
+        return None
+    key = line.split(mark, 1)[1].split(",", 1)[0].split()
+    return (ins.result, key[0]) if key and key[0].startswith("!") else None
 
 
 def _line_blocks(body: list[str]) -> list[str]:

@@ -48,7 +48,6 @@ True
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from .errors import IRParseError
@@ -63,7 +62,6 @@ __all__ = ["derived_pointers", "pointer_tapings", "unread_slots_on_the_stack"]
 _FROM_STACK = "!enzyme_fromstack"
 #: A line that may allocate such a slot (see :func:`_heap_slot_size`).
 _CACHE = "!enzyme_cache_alloc"
-_CANDIDATE = re.compile(r"@malloc\(i64 \d+\).*!enzyme_(fromstack|cache_alloc)|@calloc\(i64 \d+, i64 \d+\)")
 #: The largest slot put back on the stack (Enzyme's slots seen are 8 to 72 bytes).
 _LARGEST_SLOT = 4096
 
@@ -89,7 +87,7 @@ class _Slot:
 def unread_slots_on_the_stack(text: str) -> str:
     """``text`` (Enzyme's output, as IR text) with each ``!enzyme_fromstack`` allocation whose tape field nothing
     reads made an ``alloca`` again (see the module docstring); ``text`` itself where there is none."""
-    if not _CANDIDATE.search(text):
+    if not any(_candidate(line) for line in text.splitlines()):
         return text
     try:
         module = parse(text, strict=False)
@@ -97,7 +95,7 @@ def unread_slots_on_the_stack(text: str) -> str:
         return text
     defined = {f.symbol: f for f in module.definitions}
     declared = {f.symbol: f for f in module.functions.values() if f.is_declaration}
-    slots = [slot for f in module.definitions if any(_CANDIDATE.search(line) for line in f.body or ())
+    slots = [slot for f in module.definitions if any(_candidate(line) for line in f.body or ())
              for slot in _slots(f, defined, declared)]
     taped = [slot for slot in slots if slot.tape_type is not None]
     read = _read_fields(module, {slot.tape_type for slot in taped if slot.tape_type is not None},
@@ -153,7 +151,7 @@ def _slots(function: Function, defined: dict[str, Function], declared: dict[str,
         if label is not None:
             block = label
             continue
-        if not _CANDIDATE.search(line):
+        if not _candidate(line):
             continue
         ins = parse_instruction(line)
         if ins is None or ins.result is None or ins.opcode != "call":
@@ -170,6 +168,11 @@ def _slots(function: Function, defined: dict[str, Function], declared: dict[str,
         if tape is not None:
             found.append(_Slot(function, k, ins.result, size, "@calloc" in line, k not in entry, *tape))
     return found
+
+
+def _candidate(line: str) -> bool:
+    """Whether ``line`` may allocate a slot :func:`_heap_slot_size` takes (a cheap test before parsing)."""
+    return ("@malloc(i64 " in line and (_FROM_STACK in line or _CACHE in line)) or "@calloc(i64 " in line
 
 
 def _heap_slot_size(ins: Instruction, line: str) -> int | None:
