@@ -87,25 +87,22 @@ def dropped_cache_frees_restored(text: str) -> str:
 def _restore(function: Function, defined: dict[str, Function], declared: dict[str, Function]) -> bool:
     """Add ``function``'s dropped cache frees in place; whether it had any."""
     body = function.body or []
+    line_block = _line_blocks(body)
     caches: list[_Cache] = []
     frees: dict[str, tuple[int, str]] = {}  # metadata id -> (line, freed value)
-    block = ""
     for k, line in enumerate(body):
-        label = block_label(line)
-        if label is not None:
-            block = label
-        elif (found := _marked_call(line, "@malloc", "!enzyme_cache_alloc")) is not None:
-            if found[0] is not None:
-                caches.append(_Cache(found[0], found[1], block))
-        elif (found := _marked_call(line, "@free", "!enzyme_cache_free")) is not None:
-            call = parse_instruction(line)
-            freed = call.call() if call is not None else None
-            if freed is not None and freed.values and freed.values[0].startswith("%"):
-                frees[found[1]] = (k, freed.values[0])
+        if (allocated := _marked_call(line, "@malloc", "!enzyme_cache_alloc")) is not None:
+            ins, key = allocated
+            if ins.result is not None:
+                caches.append(_Cache(ins.result, key, line_block[k]))
+        elif (freed := _marked_call(line, "@free", "!enzyme_cache_free")) is not None:
+            ins, key = freed
+            values = ins.call().values  # type: ignore[union-attr]  (a call: _marked_call)
+            if values and values[0].startswith("%"):
+                frees[key] = (k, values[0])
     dropped = [c for c in caches if c.key not in frees]
     if not dropped or any(_PREFIX in line for line in body):  # (edited before: its names are taken)
         return False
-    line_block = _line_blocks(body)
     parsed = [(k, ins) for k, ins in enumerate(map(parse_instruction, body)) if ins is not None]
     instructions = [ins for _, ins in parsed]
     defining = {ins.result: (ins, line_block[k]) for k, ins in parsed if ins.result is not None}
@@ -176,9 +173,9 @@ def _freed_at_the_returns(cache: _Cache, body: list[str], parsed: list[tuple[int
                                              f"  call void @free(ptr {freed})"])
 
 
-def _marked_call(line: str, callee: str, mark: str) -> tuple[str | None, str] | None:
-    """(result, metadata id) of a call of ``callee`` carrying ``mark`` (``!enzyme_cache_alloc !7``); None for any
-    other line."""
+def _marked_call(line: str, callee: str, mark: str) -> tuple[Instruction, str] | None:
+    """(instruction, metadata id) of a call of ``callee`` carrying ``mark`` (``!enzyme_cache_alloc !7``); None for
+    any other line."""
     if mark not in line or callee + "(" not in line:
         return None
     ins = parse_instruction(line)
@@ -186,7 +183,7 @@ def _marked_call(line: str, callee: str, mark: str) -> tuple[str | None, str] | 
     if call is None or call.callee != callee:
         return None
     key = line.split(mark, 1)[1].split(",", 1)[0].split()
-    return (ins.result, key[0]) if key and key[0].startswith("!") else None
+    return (ins, key[0]) if ins is not None and key and key[0].startswith("!") else None
 
 
 def _line_blocks(body: list[str]) -> list[str]:

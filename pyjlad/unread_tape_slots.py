@@ -60,7 +60,7 @@ from .ir.value_types import element_at
 __all__ = ["derived_pointers", "pointer_tapings", "unread_slots_on_the_stack"]
 
 _FROM_STACK = "!enzyme_fromstack"
-#: A line that may allocate such a slot (see :func:`_heap_slot_size`).
+#: Enzyme's mark of a cache allocation (an unfreed one allocated once per call goes on the stack too).
 _CACHE = "!enzyme_cache_alloc"
 #: The largest slot put back on the stack (Enzyme's slots seen are 8 to 72 bytes).
 _LARGEST_SLOT = 4096
@@ -97,8 +97,8 @@ def unread_slots_on_the_stack(text: str) -> str:
     declared = {f.symbol: f for f in module.functions.values() if f.is_declaration}
     slots = [slot for f in module.definitions if any(_candidate(line) for line in f.body or ())
              for slot in _slots(f, defined, declared)]
-    taped = [slot for slot in slots if slot.tape_type is not None]
-    read = _read_fields(module, {slot.tape_type for slot in taped if slot.tape_type is not None},
+    taped = [slot for slot in slots if slot.tape_type]
+    read = _read_fields(module, {slot.tape_type for slot in taped},
                         {(slot.function.symbol, slot.field_pointer) for slot in taped if slot.field_pointer})
     hoisted: dict[str, list[str]] = {}
     changed = False
@@ -215,9 +215,8 @@ def _tape_field(value: str, instructions: list[Instruction], defined: dict[str, 
                 declared: dict[str, Function] | None) -> tuple[str | None, int | None, str | None] | None:
     """The tape field ``value`` (an allocation's result) goes to, as (type, index, field pointer or None), when its
     address stays in its function but for that field ((None, None, None) where it stays in the function
-    altogether): at most one instruction lets it out, a store of ``value``
-    through a ``getelementptr`` of a struct's field or an ``insertvalue`` of ``value`` into an aggregate (a tape
-    returned by value); no other store, ``insertvalue`` or ``ret`` lets it or a pointer derived from it out, no call
+    altogether): at most one instruction lets it out, a store of ``value`` through a ``getelementptr`` of a
+    struct's field or an ``insertvalue`` of ``value`` into an aggregate (a tape returned by value); no other store, ``insertvalue`` or ``ret`` lets it or a pointer derived from it out, no call
     frees it, no function of the module (``defined``) it is given lets it out (:func:`_stays_in_callee`: its
     augmented pass could tape it), and no function is called through a pointer with it."""
     tapings = pointer_tapings(derived_pointers(value, instructions), instructions, defined, set(), declared)
