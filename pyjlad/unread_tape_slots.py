@@ -57,7 +57,8 @@ from .ir.lexer import split_top_level, tokenize, words
 from .ir.module import parse_instruction
 from .ir.value_types import element_at
 
-__all__ = ["derived_pointers", "pointer_tapings", "unread_slots_on_the_stack"]
+__all__ = ["derived_pointers", "entry_block", "extract_selection", "gep_selection", "pointer_tapings", "read_fields",
+           "unread_slots_on_the_stack"]
 
 _FROM_STACK = "!enzyme_fromstack"
 #: Enzyme's mark of a cache allocation (an unfreed one allocated once per call goes on the stack too).
@@ -98,7 +99,7 @@ def unread_slots_on_the_stack(text: str) -> str:
     slots = [slot for f in module.definitions if any(_candidate(line) for line in f.body or ())
              for slot in _slots(f, defined, declared)]
     taped = [slot for slot in slots if slot.tape_type]
-    read = _read_fields(module, {slot.tape_type for slot in taped},
+    read = read_fields(module, {slot.tape_type for slot in taped},
                         {(slot.function.symbol, slot.field_pointer) for slot in taped if slot.field_pointer})
     hoisted: dict[str, list[str]] = {}
     changed = False
@@ -117,12 +118,12 @@ def unread_slots_on_the_stack(text: str) -> str:
         changed = True
     for function in module.definitions:
         if function.symbol in hoisted and function.body is not None:
-            at = _entry_block(function.body).start
+            at = entry_block(function.body).start
             function.body[at:at] = hoisted[function.symbol]
     return module.render() if changed else text
 
 
-def _entry_block(body: list[str]) -> range:
+def entry_block(body: list[str]) -> range:
     """Indices of the entry block's lines in a definition's ``body`` (up to the second label)."""
     labels = [k for k, line in enumerate(body) if block_label(line) is not None]
     first = labels[0] + 1 if labels and labels[0] == 0 else 0
@@ -142,7 +143,7 @@ def _slots(function: Function, defined: dict[str, Function], declared: dict[str,
     definitions and declarations by symbol."""
     body = function.body or []
     instructions = [ins for ins in map(parse_instruction, body) if ins is not None]
-    entry = _entry_block(body)
+    entry = entry_block(body)
     cyclic: set[str] | None = None
     block = None
     found = []
@@ -238,7 +239,7 @@ def _tape_field(value: str, instructions: list[Instruction], defined: dict[str, 
     gep = next((ins for ins in instructions if ins.result == pointer), None)
     if gep is None or gep.opcode != "getelementptr":
         return None
-    selected = _gep_selection(gep)
+    selected = gep_selection(gep)
     if selected is None or len(selected[1]) != 2 or selected[1][0] != 0:
         return None
     return selected[0], selected[1][1], pointer
@@ -303,7 +304,7 @@ def _stays_in_callee(callee: Function, position: int, defined: dict[str, Functio
     return pointer_tapings(derived, instructions, defined, seen, declared) == []
 
 
-def _gep_selection(ins: Instruction) -> tuple[str, list[int]] | None:
+def gep_selection(ins: Instruction) -> tuple[str, list[int]] | None:
     """A ``getelementptr``'s source type and constant indices; ``None`` if an index is not a constant."""
     parts = _parts(ins)
     if len(parts) < 2:
@@ -320,7 +321,7 @@ def _gep_selection(ins: Instruction) -> tuple[str, list[int]] | None:
     return source, indices
 
 
-def _extract_selection(ins: Instruction) -> tuple[str, list[int]] | None:
+def extract_selection(ins: Instruction) -> tuple[str, list[int]] | None:
     """An ``extractvalue``'s aggregate type and indices."""
     parts = _parts(ins)
     if not parts:
@@ -330,7 +331,7 @@ def _extract_selection(ins: Instruction) -> tuple[str, list[int]] | None:
     return aggregate, indices
 
 
-def _read_fields(module: Module, tapes: set[str], slot_pointers: set[tuple[str, str]]) -> dict[str, set[int | None]]:
+def read_fields(module: Module, tapes: set[str], slot_pointers: set[tuple[str, str]]) -> dict[str, set[int | None]]:
     """For each tape type of ``tapes``: the fields some instruction of ``module`` may read (``None``: any field).
 
     A selection of the tape's own type reads the field its first struct index names (a ``getelementptr`` of
@@ -347,10 +348,10 @@ def _read_fields(module: Module, tapes: set[str], slot_pointers: set[tuple[str, 
             if ins.opcode == "getelementptr":
                 if (function.symbol, ins.result) in slot_pointers:
                     continue
-                selected = _gep_selection(ins)
+                selected = gep_selection(ins)
                 first_field = 1  # a getelementptr's first index steps over the pointer
             else:
-                selected = _extract_selection(ins)
+                selected = extract_selection(ins)
                 first_field = 0
             for tape in tapes:
                 if tape not in line:

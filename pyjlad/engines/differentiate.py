@@ -55,6 +55,7 @@ from ..refusals import HELPER_CONSTRUCTS, explain, out_of_resources
 from ..rules import is_rule_symbol, rule_modules
 from ..special import HANDLED as SPECIAL_FUNCTIONS
 from ..special import prepare as prepare_special
+from ..taped_slot_frees import taped_slots_freed
 from ..targets.nvptx import NVPTX_TRIPLE
 from ..toolchain import Toolchain, locate
 from ..trip_counts import distinct_trip_counts
@@ -226,9 +227,10 @@ def _private_rewrite(text: str) -> str:
 
 def _tape_memory_released(text: str) -> str:
     """Enzyme's output with the memory it would lose on every call released: unread tape slots back on the stack
-    (:mod:`pyjlad.unread_tape_slots`), the dropped frees of loop caches put back
+    (:mod:`pyjlad.unread_tape_slots`) or, where their address leaves their function, freed by the reverse pass
+    (:mod:`pyjlad.taped_slot_frees`), the dropped frees of loop caches put back
     (:mod:`pyjlad.dropped_cache_frees`)."""
-    return unread_slots_on_the_stack(dropped_cache_frees_restored(text))
+    return taped_slots_freed(unread_slots_on_the_stack(dropped_cache_frees_restored(text)))
 
 
 def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,
