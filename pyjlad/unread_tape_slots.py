@@ -57,8 +57,8 @@ from .ir.lexer import split_top_level, tokenize, words
 from .ir.module import parse_instruction
 from .ir.value_types import element_at
 
-__all__ = ["derived_pointers", "entry_block", "extract_selection", "gep_selection", "pointer_tapings", "read_fields",
-           "unread_slots_on_the_stack"]
+__all__ = ["derived_pointers", "entry_block", "extract_selection", "gep_selection", "operand_parts", "pointer_tapings",
+           "read_fields", "unread_slots_on_the_stack"]
 
 _FROM_STACK = "!enzyme_fromstack"
 #: Enzyme's mark of a cache allocation (an unfreed one allocated once per call goes on the stack too).
@@ -131,7 +131,7 @@ def entry_block(body: list[str]) -> range:
     return range(first, following[0] if following else len(body))
 
 
-def _parts(instruction: Instruction) -> list[str]:
+def operand_parts(instruction: Instruction) -> list[str]:
     """The comma-separated parts after the opcode (metadata attachments included), each stripped."""
     return ["".join(t.text for t in part).strip() for part in split_top_level(instruction.after_opcode())]
 
@@ -227,7 +227,7 @@ def _tape_field(value: str, instructions: list[Instruction], defined: dict[str, 
         return None
     taping = tapings[0]
     if taping.opcode == "insertvalue":
-        parts = _parts(taping)
+        parts = operand_parts(taping)
         if len(parts) < 3 or words(tokenize(parts[1])) != ["ptr", value]:
             return None
         indices = [int(p) for p in parts[2:] if p.isdigit()]
@@ -274,7 +274,7 @@ def pointer_tapings(derived: set[str], instructions: list[Instruction], defined:
             if words(split_top_level(ins.after_opcode())[0])[-1:] in ([d] for d in derived):
                 tapings.append(ins)
         elif ins.opcode == "insertvalue":
-            parts = _parts(ins)
+            parts = operand_parts(ins)
             if len(parts) < 2 or words(tokenize(parts[1]))[-1:] in ([d] for d in derived):
                 tapings.append(ins)
         elif ins.opcode in _ESCAPING:
@@ -306,7 +306,7 @@ def _stays_in_callee(callee: Function, position: int, defined: dict[str, Functio
 
 def gep_selection(ins: Instruction) -> tuple[str, list[int]] | None:
     """A ``getelementptr``'s source type and constant indices; ``None`` if an index is not a constant."""
-    parts = _parts(ins)
+    parts = operand_parts(ins)
     if len(parts) < 2:
         return None
     source = parts[0].removeprefix("inbounds ").strip()
@@ -323,7 +323,7 @@ def gep_selection(ins: Instruction) -> tuple[str, list[int]] | None:
 
 def extract_selection(ins: Instruction) -> tuple[str, list[int]] | None:
     """An ``extractvalue``'s aggregate type and indices."""
-    parts = _parts(ins)
+    parts = operand_parts(ins)
     if not parts:
         return None
     aggregate = parts[0].rsplit(" ", 1)[0].strip()

@@ -27,6 +27,7 @@ from ..errors import (
 )
 from ..export import ExportedFunction
 from ..forward_over_reverse import INLINE_PASS, forward_over_reverse_text, inline_allocators
+from ..forward_tape_frees import forward_tape_frees_restored
 from ..inline_callees import INLINE_PASSES, mark_inlinable, more_inlinable
 from ..ir.edit import (
     float_copies_as_loops,
@@ -228,9 +229,9 @@ def _private_rewrite(text: str) -> str:
 def _tape_memory_released(text: str) -> str:
     """Enzyme's output with the memory it would lose on every call released: unread tape slots back on the stack
     (:mod:`pyjlad.unread_tape_slots`) or, where their address leaves their function, freed by the reverse pass
-    (:mod:`pyjlad.taped_slot_frees`), the dropped frees of loop caches put back
-    (:mod:`pyjlad.dropped_cache_frees`)."""
-    return taped_slots_freed(unread_slots_on_the_stack(dropped_cache_frees_restored(text)))
+    (:mod:`pyjlad.taped_slot_frees`), the dropped frees of loop caches and of taped blocks put back
+    (:mod:`pyjlad.dropped_cache_frees`, :mod:`pyjlad.forward_tape_frees`)."""
+    return taped_slots_freed(unread_slots_on_the_stack(forward_tape_frees_restored(dropped_cache_frees_restored(text))))
 
 
 def _differentiate(toolchain: Toolchain, module: str | bytes, passes: str, what: str,

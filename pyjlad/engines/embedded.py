@@ -126,8 +126,9 @@ _register_runtime_symbols()
 #: (pyjlad.unread_tape_slots). 16: ... also zeroed ones in a tape returned by value, and unfreed caches allocated
 #: once per call; the frees of loop caches a forward derivative of a reverse sweep dropped put back
 #: (pyjlad.dropped_cache_frees). 17: taped stack slots whose address leaves their function freed by the reverse
-#: pass (pyjlad.taped_slot_frees).
-_ENZYME_INPUT = "unvectorized-copy/17 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
+#: pass (pyjlad.taped_slot_frees). 18: the frees of taped blocks a forward derivative of a reverse pass dropped put
+#: back (pyjlad.forward_tape_frees).
+_ENZYME_INPUT = "unvectorized-copy/18 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
 
 @dataclass(frozen=True)
 class Built:
