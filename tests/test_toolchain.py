@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pyjlad.errors import EnzymeError
-from pyjlad.toolchain import locate
+from pyjlad.refusals import out_of_resources
+from pyjlad.toolchain import Toolchain, locate
 
 # Enzyme cannot differentiate through a function it cannot see and that has
 # no derivative rule: it reports an error instead of guessing.
@@ -62,6 +63,21 @@ def test_segfault_inside_enzyme_is_an_exception() -> None:
     with pytest.raises(EnzymeError, match="crashed with signal 11"):
         locate().run(SEGFAULT_IR, "enzyme", what="a module that crashes opt")
     locate().self_test()  # still fine afterwards
+
+
+def test_an_opt_killed_by_the_system_is_reported_as_out_of_memory(tmp_path) -> None:
+    # The kernel's out-of-memory killer ends opt with SIGKILL when the machine's memory runs out before opt reaches
+    # PYJLAD_OPT_MEMORY (a 10-step Kalman recursion did so beside a test run): an opt that gets SIGKILL stands in
+    # for it. The build then stops as out of memory (not "no construct identified", not retried).
+    killed = tmp_path / "opt"
+    killed.write_text("#!/bin/sh\ncat > /dev/null\nkill -9 $$\n")
+    killed.chmod(0o755)
+    with pytest.raises(EnzymeError) as raised:
+        Toolchain(opt=killed, plugin=locate().plugin).run(SEGFAULT_IR, "enzyme", what="kalman")
+    first = str(raised.value).splitlines()[0]
+    assert first.startswith("Enzyme ran out of memory differentiating kalman: the system killed it (signal 9)")
+    assert "PYJLAD_OPT_MEMORY" in first and "smaller pieces" in first
+    assert out_of_resources(raised.value) == first
 
 
 _TWO_MODULES = ["define double @g(double %x) {\n  ret double %x\n}\n",

@@ -8,6 +8,7 @@ Enzyme's key diagnostic lines, never a dead Python process.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -113,13 +114,7 @@ class Toolchain:
             raise _cannot_run(self.opt, exc) from exc
         stderr = stderr_bytes.decode(errors="replace")
         if proc.returncode != 0:
-            message = _describe_failure(proc.returncode, stderr, what)
-            if memory and any(sign in stderr for sign in ("out of memory", "bad_alloc", "terminate called")):
-                message = (f"Enzyme ran out of memory differentiating {what}: it may take {memory / 2**30:.1f} GiB "
-                           "(PYJLAD_OPT_MEMORY). Its derivative of this function grows without bound in Enzyme "
-                           "v0.0.289; smaller pieces (a helper differentiated on its own, fewer matrix products "
-                           "per loop step) may fit.\n" + message)
-            raise EnzymeError(message, diagnostics=stderr)
+            raise EnzymeError(_failure_message(proc.returncode, stderr, what, memory), diagnostics=stderr)
         return stdout
 
     def run_text(self, ir: str, passes: str, *, what: str, defines: str) -> str:
@@ -193,6 +188,38 @@ def _limit_memory(pid: int, limit: int) -> None:
         resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
     except (ImportError, OSError, ValueError):  # no prlimit here, or the process is gone already
         pass
+
+
+#: The advice for an Enzyme run that filled its memory.
+_GROWS = ("Its derivative of this function grows without bound in Enzyme v0.0.289; smaller pieces (a helper "
+          "differentiated on its own, fewer matrix products per loop step) may fit.")
+
+
+def _failure_message(returncode: int, stderr: str, what: str, memory: int) -> str:
+    """The message of an ``opt`` run that ended with ``returncode`` (negative: killed by that signal): what failed,
+    first where memory ran out, under ``memory`` bytes (``PYJLAD_OPT_MEMORY``) or before it.
+
+    A run stopped at its limit says so on stderr. One killed with ``SIGKILL`` (which pyjlad sends only at its time
+    limit, reported before this) was, on Linux, the kernel's out-of-memory killer's: the machine's memory ran out
+    first, other programs taking part of it (a Kalman recursion of 10 steps took 15 GiB of a 23 GiB machine
+    running tests, and its build failed with "crashed with signal 9").
+
+    >>> _failure_message(-9, "", "f", 2**31).splitlines()[0][:114]
+    'Enzyme ran out of memory differentiating f: the system killed it (signal 9) before it reached its limit of 2.0 GiB'
+    >>> _failure_message(1, "LLVM ERROR: out of memory", "f", 2**31).splitlines()[0][:88]
+    'Enzyme ran out of memory differentiating f: it may take 2.0 GiB (PYJLAD_OPT_MEMORY). Its'
+    >>> _failure_message(1, "Enzyme: cannot handle", "f", 2**31).splitlines()[0]
+    'Enzyme failed (exit status 1) while differentiating f:'
+    """
+    message = _describe_failure(returncode, stderr, what)
+    limit = f"{memory / 2**30:.1f} GiB"
+    if returncode == -signal.SIGKILL:
+        stopped = (f"the system killed it (signal 9) before it reached its limit of {limit} (PYJLAD_OPT_MEMORY: a lower "
+                   "one stops it sooner)." if memory else "the system killed it (signal 9).")
+        return f"Enzyme ran out of memory differentiating {what}: {stopped} {_GROWS}\n{message}"
+    if memory and any(sign in stderr for sign in ("out of memory", "bad_alloc", "terminate called")):
+        return f"Enzyme ran out of memory differentiating {what}: it may take {limit} (PYJLAD_OPT_MEMORY). {_GROWS}\n{message}"
+    return message
 
 
 def _describe_failure(returncode: int, stderr: str, what: str) -> str:
