@@ -16,8 +16,9 @@ reverse pass, before each of its ``ret``, when:
 * it is allocated in the entry block of its function, and its address stored there into a field of a struct
   (the tape) through a ``getelementptr`` of that field; no call frees it;
 * one function of the module takes a parameter of the tape's type (the reverse pass: Enzyme makes a type for
-  each tape) and reads it only by ``extractvalue``; any other function taking one (the reverse pass of a wrapper)
-  only passes it on, in one call, to a function taking one;
+  each tape), reads it only by ``extractvalue`` and frees, with Enzyme's mark, a block it takes from it (the
+  slots Enzyme does free); any other function taking one (the reverse pass of a wrapper) only passes it on, in
+  one call, to a function taking one;
 * no instruction of the module may read that field (an ``extractvalue`` or ``getelementptr`` selecting it; one
   that reaches into a type holding the tape by more than one index, or a ``getelementptr`` of the tape's type
   whose pointer is used other than to store, is taken to read every field).
@@ -34,8 +35,9 @@ Examples
 ...     "  store ptr %dims, ptr %s, align 8",
 ...     "  store ptr %dims, ptr %pack, align 8", "  ret { ptr, ptr } zeroinitializer", "}",
 ...     "define internal void @diffef({ ptr, ptr } %tapeArg) {", "entry:",
-...     "  %p = extractvalue { ptr, ptr } %tapeArg, 0", "  ret void", "}", "declare void @free(ptr)", ""])
->>> print("\\n".join(taped_slots_freed(text).splitlines()[11:14]))
+...     "  %p = extractvalue { ptr, ptr } %tapeArg, 0", "  call void @free(ptr %p), !enzyme_cache_free !3",
+...     "  ret void", "}", "declare void @free(ptr)", ""])
+>>> print("\\n".join(taped_slots_freed(text).splitlines()[12:15]))
   %pyjlad.taped.slot.0 = extractvalue { ptr, ptr } %tapeArg, 1
   call void @free(ptr %pyjlad.taped.slot.0)
   ret void
@@ -183,4 +185,20 @@ def _reverse_pass(module: Module, tape: str) -> tuple[Function, str] | None:
         call = uses[0].call() if len(uses) == 1 else None
         if call is None or call.callee not in takers or call.values.count(name or "") != 1:
             return None
-    return readers[0] if len(readers) == 1 else None
+    if len(readers) != 1 or not _frees_a_field(*readers[0]):
+        return None
+    return readers[0]
+
+
+def _frees_a_field(function: Function, name: str) -> bool:
+    """Whether ``function`` frees, with Enzyme's mark, a block it takes from its tape parameter ``name``: it is the
+    reverse pass that frees that tape's blocks."""
+    extracted = set()
+    for ins in (i for i in map(parse_instruction, function.body or []) if i is not None):
+        if ins.opcode == "extractvalue" and ins.result and ins.operands() == [name]:
+            extracted.add(ins.result)
+        call = ins.call()
+        if call is not None and call.callee == "@free" and "!enzyme_cache_free" in ins.text and (
+                call.values[:1] and call.values[0] in extracted):
+            return True
+    return False

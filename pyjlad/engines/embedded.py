@@ -127,8 +127,9 @@ _register_runtime_symbols()
 #: once per call; the frees of loop caches a forward derivative of a reverse sweep dropped put back
 #: (pyjlad.dropped_cache_frees). 17: taped stack slots whose address leaves their function freed by the reverse
 #: pass (pyjlad.taped_slot_frees). 18: the frees of taped blocks a forward derivative of a reverse pass dropped put
-#: back (pyjlad.forward_tape_frees).
-_ENZYME_INPUT = "unvectorized-copy/18 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
+#: back (pyjlad.forward_tape_frees). 19: ... a taped slot freed only by a reverse pass that frees another of the
+#: tape's blocks.
+_ENZYME_INPUT = "unvectorized-copy/19 " + " ".join((*NO_SPECULATION_ARGS, NO_HOISTED_CACHES))
 
 @dataclass(frozen=True)
 class Built:
