@@ -108,7 +108,7 @@ def forward_tape_frees_restored(text: str) -> str:
         if not fields or producer is None or _frees_from_tapes(function, tapes):
             continue
         nulled: dict[str, set[str]] = {}  # phi -> incoming blocks whose undefined value becomes null
-        if not all(_blocks_or_null(producer, tapes, field, nulled) for field in fields):
+        if not _blocks_or_null(producer, tapes, sorted(fields), nulled):
             continue
         _undefined_made_null(producer, nulled)
         _freed_before_returns(function, tapes, sorted(fields), serial)
@@ -196,10 +196,10 @@ def _paths(function: Function, tapes: _Tapes, field: int) -> list[list[int]]:
     return [[0, *inner, field], *([*lane, *inner, field] for lane in lanes)]
 
 
-def _blocks_or_null(producer: Function, tapes: _Tapes, field: int, nulled: dict[str, set[str]]) -> bool:
-    """Whether, at each ``ret`` of ``producer``, field ``field`` of the tape and of each tangent tape is a block
-    ``producer`` allocates, a different one in each, or null or undefined (the ``phi`` incomings undefined added to
-    ``nulled``)."""
+def _blocks_or_null(producer: Function, tapes: _Tapes, fields: list[int], nulled: dict[str, set[str]]) -> bool:
+    """Whether, at each ``ret`` of ``producer``, each field of ``fields`` of the tape and of each tangent tape is a
+    block ``producer`` allocates and does not free, a different one in each, or null or undefined (the ``phi``
+    incomings undefined added to ``nulled``)."""
     instructions = [ins for ins in map(parse_instruction, producer.body or []) if ins is not None]
     defining = {ins.result: ins for ins in instructions if ins.result is not None}
     returns = [ins for ins in instructions if ins.opcode == "ret"]
@@ -210,7 +210,7 @@ def _blocks_or_null(producer: Function, tapes: _Tapes, field: int, nulled: dict[
         if len(returned) != 1:
             return False
         seen: set[str] = set()
-        for path in _paths(producer, tapes, field):
+        for path in (path for field in fields for path in _paths(producer, tapes, field)):
             leaves = _leaves(returned[0], path, defining, nulled, set())
             if leaves is None or leaves & seen:
                 return False

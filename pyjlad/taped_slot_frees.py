@@ -13,8 +13,8 @@ slots, per call (``tests/test_repeated_calls_memory.py``).
 which puts back on the stack the slots whose address stays in their function). Such a block is freed by the
 reverse pass, before each of its ``ret``, when:
 
-* it is allocated in the entry block of its function, and its address stored there into a field of a struct
-  (the tape) through a ``getelementptr`` of that field; no call frees it;
+* it is allocated in the entry block of its function, and its address stored there, and nowhere else, into a
+  field of a struct (the tape) through a ``getelementptr`` of that field; no call frees it;
 * one function of the module takes a parameter of the tape's type (the reverse pass: Enzyme makes a type for
   each tape), reads it only by ``extractvalue`` and frees, with Enzyme's mark, a block it takes from it (the
   slots Enzyme does free); any other function taking one (the reverse pass of a wrapper) only passes it on, in
@@ -96,9 +96,12 @@ def taped_slots_freed(text: str) -> str:
         if slot.field in read.get(slot.tape, ()) or None in read.get(slot.tape, ()):
             continue
         reverse = _reverse_pass(module, slot.tape)
-        if reverse is not None:
-            frees.setdefault(reverse[0].symbol, []).append((f"{slot.tape} {reverse[1]}", slot.field))
-    if not frees:
+        if reverse is None:
+            continue
+        freed, listed = (f"{slot.tape} {reverse[1]}", slot.field), frees.setdefault(reverse[0].symbol, [])
+        if freed not in listed:  # one free per field
+            listed.append(freed)
+    if not any(frees.values()):
         return text
     serial = 0
     for function in module.definitions:
@@ -135,13 +138,15 @@ def _taped_slots(function: Function) -> list[_TapedSlot]:
         derived = derived_pointers(ins.result, instructions)
         if any(_frees(other, derived) for other in instructions):
             continue
-        for j in entry:
-            store = parse_instruction(body[j])
-            if store is None or store.opcode != "store" or store.operands()[:1] != [ins.result]:
-                continue
-            field = _field_of(store.address(), by_result)
-            if field is not None and _only_stored_to(store.address() or "", instructions):
-                found.append(_TapedSlot(function.symbol, field[0], field[1], store.address() or ""))
+        stored = [(j, store) for j, store in enumerate(map(parse_instruction, body)) if store is not None
+                  and store.opcode == "store" and store.operands()[:1] == [ins.result]
+                  and _field_of(store.address(), by_result) is not None]
+        if len(stored) != 1 or stored[0][0] not in entry:  # taped once, where it is allocated
+            continue
+        pointer = stored[0][1].address() or ""
+        field = _field_of(pointer, by_result)
+        if field is not None and _only_stored_to(pointer, instructions):
+            found.append(_TapedSlot(function.symbol, field[0], field[1], pointer))
     return found
 
 

@@ -86,3 +86,17 @@ def test_a_reverse_pass_that_frees_nothing_from_the_tape_is_left_alone() -> None
 def test_a_module_without_free_declared_is_left_alone() -> None:
     text = _module(SLOT, []).replace("declare void @free(ptr)\n", "")
     assert taped_slots_freed(text) == text
+
+
+def test_a_slot_taped_in_two_fields_is_left_alone() -> None:
+    # freed from both fields, it would be freed twice
+    second = [f"  %s2 = getelementptr inbounds {TAPE}, ptr %t, i32 0, i32 1", "  store ptr %m, ptr %s2, align 8"]
+    text = _module([*SLOT, *second], [])
+    assert taped_slots_freed(text) == text
+
+
+def test_a_field_two_functions_tape_alike_is_freed_once() -> None:
+    # two augmented passes with one tape type (Enzyme's types are structural) and one reverse pass reading it
+    other = [line.replace("@augmented_f(", "@augmented_g(") for line in _module(SLOT, []).splitlines()[:8]]
+    text = _module(SLOT, []).replace("declare void @free(ptr)", "\n".join([*other, "declare void @free(ptr)"]))
+    assert taped_slots_freed(text).count("call void @free(ptr %pyjlad.taped.slot.") == 1
