@@ -267,8 +267,8 @@ def _jax_leapfrog(x, v, m):
 def test_a_refused_n_body_hessian_names_the_rewrite_that_works(helper: str) -> None:
     """An n-body leapfrog whose force helper updates whole rows of its output argument: the Hessian in the masses
     needs loose types and fails its check (found by a user-style probe, 2026-12-06); the refusal names the rewrite
-    (``whole_rows``: agreeing with JAX or refused in those words), and the rewritten helper's Hessian agrees with
-    JAX (``element_loop``, the variant the default run keeps: tests/sampled_tests.py)."""
+    (``whole_rows``: agreeing with JAX or refused in those words, the variant the default run keeps:
+    tests/sampled_tests.py), and the rewritten helper's Hessian agrees with JAX (``element_loop``, run by ``--full``)."""
     rng = np.random.default_rng(3)
     x0, v0, m = rng.standard_normal((3, 3)), 0.3 * rng.standard_normal((3, 3)), rng.uniform(0.5, 1.5, 3)
     before = (x0.copy(), v0.copy(), m.copy())
