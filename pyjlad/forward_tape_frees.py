@@ -63,7 +63,7 @@ from .errors import IRParseError
 from .ir import Function, Instruction, Module, parse
 from .ir.module import parse_instruction
 from .ir.value_types import element_at
-from .unread_tape_slots import extract_selection, operand_parts
+from .unread_tape_slots import extracted_frees, frees_before_returns, operand_parts
 
 __all__ = ["forward_tape_frees_restored"]
 
@@ -103,9 +103,9 @@ def forward_tape_frees_restored(text: str) -> str:
         tapes = _tape_parameters(function, reverse) if reverse is not None else None
         if reverse is None or tapes is None:
             continue
-        fields = _fields_freed(reverse, tapes.tape)
+        fields = _fields_freed(reverse)
         producer = _producer(module, tapes)
-        if not fields or producer is None or _frees_from_tapes(function, tapes):
+        if not fields or producer is None or extracted_frees(function, {tapes.name, tapes.tangent_name}):
             continue
         nulled: dict[str, set[str]] = {}  # phi -> incoming blocks whose undefined value becomes null
         if not _blocks_or_null(producer, tapes, sorted(fields), nulled):
@@ -145,32 +145,9 @@ def _tape_parameters(function: Function, reverse: Function) -> _Tapes | None:
     return _Tapes(tape, found[0][1] or "", tangents, found[1][1] or "", width)
 
 
-def _fields_freed(reverse: Function, tape: str) -> set[int]:
-    """The fields of ``%tapeArg`` (of type ``tape``) that ``reverse`` frees with Enzyme's mark."""
-    extracted: dict[str, int] = {}
-    freed = set()
-    for ins in (i for i in map(parse_instruction, reverse.body or []) if i is not None):
-        if ins.opcode == "extractvalue" and ins.result and ins.operands() == ["%tapeArg"]:
-            selected = extract_selection(ins)
-            if selected is not None and selected[0] == tape and len(selected[1]) == 1:
-                extracted[ins.result] = selected[1][0]
-        call = ins.call()
-        if call is not None and call.callee == "@free" and "!enzyme_cache_free" in ins.text and call.values:
-            if call.values[0] in extracted:
-                freed.add(extracted[call.values[0]])
-    return freed
-
-
-def _frees_from_tapes(function: Function, tapes: _Tapes) -> bool:
-    """Whether ``function`` frees a value it extracts from its tape parameters."""
-    extracted = set()
-    for ins in (i for i in map(parse_instruction, function.body or []) if i is not None):
-        if ins.opcode == "extractvalue" and ins.result and set(ins.operands()) & {tapes.name, tapes.tangent_name}:
-            extracted.add(ins.result)
-        call = ins.call()
-        if call is not None and call.callee == "@free" and set(call.values) & extracted:
-            return True
-    return False
+def _fields_freed(reverse: Function) -> set[int]:
+    """The fields of ``%tapeArg`` that ``reverse`` frees with Enzyme's mark."""
+    return {path[0] for path, marked in extracted_frees(reverse, {"%tapeArg"}) if marked and len(path) == 1}
 
 
 def _producer(module: Module, tapes: _Tapes) -> Function | None:
@@ -280,17 +257,7 @@ def _undefined_made_null(producer: Function, nulled: dict[str, set[str]]) -> Non
 
 def _freed_before_returns(function: Function, tapes: _Tapes, fields: list[int], serial: list[int]) -> None:
     """Free field ``f`` of each of ``function``'s tapes, for each ``f`` of ``fields``, before each ``ret``."""
-    lanes = [[lane] for lane in range(tapes.width)] if tapes.width > 1 else [[]]
-    edited: list[str] = []
-    for line in function.body or []:
-        ins = parse_instruction(line)
-        if ins is not None and ins.opcode == "ret":
-            for field in fields:
-                for aggregate, path in [(f"{tapes.tape} {tapes.name}", [field]),
-                                        *((f"{tapes.tangents} {tapes.tangent_name}", [*lane, field]) for lane in lanes)]:
-                    name = f"{_PREFIX}{serial[0]}"
-                    serial[0] += 1
-                    edited += [f"  {name} = extractvalue {aggregate}, {', '.join(map(str, path))}",
-                               f"  call void @free(ptr {name})"]
-        edited.append(line)
-    function.body = edited
+    lanes = [f"{lane}, " for lane in range(tapes.width)] if tapes.width > 1 else [""]
+    frees_before_returns(function, [extract for field in fields for extract in (
+        f"{tapes.tape} {tapes.name}, {field}", *(f"{tapes.tangents} {tapes.tangent_name}, {lane}{field}" for lane in lanes))],
+        _PREFIX, serial)

@@ -56,7 +56,14 @@ from dataclasses import dataclass
 from .errors import IRParseError
 from .ir import Function, Instruction, Module, parse
 from .ir.module import parse_instruction
-from .unread_tape_slots import derived_pointers, entry_block, gep_selection, read_fields
+from .unread_tape_slots import (
+    derived_pointers,
+    entry_block,
+    extracted_frees,
+    frees_before_returns,
+    gep_selection,
+    read_fields,
+)
 
 __all__ = ["taped_slots_freed"]
 
@@ -103,20 +110,11 @@ def taped_slots_freed(text: str) -> str:
             listed.append(freed)
     if not any(frees.values()):
         return text
-    serial = 0
+    serial = [0]
     for function in module.definitions:
-        if function.symbol not in frees or function.body is None:
-            continue
-        edited = []
-        for line in function.body:
-            ins = parse_instruction(line)
-            if ins is not None and ins.opcode == "ret":
-                for tape, field in frees[function.symbol]:
-                    name = f"{_PREFIX}{serial}"
-                    serial += 1
-                    edited += [f"  {name} = extractvalue {tape}, {field}", f"  call void @free(ptr {name})"]
-            edited.append(line)
-        function.body = edited
+        if frees.get(function.symbol):
+            frees_before_returns(function, [f"{tape}, {field}" for tape, field in frees[function.symbol]], _PREFIX,
+                                 serial)
     return module.render()
 
 
@@ -198,12 +196,4 @@ def _reverse_pass(module: Module, tape: str) -> tuple[Function, str] | None:
 def _frees_a_field(function: Function, name: str) -> bool:
     """Whether ``function`` frees, with Enzyme's mark, a block it takes from its tape parameter ``name``: it is the
     reverse pass that frees that tape's blocks."""
-    extracted = set()
-    for ins in (i for i in map(parse_instruction, function.body or []) if i is not None):
-        if ins.opcode == "extractvalue" and ins.result and ins.operands() == [name]:
-            extracted.add(ins.result)
-        call = ins.call()
-        if call is not None and call.callee == "@free" and "!enzyme_cache_free" in ins.text and (
-                call.values[:1] and call.values[0] in extracted):
-            return True
-    return False
+    return any(marked for _, marked in extracted_frees(function, {name}))

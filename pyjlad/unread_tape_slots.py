@@ -57,8 +57,8 @@ from .ir.lexer import split_top_level, tokenize, words
 from .ir.module import parse_instruction
 from .ir.value_types import element_at
 
-__all__ = ["derived_pointers", "entry_block", "extract_selection", "gep_selection", "operand_parts", "pointer_tapings",
-           "read_fields", "unread_slots_on_the_stack"]
+__all__ = ["derived_pointers", "entry_block", "extract_selection", "extracted_frees", "frees_before_returns",
+           "gep_selection", "operand_parts", "pointer_tapings", "read_fields", "unread_slots_on_the_stack"]
 
 _FROM_STACK = "!enzyme_fromstack"
 #: Enzyme's mark of a cache allocation (an unfreed one allocated once per call goes on the stack too).
@@ -366,3 +366,34 @@ def read_fields(module: Module, tapes: set[str], slot_pointers: set[tuple[str, s
                 elif len(fields) > 1:
                     read.setdefault(tape, set()).add(None)
     return read
+
+
+def extracted_frees(function: Function, names: set[str]) -> list[tuple[list[int], bool]]:
+    """The ``free`` calls of ``function`` of a value it extracts from an aggregate named in ``names`` (its tape
+    parameters): each one's ``extractvalue`` indices, and whether it carries Enzyme's mark
+    (``!enzyme_cache_free``)."""
+    extracted: dict[str, list[int]] = {}
+    found = []
+    for ins in (i for i in map(parse_instruction, function.body or []) if i is not None):
+        if ins.opcode == "extractvalue" and ins.result and len(ins.operands()) == 1 and ins.operands()[0] in names:
+            selected = extract_selection(ins)
+            extracted[ins.result] = selected[1] if selected is not None else []
+        call = ins.call()
+        if call is not None and call.callee == "@free" and call.values[:1] and call.values[0] in extracted:
+            found.append((extracted[call.values[0]], "!enzyme_cache_free" in ins.text))
+    return found
+
+
+def frees_before_returns(function: Function, extracts: list[str], prefix: str, serial: list[int]) -> None:
+    """Add to ``function``, before each ``ret``, an ``extractvalue`` of each of ``extracts`` (``<type> <value>,
+    <indices>``, named ``<prefix><n>``, ``n`` counted by ``serial[0]``) and a ``free`` of it."""
+    edited: list[str] = []
+    for line in function.body or []:
+        ins = parse_instruction(line)
+        if ins is not None and ins.opcode == "ret":
+            for extract in extracts:
+                name = f"{prefix}{serial[0]}"
+                serial[0] += 1
+                edited += [f"  {name} = extractvalue {extract}", f"  call void @free(ptr {name})"]
+        edited.append(line)
+    function.body = edited
