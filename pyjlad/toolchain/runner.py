@@ -201,8 +201,8 @@ def _failure_message(returncode: int, stderr: str, what: str, memory: int) -> st
 
     A run stopped at its limit says so on stderr. One killed with ``SIGKILL`` (which pyjlad sends only at its time
     limit, reported before this) was, on Linux, the kernel's out-of-memory killer's: the machine's memory ran out
-    first, other programs taking part of it (a Kalman recursion of 10 steps took 15 GiB of a 23 GiB machine
-    running tests, and its build failed with "crashed with signal 9").
+    first, other programs taking part of it (a Kalman recursion of 10 steps, built beside a test run, failed so
+    with "crashed with signal 9").
 
     >>> _failure_message(-9, "", "f", 2**31).splitlines()[0][:114]
     'Enzyme ran out of memory differentiating f: the system killed it (signal 9) before it reached its limit of 2.0 GiB'
